@@ -1,0 +1,5 @@
+import sys
+
+from biotf.cli import main
+
+sys.exit(main())

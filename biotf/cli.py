@@ -1,0 +1,49 @@
+"""The `biotf` command: argument parsing only; each subcommand calls into the packages.
+
+Subcommands live in `biotf/commands/<name>.py`, each defining `add_parser(subparsers)` which
+registers its parser with `set_defaults(run=<function taking the parsed args>)`.
+A `BiotfError` is printed as one line on stderr with exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from biotf.errors import BiotfError
+
+# Order is the order of `biotf --help`.
+COMMANDS = ["tokenize", "train", "export_model"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="biotf", description="Tokenize, train, export and run sequence transformers.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"biotf.commands.{name}")
+        except ModuleNotFoundError as error:  # a command whose module has not landed yet
+            if error.name != f"biotf.commands.{name}":
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.run(args)
+    except BiotfError as error:
+        print(f"biotf {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"biotf {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `biotf` subcommand: parse arguments, call the packages, print results."""

@@ -1,0 +1,50 @@
+"""One error family for every user-facing failure.
+
+The CLI catches `BiotfError`, prints its message on one line and exits with status 2;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class BiotfError(Exception):
+    """Base class of every error a user can cause (bad input, bad config, bad file)."""
+
+
+class ConfigError(BiotfError, ValueError):
+    """An invalid configuration value or combination; names the key and the allowed values."""
+
+    def __init__(self, key: str, value: object, allowed: str | None = None, reason: str | None = None):
+        self.key, self.value, self.allowed = key, value, allowed
+        message = f"invalid config {key}={value!r}"
+        if reason:
+            message += f": {reason}"
+        if allowed:
+            message += f" (allowed: {allowed})"
+        super().__init__(message)
+
+
+class InputError(BiotfError, ValueError):
+    """A bad input file or record: names the file, the record and the position when known."""
+
+
+class TokenizationError(InputError):
+    """A character the tokenizer's policy refuses; names record, 0-based position and character."""
+
+    def __init__(self, char: str, position: int, record: str | None = None, detail: str | None = None,
+                 source: str | None = None):
+        self.char, self.position, self.record, self.source = char, position, record, source
+        where = []
+        if source:
+            where.append(f"file {source}")
+        if record is not None:
+            where.append(f"record {record!r}")
+        where.append(f"position {position}")
+        message = f"unexpected character {char!r} (U+{ord(char):04X}) at {', '.join(where)}"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+
+class CheckpointError(BiotfError):
+    """A checkpoint or model directory that cannot be loaded safely or does not match."""

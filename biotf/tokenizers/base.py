@@ -1,0 +1,161 @@
+"""The one tokenizer interface every scheme implements, and the registry that makes schemes pluggable.
+
+A scheme is a `Tokenizer` subclass registered under a name with `@register_tokenizer("name")`
+(or a `biotf.tokenizers` Python entry point). The name is what users select:
+`tokenizer=<name>` in Hydra, `--tokenizer <name>` on the command line, and what `save()` records
+so that `load_tokenizer(directory)` rebuilds the right kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from biotf.errors import BiotfError, ConfigError
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class PolicyStats(Counter):
+    """Counts of what character policies changed while encoding, e.g. {"rare_to_X": 3, "lowercase_folded": 120}.
+
+    Passed to `encode_batch(..., stats=...)` and summed across batches; printed by `biotf tokenize`
+    and written into run summaries so no policy ever changes data silently.
+    """
+
+    def summary(self) -> str:
+        return ", ".join(f"{key}={count}" for key, count in sorted(self.items())) or "nothing changed"
+
+
+class Tokenizer(ABC):
+    """Shared interface: text <-> token strings <-> ids, with explicit character policies.
+
+    Subclasses set `kind` (their registry name, set by `register_tokenizer`) and implement the
+    abstract methods. Special-token ids are `None` where the scheme has no such token.
+    """
+
+    kind: ClassVar[str] = ""
+
+    pad_id: int | None = None
+    unk_id: int | None = None
+    mask_id: int | None = None
+    cls_id: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+
+    # --- core -----------------------------------------------------------------------------
+    @abstractmethod
+    def tokenize(self, text: str, record: str | None = None) -> list[str]:
+        """Token strings of `text` after policies, without special tokens."""
+
+    @abstractmethod
+    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None) -> list[int]:
+        """Ids of `text`; `record` names the sequence in error messages."""
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        add_special_tokens: bool = True,
+        records: Sequence[str] | None = None,
+        stats: PolicyStats | None = None,
+    ) -> list[np.ndarray]:
+        """Fast path: one int array per text. Subclasses override with vectorised code."""
+        names = records if records is not None else [None] * len(texts)
+        return [np.asarray(self.encode(t, add_special_tokens, record=r), dtype=np.int32) for t, r in zip(texts, names)]
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Text of `ids`; exact inverse of `encode` where the scheme is reversible."""
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer can produce (the embedding table needs at least this many rows)."""
+
+    @abstractmethod
+    def get_vocab(self) -> dict[str, int]:
+        """Token string -> id for every token."""
+
+    # --- persistence ----------------------------------------------------------------------
+    @abstractmethod
+    def to_config(self) -> dict[str, Any]:
+        """Plain JSON-able options that rebuild this tokenizer with `from_config` (vocab included if learned)."""
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, config: dict[str, Any]) -> "Tokenizer":
+        """Inverse of `to_config`."""
+
+    def save(self, directory: str | Path) -> Path:
+        """Write `tokenizer.json` into `directory` (created if needed); returns its path."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / TOKENIZER_FILE
+        payload = {"biotf_tokenizer": self.kind, "fingerprint": self.fingerprint, "config": self.to_config()}
+        path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return path
+
+    def to_hf(self):
+        """A `transformers.PreTrainedTokenizerFast` giving identical ids (schemes that cannot, raise BiotfError)."""
+        raise BiotfError(f"tokenizer {self.kind!r} has no Hugging Face equivalent")
+
+    # --- identity -------------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        """Stable hash of everything that decides the ids: kind, options and vocabulary."""
+        blob = json.dumps({"kind": self.kind, "config": self.to_config()}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids never to be masked, pooled or predicted as content."""
+        ids = (self.pad_id, self.unk_id, self.mask_id, self.cls_id, self.bos_id, self.eos_id)
+        return frozenset(i for i in ids if i is not None) - ({self.unk_id} if self.unk_id is not None else set())
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+
+_REGISTRY: dict[str, type[Tokenizer]] = {}
+
+
+def register_tokenizer(name: str) -> Callable[[type[Tokenizer]], type[Tokenizer]]:
+    """Class decorator: make a `Tokenizer` subclass selectable as `name` everywhere."""
+
+    def decorate(cls: type[Tokenizer]) -> type[Tokenizer]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise BiotfError(f"tokenizer name {name!r} is already registered by {_REGISTRY[name].__qualname__}")
+        cls.kind = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def _load_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="biotf.tokenizers"):
+        if entry.name not in _REGISTRY:
+            register_tokenizer(entry.name)(entry.load())
+
+
+def tokenizer_class(name: str) -> type[Tokenizer]:
+    """The registered class for `name`; error names the allowed values."""
+    if name not in _REGISTRY:
+        _load_entry_points()
+    if name not in _REGISTRY:
+        raise ConfigError("tokenizer", name, allowed=", ".join(sorted(_REGISTRY)))
+    return _REGISTRY[name]
+
+
+def registered_tokenizers() -> list[str]:
+    _load_entry_points()
+    return sorted(_REGISTRY)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python
+"""biotf benchmarks: biotf against its anchor, timed alternately in one process.
+
+    python scripts/bench.py                       # every section
+    python scripts/bench.py tokenizers model      # some sections
+    python scripts/bench.py --quick --json out.json
+
+Each section lives in `scripts/benchmarks/<section>.py` and defines `run(bench, quick)`, calling
+`bench.compare(...)` for paired timings and `bench.record(...)` for single figures (RSS, MFU).
+`compare` warms both sides up, then alternates biotf / anchor `repeats` times on the same data so
+that drift of the machine hits both equally; it prints medians, min-max and the median of the
+per-pair ratios, and everything goes into the JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SECTIONS_DIR = Path(__file__).resolve().parent / "benchmarks"
+
+
+@dataclass
+class Comparison:
+    name: str
+    unit: str  # what `work` counts: "MB", "tokens", "steps", ...
+    work: float  # units of work per call, for throughput
+    biotf_seconds: list[float]
+    anchor_seconds: list[float]
+    anchor: str
+    higher_is_better_ratio: str = "anchor_time / biotf_time (>1 means biotf is faster)"
+    target: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(a / b for a, b in zip(self.anchor_seconds, self.biotf_seconds))
+
+    def line(self) -> str:
+        def fmt(seconds: list[float]) -> str:
+            med = statistics.median(seconds)
+            return f"{self.work / med:,.1f} {self.unit}/s (median {med * 1e3:.2f} ms, {min(seconds) * 1e3:.2f}-{max(seconds) * 1e3:.2f})"
+
+        verdict = ""
+        if self.target is not None:
+            verdict = f"  target >= {self.target:g}: {'PASS' if self.ratio >= self.target else 'MISS'}"
+        return (f"{self.name}\n  biotf : {fmt(self.biotf_seconds)}\n  {self.anchor[:6]:6s}: {fmt(self.anchor_seconds)}"
+                f"\n  ratio (speed-up vs {self.anchor}): {self.ratio:.2f}x{verdict}")
+
+
+@dataclass
+class Bench:
+    quick: bool = False
+    results: list[dict] = field(default_factory=list)
+
+    def compare(self, name: str, biotf: Callable[[], object], anchor: Callable[[], object], *, anchor_name: str,
+                unit: str, work: float, repeats: int = 7, warmup: int = 2, target: float | None = None) -> Comparison:
+        """Time `biotf` and `anchor` alternately; `work` units are processed per call."""
+        if self.quick:
+            repeats, warmup = max(2, repeats // 3), 1
+        for _ in range(warmup):
+            biotf(), anchor()
+        ours, theirs = [], []
+        for i in range(repeats):
+            order = [(biotf, ours), (anchor, theirs)]
+            for fn, sink in order if i % 2 == 0 else reversed(order):
+                start = time.perf_counter()
+                fn()
+                sink.append(time.perf_counter() - start)
+        comparison = Comparison(name, unit, work, ours, theirs, anchor_name, target=target)
+        print(comparison.line(), flush=True)
+        self.results.append({**asdict(comparison), "ratio": comparison.ratio,
+                             "biotf_throughput": work / statistics.median(ours),
+                             "anchor_throughput": work / statistics.median(theirs)})
+        return comparison
+
+    def time(self, fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> list[float]:
+        """Time one side alone (for figures with no anchor); returns seconds per call."""
+        if self.quick:
+            repeats, warmup = max(2, repeats // 3), 1
+        for _ in range(warmup):
+            fn()
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    def record(self, name: str, value: float, unit: str, target: str | None = None, note: str = "") -> None:
+        """A single measured figure (throughput, peak RSS, MFU) with an optional target."""
+        suffix = f"  (target {target})" if target else ""
+        print(f"{name}: {value:,.3f} {unit}{suffix}{'  ' + note if note else ''}", flush=True)
+        self.results.append({"name": name, "value": value, "unit": unit, "target": target, "note": note})
+
+
+def available_sections() -> list[str]:
+    return sorted(p.stem for p in SECTIONS_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+def load_section(name: str):
+    spec = importlib.util.spec_from_file_location(f"biotf_bench_{name}", SECTIONS_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sections", nargs="*", help=f"sections to run (default all: {', '.join(available_sections())})")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller inputs (smoke run)")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/bench.json"), help="where to write results")
+    args = parser.parse_args(argv)
+    sections = args.sections or available_sections()
+    unknown = sorted(set(sections) - set(available_sections()))
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; available: {available_sections()}")
+    bench = Bench(quick=args.quick)
+    print(f"biotf bench on {platform.machine()} / {platform.python_version()}, sections: {', '.join(sections)}")
+    for name in sections:
+        print(f"\n== {name} ==", flush=True)
+        load_section(name).run(bench, args.quick)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"sections": sections, "quick": args.quick, "results": bench.results}, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
