@@ -1,0 +1,268 @@
+"""Tokenize once into memory-mapped token shards, reuse them on every later run (nanoGPT's idea).
+
+A cache entry is a directory holding, per split, a flat token array (`uint16` when the vocabulary
+fits, else `int32`), `int64` record offsets into it, the records' positions in the input file, and
+unigram token counts; plus `meta.json`. Its name is a hash of everything that changes the result:
+the input file's content, the tokenizer fingerprint, the reader options, the split fraction and
+seed, and whether special tokens are added. Options applied later (max length, long-sequence
+policy, packing) are not part of the key, so changing them costs no re-tokenization.
+
+Safety: entries are written under a temporary name and renamed into place, so a killed run never
+leaves a half-written entry under the final name; `meta.json` records each file's size and CRC-32,
+checked on load, so a truncated or corrupted shard is detected and rebuilt, never read as data.
+Memory: records stream from the reader in chunks of about `chunk_characters`, so peak memory is
+bounded by the chunk size and the longest record, not by the input size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.data.split import SPLITS, is_validation, validate_fraction
+from biotf.errors import InputError, TokenizationError
+from biotf.tokenizers.base import PolicyStats, Tokenizer
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+META_FILE = "meta.json"
+SHARD_ARRAYS = {"tokens": None, "offsets": np.int64, "records": np.int64, "counts": np.int64}  # None: token dtype
+_CHECKSUM_BLOCK = 1 << 24
+
+
+class CorruptCacheError(Exception):
+    """A cache entry that fails its size or checksum check; internal, it triggers a rebuild."""
+
+
+@dataclass(frozen=True)
+class TokenShard:
+    """One split's tokenized records: record `i` is `tokens[offsets[i]:offsets[i + 1]]`.
+
+    `records[i]` is the record's 0-based position in the input file; `counts[t]` how often token
+    id `t` occurs in this split (the unigram distribution for the baseline loss).
+    """
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+    records: np.ndarray
+    counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+
+@dataclass(frozen=True)
+class ShardCache:
+    """A loaded cache entry: its directory, both splits, and the policy counts of its build."""
+
+    directory: Path
+    splits: dict[str, TokenShard]
+    policy_stats: PolicyStats
+    status: str  # "built", "reused" or "rebuilt (<reason>)"
+
+
+def file_digest(path: Path) -> str:
+    """BLAKE2b of the file's bytes: the cache is keyed by content, not by name or mtime."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
+def cache_key(input_digest: str, tokenizer: Tokenizer, options: ReaderOptions, validation_fraction: float,
+              seed: int, add_special_tokens: bool) -> str:
+    blob = json.dumps({"version": CACHE_VERSION, "input": input_digest, "tokenizer": tokenizer.fingerprint,
+                       "reader": options.as_key(), "validation_fraction": validation_fraction, "seed": seed,
+                       "add_special_tokens": add_special_tokens}, sort_keys=True)
+    return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHECKSUM_BLOCK):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def _chunks(records: Iterator[Record], chunk_characters: int) -> Iterator[list[Record]]:
+    chunk: list[Record] = []
+    size = 0
+    for record in records:
+        chunk.append(record)
+        size += len(record.sequence)
+        if size >= chunk_characters:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _with_source(error: TokenizationError, source: Path) -> TokenizationError:
+    """The same error, now naming the input file (tokenizers do not know which file they read)."""
+    if error.source is not None:
+        return error
+    bare = str(TokenizationError(error.char, error.position, error.record))
+    detail = str(error)[len(bare) + 2:] or None
+    return TokenizationError(error.char, error.position, error.record, detail=detail, source=str(source))
+
+
+class _SplitWriter:
+    """Appends one split's arrays to raw files in a directory, keeping only running totals in memory."""
+
+    def __init__(self, directory: Path, name: str, dtype: np.dtype, vocab_size: int):
+        self.directory, self.name, self.dtype = directory, name, dtype
+        self.handles = {kind: open(directory / f"{name}.{kind}.bin", "wb") for kind in ("tokens", "offsets", "records")}
+        self.handles["offsets"].write(np.zeros(1, np.int64).tobytes())
+        self.n_tokens = 0
+        self.counts = np.zeros(vocab_size, np.int64)
+
+    def append(self, arrays: list[np.ndarray], indices: list[int]) -> None:
+        if not arrays:
+            return
+        lengths = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+        flat = np.concatenate(arrays)
+        if len(flat) and (flat.min() < 0 or flat.max() >= len(self.counts)):
+            raise InputError(f"tokenizer produced an id outside 0..{len(self.counts) - 1}; its vocab_size is wrong")
+        self.counts += np.bincount(flat, minlength=len(self.counts))
+        self.handles["tokens"].write(flat.astype(self.dtype, copy=False).tobytes())
+        self.handles["offsets"].write((self.n_tokens + np.cumsum(lengths)).tobytes())
+        self.handles["records"].write(np.asarray(indices, np.int64).tobytes())
+        self.n_tokens += int(lengths.sum())
+
+    def close(self) -> dict[str, dict[str, int]]:
+        for handle in self.handles.values():
+            handle.close()
+        (self.directory / f"{self.name}.counts.bin").write_bytes(self.counts.tobytes())
+        files = {}
+        for kind in SHARD_ARRAYS:
+            path = self.directory / f"{self.name}.{kind}.bin"
+            files[kind] = {"bytes": path.stat().st_size, "crc32": _crc32(path)}
+        return files
+
+
+def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOptions, validation_fraction: float,
+           seed: int, add_special_tokens: bool, chunk_characters: int, meta: dict) -> None:
+    dtype = token_dtype(tokenizer.vocab_size)
+    writers = {name: _SplitWriter(directory, name, dtype, tokenizer.vocab_size) for name in SPLITS}
+    stats = PolicyStats()
+    for chunk in _chunks(read_records(path, options, stats), chunk_characters):
+        try:
+            encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
+                                             records=[r.id for r in chunk], stats=stats)
+        except TokenizationError as error:
+            raise _with_source(error, path) from None
+        parts: dict[str, tuple[list[np.ndarray], list[int]]] = {name: ([], []) for name in SPLITS}
+        for record, ids in zip(chunk, encoded):
+            if len(ids) == 0:
+                raise InputError(f"{path}: record {record.id!r} (record {record.index + 1}) encodes to no tokens")
+            name = "validation" if is_validation(record.sequence, validation_fraction, seed) else "train"
+            parts[name][0].append(ids)
+            parts[name][1].append(record.index)
+        for name, (arrays, indices) in parts.items():
+            writers[name].append(arrays, indices)
+    meta["dtype"] = dtype.name
+    meta["policy_stats"] = dict(stats)
+    meta["splits"] = {}
+    for name, writer in writers.items():
+        files = writer.close()
+        meta["splits"][name] = {"records": files["records"]["bytes"] // 8, "tokens": writer.n_tokens, "files": files}
+    (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _load(directory: Path, key: str, vocab_size: int) -> tuple[dict[str, TokenShard], PolicyStats]:
+    """Open a cache entry read-only after checking every file's size and checksum."""
+    try:
+        meta = json.loads((directory / META_FILE).read_text())
+    except (OSError, ValueError) as error:
+        raise CorruptCacheError(f"unreadable {META_FILE}: {error}") from None
+    if meta.get("version") != CACHE_VERSION or meta.get("key") != key:
+        raise CorruptCacheError("version or key mismatch")
+    splits = {}
+    for name in SPLITS:
+        info = meta["splits"][name]
+        arrays = {}
+        for kind, dtype in SHARD_ARRAYS.items():
+            path = directory / f"{name}.{kind}.bin"
+            expected = info["files"][kind]
+            if not path.is_file() or path.stat().st_size != expected["bytes"]:
+                raise CorruptCacheError(f"{path.name} is missing or has the wrong size")
+            if _crc32(path) != expected["crc32"]:
+                raise CorruptCacheError(f"{path.name} fails its checksum")
+            dtype = np.dtype(dtype or meta["dtype"])
+            count = expected["bytes"] // dtype.itemsize
+            # np.memmap refuses empty files; an empty split is an empty array.
+            arrays[kind] = np.memmap(path, dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
+        if len(arrays["counts"]) != vocab_size or len(arrays["offsets"]) != info["records"] + 1:
+            raise CorruptCacheError(f"{name} split has inconsistent array lengths")
+        splits[name] = TokenShard(**arrays)
+    return splits, PolicyStats(meta.get("policy_stats", {}))
+
+
+def tokenize_to_cache(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path,
+                      reader_options: ReaderOptions | None = None, validation_fraction: float = 0.05,
+                      seed: int = 0, add_special_tokens: bool = True,
+                      chunk_characters: int = 1 << 22) -> ShardCache:
+    """Tokenized, split shards of `path`: reused from `cache_dir` when present and intact, else built."""
+    path = Path(path)
+    options = reader_options or ReaderOptions()
+    validate_fraction(validation_fraction)
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist" if not path.exists() else f"input {path} is not a file")
+    key = cache_key(file_digest(path), tokenizer, options, validation_fraction, seed, add_special_tokens)
+    cache_dir = Path(cache_dir)
+    final = cache_dir / f"{path.name}-{key}"
+    status = "built"
+    if final.exists():
+        try:
+            splits, stats = _load(final, key, tokenizer.vocab_size)
+            return ShardCache(final, splits, stats, "reused")
+        except CorruptCacheError as reason:
+            log.warning("token cache %s is damaged (%s); rebuilding it", final, reason)
+            status = f"rebuilt ({reason})"
+            shutil.rmtree(final, ignore_errors=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
+    meta = {"version": CACHE_VERSION, "key": key, "input": str(path), "tokenizer": tokenizer.fingerprint,
+            "tokenizer_kind": tokenizer.kind, "reader": options.as_key(),
+            "validation_fraction": validation_fraction, "seed": seed, "add_special_tokens": add_special_tokens}
+    try:
+        _build(temporary, path, tokenizer, options, validation_fraction, seed, add_special_tokens,
+               chunk_characters, meta)
+        try:
+            os.rename(temporary, final)
+        except OSError:  # another process published the same entry first; use theirs if it is intact
+            shutil.rmtree(temporary, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    splits, stats = _load(final, key, tokenizer.vocab_size)
+    return ShardCache(final, splits, stats, status)

@@ -1,0 +1,192 @@
+"""Torch datasets over token shards, and the length-grouped batch sampler for MLM.
+
+Every random choice (crop window, batch order, masking) is a pure function of (seed, epoch, record
+index), never of hidden generator state, so a resumed run or a different worker count sees
+exactly the same data as an uninterrupted one.
+
+Long sequences follow an explicit `long_policy`, counted in `LongSequenceStats`:
+- "crop": a random `max_length` window (a fixed per-record window outside training), keeping
+  the leading and trailing special tokens (`<cls>` ... `<eos>`);
+- "drop": records longer than `max_length` are left out;
+- "error": the first such record stops preparation with its index and length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from biotf.data.cache import TokenShard
+from biotf.errors import ConfigError, InputError
+
+LONG_POLICIES = ("crop", "drop", "error")
+IGNORE_INDEX = -100  # labels ignored by the loss (torch and HF convention)
+
+
+@dataclass(frozen=True)
+class LongSequenceStats:
+    """What the long-sequence policy changed in one split."""
+
+    records: int
+    longer_than_max: int
+    cropped: int
+    dropped: int
+    dropped_tokens: int
+
+    def summary(self) -> str:
+        return (f"{self.records} records, {self.longer_than_max} longer than max_length: "
+                f"{self.cropped} cropped, {self.dropped} dropped ({self.dropped_tokens} tokens)")
+
+
+def _rng(*entropy: int) -> np.random.Generator:
+    return np.random.default_rng([int(e) for e in entropy])
+
+
+class SequenceDataset(Dataset):
+    """One item per record: {"input_ids": int array <= max_length, "seed": (seed, epoch, index)}.
+
+    `seed` lets the collator derive its masking from the item itself rather than from state.
+    """
+
+    def __init__(self, shard: TokenShard, max_length: int, long_policy: str = "crop", seed: int = 0,
+                 training: bool = True, special_ids: frozenset[int] = frozenset(), name: str = "train"):
+        if long_policy not in LONG_POLICIES:
+            raise ConfigError("data.long_policy", long_policy, allowed=", ".join(LONG_POLICIES))
+        if max_length < 2:
+            raise ConfigError("data.max_length", max_length, allowed="an integer >= 2")
+        self.shard, self.max_length, self.long_policy = shard, max_length, long_policy
+        self.seed, self.training, self.special_ids, self.epoch = seed, training, special_ids, 0
+        lengths = shard.lengths
+        too_long = lengths > max_length
+        if long_policy == "error" and too_long.any():
+            first = int(np.argmax(too_long))
+            raise InputError(f"{name} record {int(shard.records[first]) + 1} of the input has {int(lengths[first])} "
+                             f"tokens, more than max_length={max_length} (long_policy=error; use crop or drop)")
+        keep = ~too_long if long_policy == "drop" else np.ones(len(lengths), bool)
+        self.indices = np.flatnonzero(keep)
+        self.lengths = np.minimum(lengths[self.indices], max_length)
+        self.stats = LongSequenceStats(
+            records=len(lengths), longer_than_max=int(too_long.sum()),
+            cropped=int(too_long.sum()) if long_policy == "crop" else 0,
+            dropped=int(too_long.sum()) if long_policy == "drop" else 0,
+            dropped_tokens=int(lengths[too_long].sum()) if long_policy == "drop" else 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Training crops change per epoch; call it from the training loop at each epoch start."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, item: int) -> dict:
+        index = int(self.indices[item])
+        ids = np.asarray(self.shard[index], dtype=np.int64)
+        epoch = self.epoch if self.training else 0
+        if len(ids) > self.max_length:
+            ids = self._crop(ids, _rng(self.seed, epoch, index, 0))
+        return {"input_ids": ids, "seed": (self.seed, epoch, index)}
+
+    def _crop(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        lead = int(ids[0] in self.special_ids)
+        trail = int(ids[-1] in self.special_ids)
+        window = self.max_length - lead - trail
+        start = lead + int(rng.integers(0, len(ids) - lead - trail - window + 1))
+        return np.concatenate([ids[:lead], ids[start:start + window], ids[len(ids) - trail:]])
+
+
+class PackedBlockDataset(Dataset):
+    """CLM: records packed end to end, `separator_id` after each, cut into `block_size` blocks.
+
+    Nothing is dropped or cropped: documents span blocks, and the last partial block is padded
+    with `pad_id` (attention 0, label -100). Labels equal input_ids (the model shifts them, as in
+    HF causal LMs). The packed stream is virtual: a block is gathered from the memory-mapped shard
+    on demand, so packing costs O(records) memory, not O(tokens).
+    """
+
+    def __init__(self, shard: TokenShard, block_size: int, separator_id: int, pad_id: int):
+        if block_size < 2:
+            raise ConfigError("data.max_length", block_size, allowed="an integer >= 2")
+        self.shard, self.block_size, self.separator_id, self.pad_id = shard, block_size, separator_id, pad_id
+        lengths = shard.lengths
+        ends = shard.offsets[1:] - 1
+        # A record that already ends with the separator (e.g. encode added <eos>) gets no second one.
+        has_separator = (shard.tokens[ends[lengths > 0]] == separator_id) if len(ends) else np.zeros(0, bool)
+        self.added = np.ones(len(lengths), np.int64)
+        self.added[lengths > 0] = ~has_separator
+        self.stream_offsets = np.concatenate([[0], np.cumsum(lengths + self.added)])
+        self.stream_length = int(self.stream_offsets[-1])
+        self.padding = (-self.stream_length) % block_size
+
+    def __len__(self) -> int:
+        return -(-self.stream_length // self.block_size)
+
+    def __getitem__(self, item: int) -> dict:
+        positions = np.arange(item * self.block_size, min((item + 1) * self.block_size, self.stream_length))
+        record = np.searchsorted(self.stream_offsets, positions, side="right") - 1
+        within = positions - self.stream_offsets[record]
+        lengths = self.shard.offsets[record + 1] - self.shard.offsets[record]
+        is_separator = within >= lengths
+        source = np.where(is_separator, 0, self.shard.offsets[record] + within)
+        ids = np.where(is_separator, self.separator_id, self.shard.tokens[source]).astype(np.int64)
+        n_real = len(ids)
+        input_ids = np.full(self.block_size, self.pad_id, np.int64)
+        input_ids[:n_real] = ids
+        attention_mask = np.zeros(self.block_size, np.int64)
+        attention_mask[:n_real] = 1
+        labels = np.where(attention_mask == 1, input_ids, IGNORE_INDEX)
+        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
+                "labels": torch.from_numpy(labels)}
+
+
+class LengthGroupedBatchSampler(Sampler[list[int]]):
+    """Batches of similar-length records, so padding stays small (as HF's group_by_length).
+
+    Indices are shuffled, cut into groups of `group_batches` batches, sorted by length within a
+    group, cut into batches, and the batches shuffled again. With `num_replicas` > 1 each rank
+    takes every num_replicas-th batch; the batch list is first extended by repeating its start so
+    that every rank gets the same number of batches (as torch's DistributedSampler does).
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False, group_batches: int = 50, num_replicas: int = 1, rank: int = 0):
+        if batch_size < 1:
+            raise ConfigError("data.batch_size", batch_size, allowed="an integer >= 1")
+        if not 0 <= rank < num_replicas:
+            raise ConfigError("rank", rank, allowed=f"0..{num_replicas - 1}")
+        self.lengths, self.batch_size, self.shuffle, self.seed = np.asarray(lengths), batch_size, shuffle, seed
+        self.drop_last, self.group_batches, self.num_replicas, self.rank = drop_last, group_batches, num_replicas, rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _all_batches(self) -> list[np.ndarray]:
+        n = len(self.lengths)
+        rng = _rng(self.seed, self.epoch, 1)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        group = self.batch_size * self.group_batches
+        batches = []
+        for start in range(0, n, group):
+            members = order[start:start + group]
+            members = members[np.argsort(-self.lengths[members], kind="stable")]
+            batches.extend(members[i:i + self.batch_size] for i in range(0, len(members), self.batch_size))
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.num_replicas > 1 and batches:
+            total = -(-len(batches) // self.num_replicas) * self.num_replicas
+            batches = (batches * (total // len(batches) + 1))[:total]
+        return batches[self.rank::self.num_replicas]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self._all_batches():
+            yield batch.tolist()
+
+    def __len__(self) -> int:
+        n_batches = len(self.lengths) // self.batch_size if self.drop_last else -(-len(self.lengths) // self.batch_size)
+        return -(-n_batches // self.num_replicas)

@@ -1,0 +1,300 @@
+"""Streaming readers: every input format becomes an iterator of `Record`s, one at a time.
+
+Formats: FASTA and GenBank (Biopython), CSV/TSV (a sequence column, an optional id column, every
+other column carried as metadata), `.smi` (SMILES, then an optional name, per line) and plain text
+(one record per line). gzip is detected from the file's magic bytes, so `x.fa.gz` and a gzipped
+file without the suffix both work. The format comes from the extension (`.gz` ignored) unless
+`ReaderOptions.format` overrides it.
+
+Bytes are decoded line by line so that a non-UTF-8 byte, a header without a sequence, a CSV row
+with the wrong number of fields or a missing column is one `InputError` naming the file and the
+line or record. Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace
+are counted in the `PolicyStats` the caller passes in.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+from biotf.errors import InputError
+from biotf.tokenizers.base import PolicyStats
+
+FORMATS_BY_SUFFIX = {
+    **dict.fromkeys([".fa", ".fasta", ".faa", ".fna", ".ffn", ".frn", ".fas", ".mpfa"], "fasta"),
+    **dict.fromkeys([".gb", ".gbk", ".gbff", ".genbank"], "genbank"),
+    ".csv": "csv",
+    **dict.fromkeys([".tsv", ".tab"], "tsv"),
+    **dict.fromkeys([".smi", ".smiles"], "smi"),
+    **dict.fromkeys([".txt", ".text"], "text"),
+}
+FORMATS = ("fasta", "genbank", "csv", "tsv", "smi", "text")
+# Tried in this order when a CSV/TSV reader is given no sequence column.
+DEFAULT_SEQUENCE_COLUMNS = ("sequence", "seq", "smiles", "text", "document")
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One input sequence: `index` is its 0-based position in the file, kept through every stage."""
+
+    id: str
+    sequence: str
+    metadata: dict[str, str]
+    index: int
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How to read a file. Plain fields so that it can live in a YAML config and in cache keys.
+
+    format: one of FORMATS, or None to take it from the extension.
+    column / id_column: CSV/TSV column names (or 0-based indices as strings when `header` is False).
+    header: whether a CSV/TSV file's first row names the columns.
+    strip: remove whitespace around CSV/TSV fields (counted as `whitespace_stripped`).
+    skip_blank_lines: text and .smi files skip empty lines (counted as `blank_lines_skipped`)
+        instead of failing on them.
+    quoting: "minimal" (standard CSV quotes) or "none" (a quote is an ordinary character);
+        None means "minimal" for CSV and "none" for TSV, which is unquoted by convention.
+    """
+
+    format: str | None = None
+    column: str | None = None
+    id_column: str | None = None
+    header: bool = True
+    strip: bool = True
+    skip_blank_lines: bool = True
+    quoting: str | None = None
+
+    def as_key(self) -> dict:
+        return asdict(self)
+
+
+def detect_format(path: Path, override: str | None = None) -> str:
+    """The reader format for `path`: the override if given, else from the extension."""
+    if override is not None:
+        if override not in FORMATS:
+            raise InputError(f"unknown input format {override!r} for {path} (allowed: {', '.join(FORMATS)})")
+        return override
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    if suffixes and suffixes[-1] in FORMATS_BY_SUFFIX:
+        return FORMATS_BY_SUFFIX[suffixes[-1]]
+    raise InputError(f"cannot tell the format of {path} from its extension "
+                     f"(known: {', '.join(sorted(FORMATS_BY_SUFFIX))}); give the format explicitly "
+                     f"(allowed: {', '.join(FORMATS)})")
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open `path` for reading bytes, decompressing gzip transparently; missing files are InputErrors."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"input file {path} does not exist")
+    if not path.is_file():
+        raise InputError(f"input {path} is not a file")
+    handle = open(path, "rb")
+    if handle.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=handle, mode="rb")  # type: ignore[return-value]
+    return handle
+
+
+class _Lines:
+    """UTF-8 lines of a binary stream with '\\r\\n' folded to '\\n'; knows the current line number.
+
+    Decoding per line (rather than a TextIOWrapper) makes a bad byte an error at an exact line.
+    Remembers the line numbers of FASTA headers so records can be named with their line.
+    """
+
+    def __init__(self, handle: IO[bytes], path: Path):
+        self.handle, self.path = handle, path
+        self.line_number = 0
+        self.header_lines: deque[int] = deque()
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in self.handle:
+            self.line_number += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad = raw[error.start:error.start + 1]
+                raise InputError(f"{self.path}: line {self.line_number}: not UTF-8 text "
+                                 f"(byte 0x{bad.hex()} at column {error.start + 1})") from None
+            if line.endswith("\r\n"):
+                line = line[:-2] + "\n"
+            if line.startswith(">"):
+                self.header_lines.append(self.line_number)
+            yield line
+
+
+def read_records(path: str | Path, options: ReaderOptions | None = None,
+                 stats: PolicyStats | None = None) -> Iterator[Record]:
+    """Stream the records of `path`; raises InputError for an unreadable, empty or malformed file."""
+    path = Path(path)
+    options = options or ReaderOptions()
+    stats = stats if stats is not None else PolicyStats()
+    fmt = detect_format(path, options.format)
+    reader = {"fasta": _read_fasta, "genbank": _read_genbank, "csv": _read_table, "tsv": _read_table,
+              "smi": _read_smi, "text": _read_text}[fmt]
+    count = 0
+    with open_binary(path) as handle:
+        try:
+            for record in reader(handle, path, options, stats, fmt):
+                count += 1
+                yield record
+        except (EOFError, gzip.BadGzipFile, OSError) as error:
+            raise InputError(f"{path}: damaged or truncated compressed file ({error})") from None
+    if count == 0:
+        raise InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
+
+
+def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+                fmt: str) -> Iterator[Record]:
+    from Bio.SeqIO.FastaIO import SimpleFastaParser
+
+    lines = _Lines(handle, path)
+    stream = iter(lines)
+    for first in stream:
+        if first.strip():
+            break
+    else:
+        return
+    if not first.startswith(">"):
+        raise InputError(f"{path}: line {lines.line_number}: expected a FASTA header starting with '>', "
+                         f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
+
+    def replay() -> Iterator[str]:
+        yield first
+        yield from stream
+
+    for index, (title, sequence) in enumerate(SimpleFastaParser(replay())):
+        line = lines.header_lines.popleft()
+        identifier, _, description = title.partition(" ")
+        if not sequence:
+            raise InputError(f"{path}: record {identifier!r} (line {line}) has a header but no sequence")
+        yield Record(identifier, sequence, {"description": description.strip()}, index)
+
+
+def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+                  fmt: str) -> Iterator[Record]:
+    from Bio import SeqIO
+    from Bio.Seq import UndefinedSequenceError
+
+    text = io.TextIOWrapper(handle, encoding="utf-8", newline=None)
+    index = 0
+    try:
+        for index, entry in enumerate(SeqIO.parse(text, "genbank")):
+            try:
+                sequence = str(entry.seq)
+            except UndefinedSequenceError:
+                sequence = ""
+            if not sequence:
+                raise InputError(f"{path}: GenBank record {entry.id!r} (record {index + 1}) has no sequence (no ORIGIN)")
+            metadata = {"description": entry.description}
+            for key in ("organism", "molecule_type", "topology"):
+                if key in entry.annotations:
+                    metadata[key] = str(entry.annotations[key])
+            yield Record(entry.id, sequence, metadata, index)
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text near record {index + 1} ({error.reason})") from None
+    except ValueError as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"{path}: not a valid GenBank file near record {index + 1}: {error}") from None
+
+
+def _column_index(names: list[str], wanted: str | None, role: str, path: Path,
+                  fallbacks: tuple[str, ...] = ()) -> int | None:
+    """Position of column `wanted` (or of the first fallback present); InputError lists the columns."""
+    if wanted is None:
+        lowered = [n.lower() for n in names]
+        for candidate in fallbacks:
+            if candidate in lowered:
+                return lowered.index(candidate)
+        if not fallbacks:
+            return None
+        raise InputError(f"{path}: no {role} column given and none of {', '.join(fallbacks)} present; "
+                         f"choose one of the columns: {', '.join(names)}")
+    if wanted in names:
+        return names.index(wanted)
+    raise InputError(f"{path}: {role} column {wanted!r} not found; columns: {', '.join(names)}")
+
+
+def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+                fmt: str) -> Iterator[Record]:
+    delimiter = "\t" if fmt == "tsv" else ","
+    quoting_name = options.quoting or ("none" if fmt == "tsv" else "minimal")
+    quoting = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}.get(quoting_name)
+    if quoting is None:
+        raise InputError(f"unknown CSV quoting {quoting_name!r} for {path} (allowed: minimal, none)")
+    reader = csv.reader(iter(_Lines(handle, path)), delimiter=delimiter, quoting=quoting, strict=True)
+    try:
+        names = next(reader, None)
+        if names is None:
+            return
+        if not options.header:
+            first_row, names = names, [str(i) for i in range(len(names))]
+        names = [n.strip() for n in names]
+        sequence_at = _column_index(names, options.column, "sequence", path, DEFAULT_SEQUENCE_COLUMNS)
+        id_at = _column_index(names, options.id_column, "id", path)
+        rows = reader if options.header else _chain_one(first_row, reader)
+        for index, row in enumerate(rows):
+            line = reader.line_num
+            if len(row) != len(names):
+                if not row:
+                    raise InputError(f"{path}: line {line}: empty row")
+                raise InputError(f"{path}: line {line}: {len(row)} fields, expected {len(names)} ({', '.join(names)})")
+            if options.strip:
+                stripped = [value.strip() for value in row]
+                changed = sum(a != b for a, b in zip(row, stripped))
+                if changed:
+                    stats["whitespace_stripped"] += changed
+                row = stripped
+            sequence = row[sequence_at]
+            if not sequence:
+                raise InputError(f"{path}: line {line}: empty {names[sequence_at]!r} field")
+            identifier = row[id_at] if id_at is not None else str(index)
+            metadata = {name: value for i, (name, value) in enumerate(zip(names, row))
+                        if i != sequence_at and i != id_at}
+            yield Record(identifier, sequence, metadata, index)
+    except csv.Error as error:
+        raise InputError(f"{path}: line {reader.line_num}: malformed {fmt.upper()} ({error})") from None
+
+
+def _chain_one(first: list[str], rest: Iterator[list[str]]) -> Iterator[list[str]]:
+    yield first
+    yield from rest
+
+
+def _nonblank_lines(handle: IO[bytes], path: Path, options: ReaderOptions,
+                    stats: PolicyStats) -> Iterator[tuple[int, str]]:
+    """(line number, text without its newline) of every line, blank ones skipped and counted or refused."""
+    lines = _Lines(handle, path)
+    for text in lines:
+        text = text.rstrip("\n")
+        if not text.strip():
+            if not options.skip_blank_lines:
+                raise InputError(f"{path}: line {lines.line_number}: blank line (allow with skip_blank_lines)")
+            stats["blank_lines_skipped"] += 1
+            continue
+        yield lines.line_number, text
+
+
+def _read_text(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+               fmt: str) -> Iterator[Record]:
+    for index, (line, text) in enumerate(_nonblank_lines(handle, path, options, stats)):
+        yield Record(f"line{line}", text, {}, index)
+
+
+def _read_smi(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+              fmt: str) -> Iterator[Record]:
+    for index, (line, text) in enumerate(_nonblank_lines(handle, path, options, stats)):
+        smiles, *name = text.split(None, 1)
+        yield Record(name[0].strip() if name else f"line{line}", smiles, {}, index)
+

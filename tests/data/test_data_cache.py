@@ -1,0 +1,97 @@
+"""Token-shard cache: exact contents, reuse, keys, corruption detection, atomic writes, streaming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from biotf.data.cache import file_digest, tokenize_to_cache, token_dtype
+from biotf.data.readers import ReaderOptions, read_records
+from biotf.data.split import is_validation
+from biotf.errors import TokenizationError
+
+SEQUENCES = {f"p{i}": "MKVLAACDEFGHIKLMNPQRSTVWY"[: 3 + i % 20] * (1 + i % 3) for i in range(200)}
+
+
+@pytest.fixture
+def fasta(tmp_path, write_fasta):
+    return write_fasta(tmp_path / "in.fasta", SEQUENCES)
+
+
+def test_shards_hold_exact_ids_in_their_split(fasta, tmp_path, char_tokenizer):
+    cache = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache", validation_fraction=0.25, seed=1)
+    assert cache.status == "built"
+    records = list(read_records(fasta))
+    seen = 0
+    for name, shard in cache.splits.items():
+        assert shard.tokens.dtype == np.uint16
+        for i in range(len(shard)):
+            record = records[int(shard.records[i])]
+            assert is_validation(record.sequence, 0.25, 1) == (name == "validation")
+            assert shard[i].tolist() == char_tokenizer.encode(record.sequence)
+            seen += 1
+        assert shard.counts.sum() == shard.n_tokens
+        assert shard.counts[char_tokenizer.cls_id] == len(shard)
+    assert seen == len(records)
+    assert 0 < len(cache.splits["validation"]) < len(records)
+
+
+def test_chunking_does_not_change_the_result(fasta, tmp_path, char_tokenizer):
+    small = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "a", chunk_characters=7)
+    large = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "b")
+    for name in small.splits:
+        assert np.array_equal(small.splits[name].tokens, large.splits[name].tokens)
+        assert np.array_equal(small.splits[name].offsets, large.splits[name].offsets)
+
+
+def test_reused_and_keyed_by_content_tokenizer_and_options(fasta, tmp_path, char_tokenizer, make_char_tokenizer):
+    first = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    again = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    assert again.status == "reused" and again.directory == first.directory
+    assert tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache", seed=5).directory != first.directory
+    other = make_char_tokenizer(alphabet="ACDEFGHIKLMNPQRSTVWYX")
+    assert tokenize_to_cache(fasta, other, tmp_path / "cache").directory != first.directory
+    assert tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache",
+                             ReaderOptions(format="fasta")).directory != first.directory
+    fasta.write_text(fasta.read_text() + ">new\nMK\n")
+    changed = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    assert changed.status == "built" and changed.directory != first.directory
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "meta"])
+def test_damaged_shard_is_detected_and_rebuilt(fasta, tmp_path, char_tokenizer, damage):
+    good = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    expected = np.array(good.splits["train"].tokens)
+    target = good.directory / "train.tokens.bin"
+    data = target.read_bytes()
+    if damage == "truncate":
+        target.write_bytes(data[:-10])
+    elif damage == "flip":
+        target.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    elif damage == "delete":
+        target.unlink()
+    else:
+        (good.directory / "meta.json").write_text("{not json")
+    rebuilt = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    assert rebuilt.status.startswith("rebuilt (")
+    assert np.array_equal(rebuilt.splits["train"].tokens, expected)
+
+
+def test_failed_build_leaves_nothing_under_any_name(tmp_path, write_fasta, char_tokenizer):
+    path = write_fasta(tmp_path / "bad.fasta", {**SEQUENCES, "broken": "MKJ"})
+    with pytest.raises(TokenizationError) as caught:
+        tokenize_to_cache(path, char_tokenizer, tmp_path / "cache")
+    message = str(caught.value)
+    assert "bad.fasta" in message and "'broken'" in message and "position 2" in message and "test alphabet" in message
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_policy_stats_are_kept_with_the_cache(tmp_path, write_fasta, char_tokenizer):
+    path = write_fasta(tmp_path / "low.fasta", {"a": "mkv", "b": "MKV"})
+    assert tokenize_to_cache(path, char_tokenizer, tmp_path / "c").policy_stats["lowercase_folded"] == 3
+    assert tokenize_to_cache(path, char_tokenizer, tmp_path / "c").policy_stats["lowercase_folded"] == 3
+
+
+def test_helpers(fasta):
+    assert token_dtype(65536) == np.uint16 and token_dtype(151665) == np.int32
+    assert file_digest(fasta) == file_digest(fasta) and len(file_digest(fasta)) == 32

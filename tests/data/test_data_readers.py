@@ -1,0 +1,139 @@
+"""Readers on the real shared files and on every kind of bad file issue 7 lists."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from biotf.data.readers import ReaderOptions, detect_format, read_records
+from biotf.errors import InputError
+from biotf.tokenizers.base import PolicyStats
+
+
+def test_fasta_real_files(shared_data):
+    records = list(read_records(shared_data / "proteins/deeploc_test_set.fasta"))
+    assert len(records) == 2768
+    assert [r.index for r in records[:3]] == [0, 1, 2]
+    labelled = records[0].metadata["description"]
+    assert labelled.startswith("Location-") or "-" in labelled
+    b_z = next(r for r in records if r.id == "P00293")
+    assert "B" in b_z.sequence and "Z" in b_z.sequence
+
+
+def test_gzip_is_transparent(shared_data):
+    records = list(read_records(shared_data / "proteins/flip_ss3_sequences.fasta.gz"))
+    assert len(records) == 11156 and records[0].id == "1es5-A"
+    assert any("O" in r.sequence for r in records if r.id == "1nth-A")
+
+
+def test_gzip_detected_without_suffix(tmp_path):
+    path = tmp_path / "hidden.fasta"
+    path.write_bytes(gzip.compress(b">a\nMKV\n"))
+    assert [r.sequence for r in read_records(path)] == ["MKV"]
+
+
+def test_genbank_record_with_metadata(shared_data):
+    (record,) = read_records(shared_data / "dna/biopython_NC_001422_phiX174.gbk")
+    assert record.id == "NC_001422.1" and len(record.sequence) == 5386
+    assert record.metadata["organism"] == "coliphage phiX174"
+
+
+def test_csv_sequence_id_and_metadata_columns(shared_data):
+    stats = PolicyStats()
+    options = ReaderOptions(column="smiles", id_column="Compound ID")
+    records = list(read_records(shared_data / "smiles/molnet_esol.csv", options, stats))
+    assert len(records) == 1128 and records[0].id == "Amigdalin"
+    assert not records[0].sequence.endswith(" ")
+    assert "measured log solubility in mols per litre" in records[0].metadata
+    assert "smiles" not in records[0].metadata and "Compound ID" not in records[0].metadata
+    assert stats["whitespace_stripped"] >= 212  # the trailing spaces SOURCES.md names, counted
+
+
+def test_csv_default_sequence_column_and_gzip(shared_data):
+    records = read_records(shared_data / "smiles/molnet_hiv.csv.gz")
+    first = next(records)
+    assert first.metadata.keys() == {"activity", "HIV_active"}
+
+
+def test_tsv_is_unquoted_by_default(shared_data):
+    options = ReaderOptions(column="document", id_column="id")
+    records = list(read_records(shared_data / "text/nsmc_raw_subset_10k.tsv", options))
+    assert len(records) == 10000  # 42 lines contain '"'; quoting would merge rows
+    assert set(records[0].metadata) == {"movie_id", "rating", "label"}
+
+
+def test_headerless_csv_by_index_with_format_override(shared_data):
+    options = ReaderOptions(format="csv", header=False, column="2", id_column="1")
+    records = list(read_records(shared_data / "dna/uci_promoters.data", options))
+    assert len(records) == 106 and all(len(r.sequence) == 57 for r in records)
+    assert {r.metadata["0"] for r in records} == {"+", "-"}
+
+
+def test_text_crlf_and_blank_lines_counted(tmp_path, shared_data):
+    records = list(read_records(shared_data / "text/ko_constitution_kolaw.txt"))
+    assert all("\r" not in r.sequence for r in records)
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"first\r\n\r\nsecond\r\n")
+    stats = PolicyStats()
+    assert [(r.id, r.sequence) for r in read_records(path, stats=stats)] == [("line1", "first"), ("line3", "second")]
+    assert stats["blank_lines_skipped"] == 1
+    with pytest.raises(InputError, match="line 2: blank line"):
+        list(read_records(path, ReaderOptions(skip_blank_lines=False)))
+
+
+def test_fasta_crlf(tmp_path):
+    path = tmp_path / "w.fa"
+    path.write_bytes(b">a one\r\nMK\r\nVL\r\n>b\r\nAC\r\n")
+    assert [(r.id, r.sequence, r.metadata["description"]) for r in read_records(path)] == [
+        ("a", "MKVL", "one"), ("b", "AC", "")]
+
+
+def test_smi(tmp_path):
+    path = tmp_path / "m.smi"
+    path.write_text("CCO ethanol\nc1ccccc1\tbenzene\nC\n")
+    assert [(r.id, r.sequence) for r in read_records(path)] == [("ethanol", "CCO"), ("benzene", "c1ccccc1"), ("line3", "C")]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.fasta", b"", r"empty\.fasta: no records found .*the file is empty"),
+    ("blank.fasta", b"\n\n", r"no records found"),
+    ("trunc.fasta", b">a\nMK\n>b\n>c\nVL\n", r"record 'b' \(line 3\) has a header but no sequence"),
+    ("last.fasta", b">a\nMK\n>b\n", r"record 'b' \(line 3\) has a header but no sequence"),
+    ("notfasta.fasta", b"hello\n>a\nMK\n", r"line 1: expected a FASTA header"),
+    ("latin1.fasta", b">a\nMK\n>b caf\xe9\nMK\n", r"latin1\.fasta: line 3: not UTF-8 text \(byte 0xe9 at column 7\)"),
+    ("binary.fasta", bytes(range(256)) * 4, r"not UTF-8|expected a FASTA header"),
+    ("nocol.csv", b"id,seq_x\n1,MK\n", r"no sequence column given and none of .* present; .*columns: id, seq_x"),
+    ("short.csv", b"id,sequence\n1,MK\n2\n", r"line 3: 1 fields, expected 2"),
+    ("emptyfield.csv", b"id,sequence\n1,\n", r"line 2: empty 'sequence' field"),
+    ("quote.csv", b'id,sequence\n1,"MK\n', r"line \d+: malformed CSV"),
+    ("trunc.fasta.gz", gzip.compress(b">a\nMKVL\n" * 200)[:-20], r"damaged or truncated compressed file"),
+    ("x.unknownext", b">a\nMK\n", r"cannot tell the format of .*allowed: fasta, genbank"),
+    ("bad.gb", b"LOCUS  broken\nnonsense\n", r"bad\.gb"),
+])
+def test_bad_files_are_one_clear_input_error(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=message):
+        list(read_records(path))
+
+
+def test_missing_column_names_file_and_columns(shared_data):
+    with pytest.raises(InputError, match=r"molnet_esol\.csv: sequence column 'SMILES' not found; columns: .*smiles"):
+        list(read_records(shared_data / "smiles/molnet_esol.csv", ReaderOptions(column="SMILES")))
+
+
+def test_missing_file_and_format_override(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        list(read_records(tmp_path / "nope.fasta"))
+    with pytest.raises(InputError, match="unknown input format 'fastq'.*allowed: fasta"):
+        detect_format(tmp_path / "a.fq", "fastq")
+    assert detect_format(tmp_path / "A.FA.GZ") == "fasta"
+
+
+def test_reader_streams(tmp_path):
+    """The reader is lazy: a bad record late in the file is reached only when iterated to."""
+    path = tmp_path / "late.fasta"
+    path.write_bytes(b">a\nMK\n" * 1000 + b">bad\n")
+    records = read_records(path)
+    assert next(records).id == "a"
