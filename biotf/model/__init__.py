@@ -1,0 +1,15 @@
+"""The model: one configurable transformer (torch only; nothing from Lightning or Hydra).
+
+    from biotf.model import Transformer, TransformerConfig
+    model = Transformer(TransformerConfig.preset("protein-small", vocab_size=tokenizer.vocab_size))
+    out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+
+Modules: config (TransformerConfig, presets), positions, norms, attention, mlp, block, transformer,
+cache (KVCache), hf (Qwen2 weight mapping both ways).
+"""
+
+from biotf.model.cache import KVCache
+from biotf.model.config import PRESETS, TransformerConfig
+from biotf.model.transformer import IGNORE_INDEX, Transformer, TransformerOutput
+
+__all__ = ["IGNORE_INDEX", "KVCache", "PRESETS", "Transformer", "TransformerConfig", "TransformerOutput"]

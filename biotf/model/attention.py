@@ -1,0 +1,50 @@
+"""Multi-head self-attention with grouped key/value heads (MHA, GQA, MQA by `n_kv_heads`).
+
+Queries, keys and values come from one fused projection `qkv` whose rows are [q heads; k heads;
+v heads] (`hf.py` maps HF's separate q_proj/k_proj/v_proj onto it); its bias is `qkv_bias`, the
+output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). Scores go through
+`torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
+is built once per forward by the transformer and shared by every layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from biotf.model.cache import KVCache
+from biotf.model.config import TransformerConfig
+from biotf.model.positions import apply_rotary
+
+
+class Attention(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.dropout = config.dropout
+        self.qkv = nn.Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
+                             bias=config.qkv_bias)
+        self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
+                layer: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model); rotary: cos/sin (B|1, T, 1, head_dim); mask: bool (allowed) or float
+        (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case."""
+        batch, length, _ = x.shape
+        qkv = self.qkv(x).view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
+        n_qk = self.n_heads + self.n_kv_heads
+        if rotary is not None:
+            # Rotate queries and keys together: one pass over (B, T, n_heads + n_kv_heads, head_dim).
+            qk = apply_rotary(qkv[:, :, :n_qk], *rotary)
+        else:
+            qk = qkv[:, :, :n_qk]
+        q, k = qk.transpose(1, 2).split((self.n_heads, self.n_kv_heads), dim=1)
+        v = qkv[:, :, n_qk:].transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.out(y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim))

@@ -1,0 +1,39 @@
+"""One transformer block: attention and MLP, each a residual branch, with norms placed per `norm_position`.
+
+- pre  (GPT-2, Qwen2, ESM-2): x = x + attn(norm(x)); x = x + mlp(norm(x)). The stream itself is never
+  normalised, so the transformer adds a final norm after the last block.
+- post (Vaswani et al. 2017): x = norm(x + attn(x)); x = norm(x + mlp(x)). Every block's output is
+  normalised per position, so there is no final norm.
+Dropout (`config.dropout`) is applied to each branch's output before the residual add.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from biotf.model.attention import Attention
+from biotf.model.cache import KVCache
+from biotf.model.config import TransformerConfig
+from biotf.model.mlp import build_mlp
+from biotf.model.norms import build_norm
+
+
+class Block(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.attn_norm = build_norm(config)
+        self.attn = Attention(config)
+        self.mlp_norm = build_norm(config)
+        self.mlp = build_mlp(config)
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
+                layer: int = 0) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.dropout(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer))
+            return x + self.dropout(self.mlp(self.mlp_norm(x)))
+        x = self.attn_norm(x + self.dropout(self.attn(x, rotary, mask, is_causal, cache, layer)))
+        return self.mlp_norm(x + self.dropout(self.mlp(x)))

@@ -1,0 +1,244 @@
+"""Hugging Face checkpoints <-> biotf: one explicit weight-mapping function per direction and format.
+
+Supported format: Qwen2 (`model_type: qwen2`, `Qwen2ForCausalLM`), read from a model object or from a
+directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json), and
+written as config.json + model.safetensors. Weights are read with `safetensors` only, never pickle.
+Other model types are refused with a `CheckpointError`; new formats (ESM-2, issue 9) add a
+`<format>_config`/`<format>_to_biotf` pair here and an entry in `LOADERS`.
+
+The mapping (Qwen2 name -> biotf name), per layer i:
+    model.embed_tokens.weight                     -> embed.weight
+    model.layers.i.input_layernorm.weight         -> blocks.i.attn_norm.weight
+    model.layers.i.self_attn.{q,k,v}_proj.weight  -> blocks.i.attn.qkv.weight  (rows stacked q, k, v)
+    model.layers.i.self_attn.{q,k,v}_proj.bias    -> blocks.i.attn.qkv.bias
+    model.layers.i.self_attn.o_proj.weight        -> blocks.i.attn.out.weight
+    model.layers.i.post_attention_layernorm.weight-> blocks.i.mlp_norm.weight
+    model.layers.i.mlp.{gate,up}_proj.weight      -> blocks.i.mlp.gate_up.weight (rows stacked gate, up)
+    model.layers.i.mlp.down_proj.weight           -> blocks.i.mlp.down.weight
+    model.norm.weight                             -> final_norm.weight
+    lm_head.weight                                -> lm_head.weight (absent when embeddings are tied)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from biotf.errors import CheckpointError
+from biotf.model.config import TransformerConfig
+from biotf.model.transformer import Transformer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+# --- reading ------------------------------------------------------------------------------------
+def read_hf_config(directory: Path) -> dict[str, Any]:
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{directory} is not a Hugging Face model directory: no {CONFIG_FILE}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+
+
+def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
+    """All tensors of model.safetensors, or of the shards listed by model.safetensors.index.json."""
+    from safetensors.torch import load_file
+
+    if (directory / WEIGHTS_FILE).is_file():
+        return load_file(directory / WEIGHTS_FILE)
+    if (directory / INDEX_FILE).is_file():
+        index = json.loads((directory / INDEX_FILE).read_text())
+        tensors: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(index.get("weight_map", {}).values())):
+            if not (directory / shard).is_file():
+                raise CheckpointError(f"{directory / INDEX_FILE} lists shard {shard}, which is missing")
+            tensors.update(load_file(directory / shard))
+        missing = sorted(set(index.get("weight_map", {})) - set(tensors))
+        if missing:
+            raise CheckpointError(f"{directory}: tensors listed in {INDEX_FILE} but absent from the shards: "
+                                  f"{missing[:5]}")
+        return tensors
+    found = sorted(p.name for p in directory.iterdir())
+    raise CheckpointError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (found: {found}); biotf reads "
+                          "safetensors only, never pickled .bin files")
+
+
+def _hf_object_config_and_weights(model: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    config = model.config.to_dict()
+    return config, dict(model.state_dict())
+
+
+# --- Qwen2 -> biotf -------------------------------------------------------------------------------
+def qwen2_config(hf: Mapping[str, Any]) -> TransformerConfig:
+    """A TransformerConfig that computes what this Qwen2 config.json describes; refuses what it cannot."""
+
+    def refuse(key: str, value: Any, reason: str) -> CheckpointError:
+        return CheckpointError(f"Qwen2 config {key}={value!r} is not supported: {reason}")
+
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise refuse("rope_type", rope_type, "only plain RoPE (rope_type default) is implemented")
+    rope_theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
+    if hf.get("use_sliding_window"):
+        raise refuse("use_sliding_window", True, "sliding-window attention is not implemented")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise refuse("hidden_act", hf.get("hidden_act"), "Qwen2 uses silu (SwiGLU)")
+    d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
+    head_dim = hf.get("head_dim") or d_model // n_heads
+    if head_dim * n_heads != d_model:
+        raise refuse("head_dim", head_dim, f"biotf needs head_dim = hidden_size / num_attention_heads "
+                                           f"= {d_model // n_heads}")
+    return TransformerConfig(
+        vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["num_hidden_layers"], n_heads=n_heads,
+        n_kv_heads=hf.get("num_key_value_heads") or n_heads, d_ff=hf["intermediate_size"],
+        max_seq_len=hf.get("max_position_embeddings"), dropout=float(hf.get("attention_dropout", 0.0)),
+        pos="rope", rope_theta=float(rope_theta), norm="rmsnorm", norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        norm_position="pre", mlp="swiglu", qkv_bias=True, bias=False,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), causal=True, scale_embeddings=False,
+        init_std=float(hf.get("initializer_range", 0.02)))
+
+
+def qwen2_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Rename and fuse Qwen2 tensors into a biotf state dict (see the table in the module docstring)."""
+    weights = {name.removeprefix("_orig_mod."): tensor for name, tensor in weights.items()}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in weights:
+            raise CheckpointError(f"Qwen2 checkpoint lacks tensor {name!r}")
+        return weights[name]
+
+    state = {"embed.weight": take("model.embed_tokens.weight"), "final_norm.weight": take("model.norm.weight")}
+    for i in range(config.n_layers):
+        hf, ours = f"model.layers.{i}.", f"blocks.{i}."
+        attention = hf + "self_attn."
+        state[ours + "attn_norm.weight"] = take(hf + "input_layernorm.weight")
+        state[ours + "attn.qkv.weight"] = torch.cat([take(attention + f"{p}_proj.weight") for p in "qkv"])
+        state[ours + "attn.qkv.bias"] = torch.cat([take(attention + f"{p}_proj.bias") for p in "qkv"])
+        state[ours + "attn.out.weight"] = take(attention + "o_proj.weight")
+        state[ours + "mlp_norm.weight"] = take(hf + "post_attention_layernorm.weight")
+        state[ours + "mlp.gate_up.weight"] = torch.cat([take(hf + "mlp.gate_proj.weight"),
+                                                        take(hf + "mlp.up_proj.weight")])
+        state[ours + "mlp.down.weight"] = take(hf + "mlp.down_proj.weight")
+    if not config.tie_embeddings:
+        state["lm_head.weight"] = take("lm_head.weight")
+    return state
+
+
+# --- biotf -> Qwen2 -------------------------------------------------------------------------------
+# The fields a biotf config must have to be a Qwen2 model (qkv_bias may be False: zero biases are written).
+QWEN2_SHAPE = dict(pos="rope", norm="rmsnorm", norm_position="pre", mlp="swiglu", bias=False, causal=True,
+                   scale_embeddings=False)
+
+
+def biotf_to_qwen2_config(config: TransformerConfig) -> dict[str, Any]:
+    for key, needed in QWEN2_SHAPE.items():
+        if getattr(config, key) != needed:
+            raise CheckpointError(f"cannot write a Qwen2 checkpoint: config {key}={getattr(config, key)!r}, "
+                                  f"Qwen2 needs {key}={needed!r}")
+    return {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "vocab_size": config.vocab_size, "hidden_size": config.d_model, "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_layers, "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads, "head_dim": config.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": config.max_seq_len or 32768, "rms_norm_eps": config.norm_eps,
+        # Both spellings: transformers >= 5 reads rope_parameters, 4.x reads rope_theta.
+        "rope_theta": config.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "tie_word_embeddings": config.tie_embeddings, "attention_dropout": config.dropout,
+        "initializer_range": config.init_std, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": config.n_layers, "use_cache": True, "torch_dtype": "float32", "dtype": "float32",
+    }
+
+
+def biotf_to_qwen2(state: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Split and rename a biotf state dict into Qwen2 tensors (the inverse of `qwen2_to_biotf`)."""
+    q_rows, kv_rows = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+    ff = config.d_ff
+    out = {"model.embed_tokens.weight": state["embed.weight"], "model.norm.weight": state["final_norm.weight"]}
+    for i in range(config.n_layers):
+        hf, ours = f"model.layers.{i}.", f"blocks.{i}."
+        attention = hf + "self_attn."
+        out[hf + "input_layernorm.weight"] = state[ours + "attn_norm.weight"]
+        qkv = state[ours + "attn.qkv.weight"]
+        qkv_bias = state.get(ours + "attn.qkv.bias")
+        if qkv_bias is None:  # a biotf model without q/k/v bias is a Qwen2 model with zero biases
+            qkv_bias = qkv.new_zeros(qkv.shape[0])
+        for name, rows in zip("qkv", (slice(0, q_rows), slice(q_rows, q_rows + kv_rows),
+                                      slice(q_rows + kv_rows, q_rows + 2 * kv_rows))):
+            out[attention + f"{name}_proj.weight"] = qkv[rows]
+            out[attention + f"{name}_proj.bias"] = qkv_bias[rows]
+        out[attention + "o_proj.weight"] = state[ours + "attn.out.weight"]
+        out[hf + "post_attention_layernorm.weight"] = state[ours + "mlp_norm.weight"]
+        gate_up = state[ours + "mlp.gate_up.weight"]
+        out[hf + "mlp.gate_proj.weight"], out[hf + "mlp.up_proj.weight"] = gate_up[:ff], gate_up[ff:]
+        out[hf + "mlp.down_proj.weight"] = state[ours + "mlp.down.weight"]
+    if not config.tie_embeddings:
+        out["lm_head.weight"] = state["lm_head.weight"]
+    return out
+
+
+# --- entry points -----------------------------------------------------------------------------
+LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
+                         Callable[[Mapping[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]]] = {
+    "qwen2": (qwen2_config, qwen2_to_biotf),
+}
+
+
+def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
+    """A biotf Transformer with the weights of a HF model object or model directory (see module docstring)."""
+    if isinstance(model_or_directory, (str, PathLike)):
+        directory = Path(model_or_directory)
+        if not directory.is_dir():
+            raise CheckpointError(f"{directory} is not a directory")
+        hf_config = read_hf_config(directory)
+        weights = None
+    elif hasattr(model_or_directory, "config") and hasattr(model_or_directory, "state_dict"):
+        hf_config, weights = _hf_object_config_and_weights(model_or_directory)
+        directory = None
+    else:
+        raise CheckpointError(f"from_hf needs a transformers model or a directory, got "
+                              f"{type(model_or_directory).__name__}")
+    model_type = hf_config.get("model_type")
+    if model_type not in LOADERS:
+        raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(LOADERS)})")
+    make_config, convert = LOADERS[model_type]
+    config = make_config(hf_config)
+    if weights is None:
+        weights = read_safetensors(directory)
+    state = convert(weights, config)
+    with torch.device("meta"):
+        model = Transformer(config)
+    expected = model.state_dict()
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(f"tensor for {name} has shape {tuple(tensor.shape)}, the config implies "
+                                  f"{tuple(expected[name].shape)}")
+    state = {name: tensor.detach().to(dtype=dtype).clone() for name, tensor in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.eval()
+
+
+def save_hf(model: Transformer, directory: str | PathLike) -> None:
+    """Write `model` as a Qwen2 checkpoint: config.json + model.safetensors (float tensors as they are)."""
+    from safetensors.torch import save_file
+
+    hf_config = biotf_to_qwen2_config(model.config)
+    tensors = biotf_to_qwen2(model.state_dict(), model.config)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) == 1:
+        hf_config["torch_dtype"] = hf_config["dtype"] = str(dtypes.pop()).removeprefix("torch.")
+    save_file({name: t.detach().contiguous().cpu() for name, t in tensors.items()}, directory / WEIGHTS_FILE,
+              metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")

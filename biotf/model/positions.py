@@ -1,0 +1,182 @@
+"""Positional information, one class per `pos` value, behind one small interface.
+
+A position scheme can act at three places, and each class overrides only the ones it uses:
+- `embed(x, positions)`: add a vector to the token embeddings (learned, sinusoidal);
+- `rotary(positions)`: the (cos, sin) that attention uses to rotate queries and keys (rope);
+- `attention_bias(query_positions, key_positions, causal)`: an additive bias on attention scores (alibi).
+`positions` are integer position ids of shape (batch or 1, length); the transformer derives them
+from the padding mask so that left padding does not shift absolute positions.
+
+Register a new scheme with `@register_position("name")` and add the name to `config.POSITIONS`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from biotf.model.config import TransformerConfig
+
+POSITION_CLASSES: dict[str, type[PositionEncoding]] = {}
+
+
+def register_position(name: str):
+    def decorator(cls: type[PositionEncoding]) -> type[PositionEncoding]:
+        POSITION_CLASSES[name] = cls
+        return cls
+
+    return decorator
+
+
+def build_positions(config: TransformerConfig) -> PositionEncoding:
+    return POSITION_CLASSES[config.pos](config)
+
+
+class PositionEncoding(nn.Module):
+    """No positional information (`pos: none`); the base of every scheme."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None
+
+    def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
+                       causal: bool) -> torch.Tensor | None:
+        return None
+
+
+register_position("none")(PositionEncoding)
+
+
+@register_position("learned")
+class LearnedPositions(PositionEncoding):
+    """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.table = nn.Embedding(config.max_seq_len, config.d_model)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return x + self.table(positions)
+
+
+def sinusoidal_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """Vaswani et al. 2017, section 3.5: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)).
+
+    Returns float32 of shape positions.shape + (d_model,), sines and cosines interleaved as in the paper.
+    """
+    inverse_frequency = torch.exp(torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float64)
+                                  * (-math.log(10000.0) / d_model))
+    angles = positions.to(torch.float64).unsqueeze(-1) * inverse_frequency
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+    return table.to(torch.float32)
+
+
+@register_position("sinusoidal")
+class SinusoidalPositions(PositionEncoding):
+    """Fixed sines and cosines added to the token embeddings (Vaswani et al. 2017); no parameters."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.d_model = config.d_model
+        self._table = torch.empty(0)  # cached rows 0..n-1, grown on demand; not a buffer (not saved)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        needed = int(positions.max()) + 1 if positions.numel() else 0
+        if self._table.shape[0] < needed or self._table.device != x.device:
+            rows = max(needed, 2 * self._table.shape[0])
+            self._table = sinusoidal_table(torch.arange(rows, device=x.device), self.d_model)
+        return x + self._table[positions].to(x.dtype)
+
+
+@register_position("rope")
+class RotaryPositions(PositionEncoding):
+    """Rotary position embedding (Su et al. 2021), in the layout of HF Llama/Qwen2.
+
+    Frequencies theta^(-2i/d) for i < d/2 (d = head size); dimension j and j + d/2 form a rotated
+    pair ("rotate_half"), and cos/sin are repeated over both halves, exactly as `Qwen2RotaryEmbedding`
+    and `apply_rotary_pos_emb` do, so HF weights load without permuting q/k rows.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.head_dim, self.theta = config.head_dim, float(config.rope_theta)
+        self._cos = self._sin = torch.empty(0)  # cached tables, float32 (rows, head_dim)
+
+    def _tables(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos.shape[0] < rows or self._cos.device != device:
+            rows = max(rows, 2 * self._cos.shape[0], 256)
+            # Computed as HF does (float32 inverse frequencies, float32 outer product) for bitwise-close parity.
+            inverse_frequency = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64)
+                                                       .to(device=device, dtype=torch.float32) / self.head_dim))
+            angles = torch.arange(rows, device=device, dtype=torch.float32)[:, None] * inverse_frequency
+            angles = torch.cat((angles, angles), dim=-1)
+            self._cos, self._sin = angles.cos(), angles.sin()
+        return self._cos, self._sin
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of shape (batch or 1, length, 1, head_dim): broadcast over heads in (B, T, H, D) layout."""
+        cos, sin = self._tables(int(positions.max()) + 1 if positions.numel() else 1, positions.device)
+        if positions.shape[0] == 1 and _is_range(positions):
+            start = int(positions[0, 0])
+            length = positions.shape[1]
+            return cos[start:start + length][None, :, None], sin[start:start + length][None, :, None]
+        return cos[positions].unsqueeze(2), sin[positions].unsqueeze(2)
+
+
+def _is_range(positions: torch.Tensor) -> bool:
+    """True for a single row 0..n-1 shifted by a constant (the common unpadded case: slice, don't gather)."""
+    row = positions[0]
+    return row.numel() < 2 or bool((row[-1] - row[0]) == row.numel() - 1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1); x is (B, T, heads, head_dim)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """Head slopes of ALiBi (Press et al. 2022): for n a power of two, the geometric sequence starting at
+    and multiplied by 2^(-8/n); otherwise the slopes of the closest smaller power of two n', followed by
+    every other slope of 2n' (the authors' rule, as in their reference code)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        slopes = power_of_two(n_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(n_heads))
+        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@register_position("alibi")
+class AlibiPositions(PositionEncoding):
+    """Attention with linear biases (Press et al. 2022): score(i, j) -= slope_h * distance(i, j).
+
+    Causal models use the paper's distance i - j (only j <= i is visible); bidirectional models use
+    |i - j|, the symmetric form used by encoder adaptations (e.g. MosaicBERT).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.slopes = alibi_slopes(config.n_heads).tolist()  # plain floats: no buffer to move or save
+
+    def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
+                       causal: bool) -> torch.Tensor:
+        """Float32 bias of shape (batch or 1, n_heads, query_length, key_length)."""
+        distance = (query_positions[:, :, None] - key_positions[:, None, :]).to(torch.float32)
+        distance = distance if causal else distance.abs()
+        slopes = torch.tensor(self.slopes, dtype=torch.float32, device=distance.device)
+        return -slopes[None, :, None, None] * distance[:, None]

@@ -1,0 +1,209 @@
+"""`Transformer`: the one model class of biotf; every architecture is a `TransformerConfig`.
+
+    token embedding (x sqrt(d_model) if scale_embeddings)
+      -> positions (learned / sinusoidal added here; rope rotates q, k; alibi biases scores; none)
+      -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
+      -> final norm (Pre-LN only) -> LM head (tied to the embedding or its own matrix)
+
+Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
+- `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
+  shifts internally: logits at t are scored against labels[t + 1] (pass labels = input_ids, with pads
+  set to -100). A bidirectional (masked-LM) model scores logits at t against labels[t]. The loss is the
+  mean cross-entropy over positions with a target (0 when there are none).
+- `attention_mask` is 1 for real tokens and 0 for padding, of shape (batch, past + new tokens).
+  Position ids count real tokens only (cumulative sum of the mask), so left padding does not move
+  absolute positions; padded positions' outputs are unspecified but finite.
+- `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
+  block, then each block's output, the last one after the final norm (as HF).
+- A `KVCache` (`use_cache=True`, or pass one as `past_key_values`) serves incremental decoding of causal
+  models; it is updated in place and returned as `past_key_values`.
+
+Choices made for speed, each invisible in the weights' meaning: q/k/v are one fused projection and the
+SwiGLU gate/up another (`hf.py` maps them explicitly), the mask is built once per forward for every
+layer, and the unpadded causal case lets SDPA apply causality itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from os import PathLike
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from biotf.errors import ConfigError, InputError
+from biotf.model.block import Block
+from biotf.model.cache import KVCache
+from biotf.model.config import TransformerConfig
+from biotf.model.norms import build_norm
+from biotf.model.positions import build_positions
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TransformerOutput:
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    past_key_values: KVCache | None = None
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"Transformer needs a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.positions = build_positions(config)
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.lm_head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+
+    # --- initialisation ------------------------------------------------------------------------
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights, zero biases, unit norm gains; the projections that write into the
+        residual stream (attention output, MLP down) get init_std / sqrt(2 n_layers) (GPT-2, section 2.3)."""
+        std = self.config.init_std
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                scale = 1 / math.sqrt(2 * self.config.n_layers) if name.endswith((".out", ".down")) else 1.0
+                nn.init.normal_(module.weight, 0.0, std * scale)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, std)
+            elif hasattr(module, "weight") and isinstance(getattr(module, "weight"), nn.Parameter):  # norms
+                nn.init.ones_(module.weight)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+
+    # --- sizes ---------------------------------------------------------------------------------
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Parameters counted once each (a tied LM head is the embedding). `exclude_embeddings` leaves out
+        the token embedding and a learned position table (as HF's `num_parameters` does)."""
+        excluded = set()
+        if exclude_embeddings:
+            excluded = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}
+        return sum(p.numel() for p in self.parameters() if id(p) not in excluded)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    # --- forward -------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                past_key_values: KVCache | None = None, use_cache: bool = False) -> TransformerOutput:
+        config = self.config
+        if input_ids.dim() != 2:
+            raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
+        batch, length = input_ids.shape
+        cache = past_key_values
+        if cache is None and use_cache:
+            cache = KVCache(config.n_layers)
+        if cache is not None and not config.causal:
+            raise ConfigError("causal", False, "true", reason="a KV cache serves causal (decoder) models only")
+        past = cache.seq_len if cache is not None else 0
+        total = past + length
+        if config.pos == "learned" and total > config.max_seq_len:
+            raise InputError(f"sequence of {total} positions is longer than max_seq_len={config.max_seq_len} "
+                             "of this model's learned position table")
+        if attention_mask is not None and tuple(attention_mask.shape) != (batch, total):
+            raise InputError(f"attention_mask must have shape (batch, past + length) = {(batch, total)}, "
+                             f"got {tuple(attention_mask.shape)}")
+
+        key_positions, query_positions = self._position_ids(attention_mask, past, total, input_ids.device)
+        x = self.embed(input_ids)
+        if config.scale_embeddings:
+            x = x * math.sqrt(config.d_model)
+        x = self.dropout(self.positions.embed(x, query_positions))
+        rotary = self.positions.rotary(query_positions) if config.pos == "rope" else None
+        mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
+
+        hidden_states = [x] if output_hidden_states else None
+        for layer, block in enumerate(self.blocks):
+            x = block(x, rotary, mask, is_causal, cache, layer)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        x = self.final_norm(x)
+        if hidden_states is not None:
+            hidden_states[-1] = x
+        logits = F.linear(x, self.embed.weight) if self.lm_head is None else self.lm_head(x)
+        loss = self.loss(logits, labels) if labels is not None else None
+        return TransformerOutput(logits, loss, tuple(hidden_states) if hidden_states is not None else None,
+                                 cache if use_cache else None)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (float32) over positions whose label is not -100; causal models shift by one."""
+        if labels.shape != logits.shape[:-1]:
+            raise InputError(f"labels must have the shape of input_ids {tuple(logits.shape[:-1])}, "
+                             f"got {tuple(labels.shape)}")
+        if self.config.causal:
+            # Shift the labels, not the logits: no copy of the (B, T, V) tensor (as HF ForCausalLMLoss).
+            labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+        labels = labels.reshape(-1)
+        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels,
+                                ignore_index=IGNORE_INDEX, reduction="sum")
+        return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+    @staticmethod
+    def _position_ids(attention_mask: torch.Tensor | None, past: int, total: int,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Position ids of all keys (past + new) and of the new queries, shape (batch or 1, length)."""
+        if attention_mask is None:
+            keys = torch.arange(total, device=device)[None]
+        else:
+            keys = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return keys, keys[:, past:]
+
+    def _attention_mask(self, attention_mask: torch.Tensor | None, query_positions: torch.Tensor,
+                        key_positions: torch.Tensor, past: int, length: int) -> tuple[torch.Tensor | None, bool]:
+        """One mask for every layer: (mask, is_causal) for scaled_dot_product_attention.
+
+        None + is_causal where SDPA can apply causality itself (no padding, no bias, no cache offset);
+        otherwise a boolean 'may attend' mask, turned into an additive float mask when ALiBi adds a bias.
+        A query row with no visible key (a left pad in a causal model) is allowed every key instead, so that
+        softmax stays finite; such rows are padding and no real token attends to them.
+        """
+        causal = self.config.causal
+        bias = self.positions.attention_bias(query_positions, key_positions, causal)
+        if attention_mask is None and bias is None and (not causal or past == 0 or length == 1):
+            return None, causal and past == 0 and length > 1
+        total = past + length
+        device = query_positions.device
+        allowed = None
+        if causal and length > 1:
+            query_index = torch.arange(past, total, device=device)[:, None]
+            allowed = (torch.arange(total, device=device)[None, :] <= query_index)[None, None]  # (1, 1, T, K)
+        if attention_mask is not None:
+            keys = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, K)
+            allowed = keys if allowed is None else allowed & keys
+            allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+        if bias is None:
+            return allowed, False
+        if allowed is not None:
+            bias = bias.masked_fill(~allowed, float("-inf"))
+        return bias, False
+
+    # --- Hugging Face checkpoints ---------------------------------------------------------------
+    @classmethod
+    def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
+        """Load a Hugging Face Qwen2 model (a `Qwen2ForCausalLM` object or a directory with config.json and
+        safetensors, sharded or not) into a biotf Transformer; see `biotf.model.hf`."""
+        from biotf.model.hf import load_hf
+
+        return load_hf(model_or_directory, dtype=dtype)
+
+    def to_hf(self, directory: str | PathLike) -> None:
+        """Write a Qwen2 checkpoint (config.json + model.safetensors) that `transformers` loads."""
+        from biotf.model.hf import save_hf
+
+        save_hf(self, directory)

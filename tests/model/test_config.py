@@ -1,0 +1,62 @@
+"""TransformerConfig: plain values, validated at construction with messages naming field and allowed values."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from biotf.errors import ConfigError
+from biotf.model import TransformerConfig
+
+
+def test_defaults_are_plain_values_and_round_trip_through_json():
+    config = TransformerConfig()
+    values = dataclasses.asdict(config)
+    assert json.loads(json.dumps(values)) == values
+    assert TransformerConfig.from_dict(values) == config
+    assert config.n_kv_heads == config.n_heads  # None means multi-head attention
+
+
+@pytest.mark.parametrize("changes, field, allowed", [
+    (dict(d_model=100, n_heads=8), "d_model", "multiple of n_heads=8"),
+    (dict(n_heads=8, n_kv_heads=3), "n_kv_heads", "divisor of n_heads=8"),
+    (dict(d_model=36, n_heads=4, pos="rope"), "pos", "learned | sinusoidal | alibi | none"),
+    (dict(pos="learned", max_seq_len=None), "max_seq_len", "integer >= 1"),
+    (dict(pos="absolute"), "pos", "learned | sinusoidal | rope | alibi | none"),
+    (dict(norm="batchnorm"), "norm", "layernorm | rmsnorm"),
+    (dict(norm_position="sandwich"), "norm_position", "pre | post"),
+    (dict(mlp="geglu"), "mlp", "gelu | relu | swiglu"),
+    (dict(n_layers=0), "n_layers", "integer >= 1"),
+    (dict(vocab_size=10.5), "vocab_size", "integer >= 1"),
+    (dict(dropout=1.5), "dropout", "0 <= dropout < 1"),
+    (dict(causal="yes"), "causal", "true | false"),
+    (dict(norm_eps=0), "norm_eps", "> 0"),
+])
+def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
+    with pytest.raises(ConfigError) as error:
+        TransformerConfig(**changes)
+    assert error.value.key == field
+    assert field in str(error.value) and allowed in str(error.value)
+
+
+def test_from_dict_refuses_unknown_keys_and_lists_the_allowed_ones():
+    with pytest.raises(ConfigError) as error:
+        TransformerConfig.from_dict({"d_model": 64, "hidden_size": 64})
+    message = str(error.value)
+    assert "hidden_size" in message and "unknown" in message
+    for name in TransformerConfig.field_names():
+        assert name in message
+
+
+def test_replace_validates_again():
+    config = TransformerConfig(d_model=64, n_heads=4)
+    assert config.replace(n_layers=3).n_layers == 3
+    with pytest.raises(ConfigError):
+        config.replace(n_heads=5)
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(ConfigError, match="qwen2.5-0.5b"):
+        TransformerConfig.preset("llama-70b")

@@ -1,0 +1,77 @@
+"""Transformer forward: outputs, loss conventions, hidden states, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from biotf.errors import ConfigError, InputError
+from biotf.model import Transformer, TransformerConfig
+
+
+def tiny(**changes) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig.preset("tiny", **changes)).eval()
+
+
+def test_output_fields_and_shapes():
+    model = tiny()
+    ids = torch.randint(0, 64, (2, 7))
+    out = model(ids, output_hidden_states=True)
+    assert out.logits.shape == (2, 7, 64)
+    assert out.loss is None and out.past_key_values is None
+    assert len(out.hidden_states) == model.config.n_layers + 1
+    assert all(h.shape == (2, 7, 32) for h in out.hidden_states)
+    assert model(ids).hidden_states is None
+
+
+def test_last_hidden_state_is_after_the_final_norm_and_feeds_the_head():
+    model = tiny(tie_embeddings=False)
+    out = model(torch.randint(0, 64, (2, 7)), output_hidden_states=True)
+    torch.testing.assert_close(model.lm_head(out.hidden_states[-1]), out.logits)
+
+
+def test_causal_loss_is_shifted_next_token_cross_entropy():
+    model = tiny()
+    ids = torch.randint(0, 64, (2, 7))
+    labels = ids.clone()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)
+    expected = F.cross_entropy(out.logits[:, :-1].reshape(-1, 64), labels[:, 1:].reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_masked_lm_loss_scores_each_position_against_its_own_label():
+    model = tiny(causal=False)
+    ids = torch.randint(0, 64, (2, 7))
+    labels = torch.full_like(ids, -100)
+    labels[:, 2] = ids[:, 2]
+    out = model(ids, labels=labels)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits[:, 2], ids[:, 2]))
+
+
+def test_loss_without_any_target_is_zero_not_nan():
+    model = tiny(causal=False)
+    ids = torch.randint(0, 64, (2, 7))
+    assert model(ids, labels=torch.full_like(ids, -100)).loss.item() == 0.0
+
+
+def test_tied_head_shares_the_embedding():
+    model = tiny()
+    assert model.lm_head is None
+    untied = tiny(tie_embeddings=False)
+    assert untied.num_parameters() == model.num_parameters() + 64 * 32
+
+
+def test_bad_inputs_are_refused_with_clear_errors():
+    model = tiny()
+    with pytest.raises(InputError, match="attention_mask must have shape"):
+        model(torch.zeros(2, 5, dtype=torch.long), attention_mask=torch.ones(2, 4))
+    with pytest.raises(InputError, match="labels must have the shape"):
+        model(torch.zeros(2, 5, dtype=torch.long), labels=torch.zeros(2, 4, dtype=torch.long))
+    learned = tiny(pos="learned", max_seq_len=8)
+    with pytest.raises(InputError, match="max_seq_len=8"):
+        learned(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ConfigError, match="causal"):
+        tiny(causal=False)(torch.zeros(1, 3, dtype=torch.long), use_cache=True)
