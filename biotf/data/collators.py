@@ -2,7 +2,7 @@
 
 Masking follows BERT (Devlin et al. 2019) as HF's DataCollatorForLanguageModeling does: each
 non-special token is selected with probability `mask_probability`; of the selected, 80% become
-`<mask>`, 10% a random non-special token, 10% stay; labels hold the original id at selected
+`<mask>`, 10% a random content token (not special, not `<unk>`), 10% stay; labels hold the original id at selected
 positions and -100 elsewhere. A sequence with content but no selected token gets one, so every
 sequence contributes to the loss.
 
@@ -69,7 +69,9 @@ class MLMCollator:
         self.random_replace_probability = random_replace_probability
         self.pad_to_multiple_of = pad_to_multiple_of
         self.special = np.array(sorted(tokenizer.special_ids), np.int64)
-        self.random_pool = np.setdiff1d(np.arange(tokenizer.vocab_size), self.special)
+        # Random replacements are plausible content: no special token and no <unk>.
+        never_drawn = [*self.special, *([tokenizer.unk_id] if tokenizer.unk_id is not None else [])]
+        self.random_pool = np.setdiff1d(np.arange(tokenizer.vocab_size), never_drawn)
         k, stride = getattr(tokenizer, "k", 1), getattr(tokenizer, "stride", 1)
         self.span = kmer_span(k, stride) if stride < k else (0, 0)
         self.generator = np.random.default_rng(seed)
