@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.data.readers import ReaderOptions, Record, read_records, with_source
 from biotf.data.split import SPLITS, is_validation, validate_fraction
 from biotf.errors import InputError, TokenizationError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -126,15 +126,6 @@ def _chunks(records: Iterator[Record], chunk_characters: int) -> Iterator[list[R
         yield chunk
 
 
-def _with_source(error: TokenizationError, source: Path) -> TokenizationError:
-    """The same error, now naming the input file (tokenizers do not know which file they read)."""
-    if error.source is not None:
-        return error
-    bare = str(TokenizationError(error.char, error.position, error.record))
-    detail = str(error)[len(bare) + 2:] or None
-    return TokenizationError(error.char, error.position, error.record, detail=detail, source=str(source))
-
-
 class _SplitWriter:
     """Appends one split's arrays to raw files in a directory, keeping only running totals in memory."""
 
@@ -179,7 +170,7 @@ def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOpt
             encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
                                              records=[r.id for r in chunk], stats=stats)
         except TokenizationError as error:
-            raise _with_source(error, path) from None
+            raise with_source(error, path) from None
         parts: dict[str, tuple[list[np.ndarray], list[int]]] = {name: ([], []) for name in SPLITS}
         for record, ids in zip(chunk, encoded):
             if len(ids) == 0:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
-from biotf.errors import InputError
+from biotf.errors import InputError, TokenizationError
 from biotf.tokenizers.base import PolicyStats
 
 FORMATS_BY_SUFFIX = {
@@ -131,6 +131,15 @@ class _Lines:
             if line.startswith(">"):
                 self.header_lines.append(self.line_number)
             yield line
+
+
+def with_source(error: TokenizationError, source: str | Path) -> TokenizationError:
+    """The same error, now naming the input file (tokenizers see texts, not the file they came from)."""
+    if error.source is not None:
+        return error
+    bare = str(TokenizationError(error.char, error.position, error.record))
+    detail = str(error)[len(bare) + 2:] or None
+    return TokenizationError(error.char, error.position, error.record, detail=detail, source=str(source))
 
 
 def read_records(path: str | Path, options: ReaderOptions | None = None,
