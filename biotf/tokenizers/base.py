@@ -9,10 +9,11 @@ so that `load_tokenizer(directory)` rebuilds the right kind.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -93,6 +94,17 @@ class Tokenizer(ABC):
     def from_config(cls, config: dict[str, Any]) -> "Tokenizer":
         """Inverse of `to_config`."""
 
+    @classmethod
+    def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
+              files: Sequence[str | Path] | None = None) -> "Tokenizer":
+        """Construct from config options (`conf/tokenizer/<name>.yaml` without `kind`).
+
+        The default passes the options to the constructor, refusing names it does not take.
+        Schemes with a learned vocabulary override this to train on `texts` / `files`.
+        """
+        check_options(cls, options)
+        return cls(**options)
+
     def save(self, directory: str | Path) -> Path:
         """Write `tokenizer.json` into `directory` (created if needed); returns its path."""
         directory = Path(directory)
@@ -121,6 +133,18 @@ class Tokenizer(ABC):
 
     def __len__(self) -> int:
         return self.vocab_size
+
+
+def check_options(cls: type, options: Mapping[str, Any], extra: Iterable[str] = ()) -> None:
+    """ConfigError for any option `cls`'s constructor (or `extra`) does not take, naming the allowed ones."""
+    parameters = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return
+    allowed = [name for name in parameters if name != "self"] + list(extra)
+    for key, value in options.items():
+        if key not in allowed:
+            raise ConfigError(f"tokenizer.{key}", value, reason=f"not an option of tokenizer {cls.kind!r}",
+                              allowed=", ".join(allowed))
 
 
 _REGISTRY: dict[str, type[Tokenizer]] = {}

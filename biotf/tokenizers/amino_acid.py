@@ -1,0 +1,185 @@
+"""Amino-acid tokenizer: one token per residue, ESM-2's vocabulary exactly.
+
+Layout (ESM-2, `esm.pretrained.esm2_*` alphabet and HF `facebook/esm2_*` vocab.txt, 33 tokens):
+0 `<cls>`, 1 `<pad>`, 2 `<eos>`, 3 `<unk>`, 4-28 `L A G V S E R T I D P K Q N F Y M H W C X B U Z O`,
+29 `.`, 30 `-`, 31 `<null_1>`, 32 `<mask>`. `encode` adds `<cls>` ... `<eos>` as ESM does.
+
+Character policies (explicit options; the defaults keep ESM's behaviour and refuse what it would
+silently turn into `<unk>`):
+- `lowercase`: "fold" (default: `a` -> `A`) or "error".
+- `rare_residues` U (selenocysteine), O (pyrrolysine), B (D/N), Z (E/Q): "keep" (default, ESM has
+  them in its vocabulary), "to_x" (map each to X, as ProtTrans does) or "error".
+- `unknown` (anything else: `J`, `*`, digits, whitespace, non-ASCII): "error" (default) or "to_unk"
+  (one `<unk>` per character).
+
+Special-token strings written in the text (`<mask>`, `<cls>`, ...) are read as those tokens, as
+ESM's and HF's tokenizers do; a `<` that starts no special token follows the unknown policy.
+
+Fast path: `encode_batch` joins the batch, maps every character through a 129-entry table whose
+entries already carry the policies, and cuts the result per text (numpy only).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from biotf.errors import ConfigError
+from biotf.tokenizers._arrays import NON_ASCII, CharTable, assemble, join_codes, refuse
+from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
+
+ESM2_TOKENS = ("<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO", ".", "-", "<null_1>", "<mask>")
+RARE_RESIDUES = "UOBZ"
+SPECIAL_TOKENS = tuple(t for t in ESM2_TOKENS if t.startswith("<"))
+_SPECIAL_PATTERN = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
+
+LOWERCASE_POLICIES = ("fold", "error")
+RARE_POLICIES = ("keep", "to_x", "error")
+UNKNOWN_POLICIES = ("error", "to_unk")
+
+
+def check_choice(key: str, value: object, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, value, allowed=", ".join(allowed))
+
+
+@register_tokenizer("protein")
+class AminoAcidTokenizer(Tokenizer):
+    """One token per residue in ESM-2's 33-token vocabulary, with explicit character policies."""
+
+    def __init__(self, lowercase: str = "fold", rare_residues: str = "keep", unknown: str = "error"):
+        check_choice("tokenizer.lowercase", lowercase, LOWERCASE_POLICIES)
+        check_choice("tokenizer.rare_residues", rare_residues, RARE_POLICIES)
+        check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
+        self.lowercase, self.rare_residues, self.unknown = lowercase, rare_residues, unknown
+        self._tokens = list(ESM2_TOKENS)
+        self._vocab = {t: i for i, t in enumerate(self._tokens)}
+        self.cls_id, self.pad_id, self.eos_id = self._vocab["<cls>"], self._vocab["<pad>"], self._vocab["<eos>"]
+        self.unk_id, self.mask_id = self._vocab["<unk>"], self._vocab["<mask>"]
+        self._skip_ids = frozenset(self._vocab[t] for t in SPECIAL_TOKENS) - {self.unk_id}
+        self._table = self._build_table()
+
+    def _build_table(self) -> CharTable:
+        """Per character code: its id, or why it is refused, and which stats it counts in."""
+        table = CharTable()
+        for token in ESM2_TOKENS:
+            if not token.startswith("<"):
+                table.set(token, self._vocab[token])
+        if self.rare_residues == "to_x":
+            table.set(RARE_RESIDUES, self._vocab["X"], "rare_to_X")
+        elif self.rare_residues == "error":
+            table.refuse(RARE_RESIDUES, "rare residue refused by rare_residues='error' (or set 'keep' / 'to_x')")
+        for upper in map(ord, ESM2_TOKENS[4:29]):  # the residue letters; the rest follow the unknown policy
+            lower = ord(chr(upper).lower())
+            if self.lowercase == "error":
+                table.refuse([lower], "lowercase residue refused by lowercase='error' (or set 'fold')")
+            elif upper in table.reasons:
+                table.refuse([lower], table.reasons[upper])
+            else:
+                table.set([lower], int(table.values[upper]), "lowercase_folded",
+                          *[stat for stat, counted in table.counted.items() if counted[upper]])
+        if self.unknown == "to_unk":
+            table.set(table.unset_codes(), self.unk_id, "unknown_to_unk")
+        else:
+            table.refuse(table.unset_codes(), "not an amino-acid code, refused by unknown='error' (or set 'to_unk')")
+        return table
+
+    # --- encoding ---------------------------------------------------------------------------
+    def _content(self, texts: Sequence[str], records: Sequence[str] | None,
+                 stats: PolicyStats | None) -> tuple[np.ndarray, np.ndarray]:
+        """Flat content ids of the batch (no cls/eos) and the number of ids per text."""
+        codes, starts = join_codes(texts)
+        ids = self._table.values[codes]
+        keep = counted = None
+        if (codes == ord("<")).any():
+            keep, counted = self._read_special_tokens(texts, codes, starts, ids)
+        refused = ids == CharTable.REFUSED
+        if keep is not None:
+            refused &= keep
+        if refused.any():
+            flat = int(np.argmax(refused))
+            raise refuse(texts, records, starts, flat, self._table.reason(codes[flat]))
+        if keep is None:
+            counts = np.diff(starts)
+        else:
+            kept_before = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(keep, out=kept_before[1:])
+            counts = np.diff(kept_before[starts])
+            ids = ids[keep]
+        self._table.add_stats(codes if counted is None else codes[counted], stats)
+        return ids, counts
+
+    def _read_special_tokens(self, texts: Sequence[str], codes: np.ndarray, starts: np.ndarray,
+                             ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Give each special-token string in the texts its id (in place, at its first character);
+        returns the positions to keep and the positions whose characters count in policy stats."""
+        first = np.zeros(len(ids), dtype=bool)
+        interior = np.zeros(len(ids), dtype=bool)
+        items = np.unique(np.searchsorted(starts, np.flatnonzero(codes == ord("<")), side="right") - 1)
+        for item in items:
+            base = int(starts[item])
+            for match in _SPECIAL_PATTERN.finditer(texts[item]):
+                ids[base + match.start()] = self._vocab[match.group()]
+                first[base + match.start()] = True
+                interior[base + match.start() + 1:base + match.end()] = True
+        keep = ~interior
+        return keep, keep & ~first
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
+                     records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
+        ids, counts = self._content(texts, records, stats)
+        if add_special_tokens:
+            return assemble(ids, counts, self.cls_id, self.eos_id)
+        return assemble(ids, counts, None, None)
+
+    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
+               stats: PolicyStats | None = None) -> list[int]:
+        records = None if record is None else [record]
+        return self.encode_batch([text], add_special_tokens, records=records, stats=stats)[0].tolist()
+
+    def tokenize(self, text: str, record: str | None = None) -> list[str]:
+        return [self._tokens[i] for i in self.encode(text, add_special_tokens=False, record=record)]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self._tokens[i] for i in map(int, ids) if not (skip_special_tokens and i in self._skip_ids))
+
+    # --- vocabulary and persistence --------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._vocab)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._skip_ids
+
+    def to_config(self) -> dict[str, Any]:
+        return {"lowercase": self.lowercase, "rare_residues": self.rare_residues, "unknown": self.unknown}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "AminoAcidTokenizer":
+        return cls(**config)
+
+    def to_hf(self):
+        """`PreTrainedTokenizerFast` with the same ids: WordLevel over single characters, the policies
+        as `Replace` normalizers. HF cannot refuse a character, so inputs that biotf refuses become
+        `<unk>` there; on every input biotf accepts the ids are identical."""
+        from biotf.tokenizers.hf import wordlevel_hf_tokenizer
+
+        replacements = {}
+        for code in range(NON_ASCII):
+            target = int(self._table.values[code])
+            if target not in (CharTable.REFUSED, self.unk_id) and self._tokens[target] != chr(code):
+                replacements[chr(code)] = self._tokens[target]
+        return wordlevel_hf_tokenizer(self._vocab, piece_pattern=".", replacements=replacements, unk="<unk>",
+                                      cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
+                                      special_tokens=SPECIAL_TOKENS)
+
+    def __repr__(self) -> str:
+        return (f"AminoAcidTokenizer(lowercase={self.lowercase!r}, rare_residues={self.rare_residues!r}, "
+                f"unknown={self.unknown!r})")

@@ -1,0 +1,300 @@
+"""Byte-level BPE on Hugging Face `tokenizers`, and the wrapper for any Hugging Face tokenizer.
+
+`BPETokenizer` holds a `tokenizers.Tokenizer` (the engine: encode/decode run in Rust, so biotf
+adds nothing to their cost) plus what `tokenizer_config.json` says around it: which tokens play
+the pad/unk/mask/cls/bos/eos roles and the chat template.
+
+- `BPETokenizer.train(files, vocab_size, special_tokens)` / `train_from_texts(texts, ...)` learn
+  byte-level BPE (GPT-2 style byte alphabet, so no input is ever unknown) on text, DNA
+  (DNABERT-2-style) or SMILES corpora. When the specials include a cls/bos and an eos token,
+  `encode` wraps each sequence in them.
+- `BPETokenizer.from_file(".../tokenizer.json")` and `load_tokenizer(directory)` read ANY Hugging
+  Face tokenizer (e.g. Qwen2.5's), with roles and chat template from `tokenizer_config.json` and
+  `chat_template.jinja` beside it when present.
+- `save(directory)` writes Hugging Face's own files (`tokenizer.json`, `tokenizer_config.json`),
+  so `transformers.AutoTokenizer.from_pretrained(directory)` loads it too; biotf recognises it as
+  `bpe` because it is a Hugging Face `tokenizer.json` (biotf's other kinds write a
+  `{"biotf_tokenizer": kind, ...}` file instead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biotf.errors import ConfigError, InputError
+from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, register_tokenizer
+
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+ROLES = ("pad", "unk", "mask", "cls", "bos", "eos")
+DEFAULT_SPECIAL_TOKENS = {"pad": "<pad>", "unk": "<unk>", "cls": "<cls>", "eos": "<eos>", "mask": "<mask>"}
+# Roles of well-known special-token spellings, for `special_tokens` given as a plain list.
+_KNOWN_ROLES = {
+    "<pad>": "pad", "[PAD]": "pad", "<unk>": "unk", "[UNK]": "unk", "<mask>": "mask", "[MASK]": "mask",
+    "<cls>": "cls", "[CLS]": "cls", "<s>": "bos", "<bos>": "bos", "<|startoftext|>": "bos",
+    "</s>": "eos", "<eos>": "eos", "[SEP]": "eos", "<|endoftext|>": "eos",
+}
+
+
+def special_token_roles(special_tokens: Mapping[str, str] | Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """(all special tokens in order, role -> token). A mapping names roles; a list gets roles by spelling."""
+    if isinstance(special_tokens, Mapping):
+        unknown = sorted(set(special_tokens) - set(ROLES))
+        if unknown:
+            raise ConfigError("tokenizer.special_tokens", unknown[0], allowed=", ".join(ROLES))
+        roles = {role: token for role, token in special_tokens.items() if token is not None}
+        return list(dict.fromkeys(roles.values())), roles
+    tokens = list(dict.fromkeys(special_tokens))
+    roles: dict[str, str] = {}
+    for token in tokens:
+        role = _KNOWN_ROLES.get(token)
+        if role and role not in roles:
+            roles[role] = token
+    return tokens, roles
+
+
+def _token_content(value: Any) -> str | None:
+    """tokenizer_config.json writes a special token as a string or as {"content": ...}."""
+    if isinstance(value, Mapping):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+@register_tokenizer("bpe")
+class BPETokenizer(Tokenizer):
+    """A Hugging Face `tokenizers.Tokenizer` (byte-level BPE, or any other) behind biotf's interface."""
+
+    def __init__(self, tokenizer, special_tokens: Mapping[str, str] | None = None, chat_template: str | None = None):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        if isinstance(tokenizer, str):
+            tokenizer = HFTokenizer.from_str(tokenizer)
+        elif isinstance(tokenizer, Mapping):
+            tokenizer = HFTokenizer.from_str(json.dumps(tokenizer))
+        self._tk = tokenizer
+        self.chat_template = chat_template
+        self.special_tokens = dict(special_tokens or {})
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        for role, token in self.special_tokens.items():
+            if role not in ROLES:
+                raise ConfigError("tokenizer.special_tokens", role, allowed=", ".join(ROLES))
+            if token not in vocab:
+                raise ConfigError(f"tokenizer.special_tokens.{role}", token, reason="not in the vocabulary")
+            setattr(self, f"{role}_id", vocab[token])
+        self._vocab_size = max(vocab.values()) + 1 if vocab else 0
+        self._fingerprint: str | None = None
+        self._hf = None
+
+    # --- construction -----------------------------------------------------------------------
+    @classmethod
+    def _new_trainable(cls, vocab_size: int, min_frequency: int, special_tokens):
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
+        if not isinstance(vocab_size, int) or vocab_size < 257:
+            raise ConfigError("tokenizer.vocab_size", vocab_size, allowed="an integer >= 257 (256 bytes + merges)")
+        if not isinstance(min_frequency, int) or min_frequency < 1:
+            raise ConfigError("tokenizer.min_frequency", min_frequency, allowed="an integer >= 1")
+        tokens, roles = special_token_roles(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
+        backend = HFTokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=tokens,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        return backend, trainer, roles
+
+    @classmethod
+    def _finish_training(cls, backend, roles: dict[str, str]) -> "BPETokenizer":
+        from tokenizers import processors
+
+        first = roles.get("cls") or roles.get("bos")
+        if first and roles.get("eos"):
+            eos = roles["eos"]
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{first} $A {eos}", pair=f"{first} $A {eos} $B:1 {eos}:1",
+                special_tokens=[(first, backend.token_to_id(first)), (eos, backend.token_to_id(eos))])
+        return cls(backend, special_tokens=roles)
+
+    @classmethod
+    def train(cls, files: Sequence[str | Path], vocab_size: int,
+              special_tokens: Mapping[str, str] | Sequence[str] | None = None,
+              min_frequency: int = 2) -> "BPETokenizer":
+        """Learn byte-level BPE from text files (one or more; every line is training text).
+
+        `special_tokens`: role -> token (e.g. {"pad": "<pad>", "eos": "<eos>"}) or a list whose
+        well-known spellings get roles; default `DEFAULT_SPECIAL_TOKENS`. They take the first ids.
+        """
+        files = [str(f) for f in files]
+        for file in files:
+            if not Path(file).is_file():
+                raise InputError(f"BPE training file {file} does not exist")
+        backend, trainer, roles = cls._new_trainable(vocab_size, min_frequency, special_tokens)
+        backend.train(files, trainer)
+        return cls._finish_training(backend, roles)
+
+    @classmethod
+    def train_from_texts(cls, texts: Iterable[str], vocab_size: int,
+                         special_tokens: Mapping[str, str] | Sequence[str] | None = None,
+                         min_frequency: int = 2) -> "BPETokenizer":
+        """`train` on an iterable of texts (e.g. the sequences of a FASTA file) instead of files."""
+        backend, trainer, roles = cls._new_trainable(vocab_size, min_frequency, special_tokens)
+        backend.train_from_iterator(texts, trainer)
+        return cls._finish_training(backend, roles)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "BPETokenizer":
+        """Any Hugging Face `tokenizer.json`, with `tokenizer_config.json` / `chat_template.jinja` beside it."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise InputError(f"cannot read tokenizer file {path}: {error.strerror or error}") from None
+        return cls._from_hf_json(text, path)
+
+    @classmethod
+    def _from_hf_json(cls, text: str, path: Path) -> "BPETokenizer":
+        from tokenizers import Tokenizer as HFTokenizer
+
+        try:
+            backend = HFTokenizer.from_str(text)
+        except Exception as error:  # tokenizers raises a bare Exception on bad JSON
+            raise InputError(f"{path} is not a Hugging Face tokenizer.json: {error}") from None
+        config: dict[str, Any] = {}
+        config_path = path.parent / TOKENIZER_CONFIG_FILE
+        if config_path.is_file():
+            try:
+                config = json.loads(config_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as error:
+                raise InputError(f"{config_path} is not valid JSON: {error}") from None
+        vocab = backend.get_vocab(with_added_tokens=True)
+        roles = {}
+        for role in ROLES:
+            token = _token_content(config.get(f"{role}_token"))
+            if token is not None and token in vocab:
+                roles[role] = token
+        chat_template = config.get("chat_template")
+        template_path = path.parent / CHAT_TEMPLATE_FILE
+        if chat_template is None and template_path.is_file():
+            chat_template = template_path.read_text(encoding="utf-8")
+        if isinstance(chat_template, list):  # several named templates: keep the default one
+            chat_template = next((t["template"] for t in chat_template if t.get("name") == "default"), None)
+        return cls(backend, special_tokens=roles, chat_template=chat_template)
+
+    @classmethod
+    def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
+              files: Sequence[str | Path] | None = None) -> Tokenizer:
+        """From config: load `path` when set; else train (`vocab_size`, `min_frequency`,
+        `special_tokens`) on `files`, or on `texts`. The training options are unused when loading."""
+        allowed = ["path", "vocab_size", "min_frequency", "special_tokens"]
+        for key, value in options.items():
+            if key not in allowed:
+                raise ConfigError(f"tokenizer.{key}", value, reason="not an option of tokenizer 'bpe'",
+                                  allowed=", ".join(allowed))
+        if options.get("path"):
+            from biotf.tokenizers.loading import load_tokenizer
+
+            return load_tokenizer(options["path"])
+        training = {"vocab_size": options.get("vocab_size", 4096), "min_frequency": options.get("min_frequency", 2),
+                    "special_tokens": options.get("special_tokens")}
+        if files:
+            return cls.train(files, **training)
+        if texts is not None:
+            return cls.train_from_texts(texts, **training)
+        raise ConfigError("tokenizer.path", None, reason="a BPE tokenizer needs a path to load, or training data "
+                          "(build_tokenizer(config, texts=...) or files=...)")
+
+    # --- core -----------------------------------------------------------------------------
+    def tokenize(self, text: str, record: str | None = None) -> list[str]:
+        return self._tk.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
+               stats: PolicyStats | None = None) -> list[int]:
+        return self._tk.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
+                     records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
+        """HF's parallel batch encoder (byte-level: every input is representable, no policy applies)."""
+        encodings = self._tk.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+        return [np.array(e.ids, dtype=np.int32) for e in encodings]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+                            tokenize: bool = True, **kwargs: Any):
+        """Render `messages` with the chat template (as `transformers` does); ids when `tokenize`."""
+        if not self.chat_template:
+            raise ConfigError("tokenizer.chat_template", None, reason="this tokenizer has no chat template")
+        rendered = self.to_hf().apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                    tokenize=False, **kwargs)
+        return self.encode(rendered, add_special_tokens=False) if tokenize else rendered
+
+    @property
+    def backend(self):
+        """The wrapped `tokenizers.Tokenizer`."""
+        return self._tk
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tk.get_vocab(with_added_tokens=True)
+
+    # --- persistence ----------------------------------------------------------------------
+    def to_config(self) -> dict[str, Any]:
+        return {"tokenizer": json.loads(self._tk.to_str()), "special_tokens": dict(self.special_tokens),
+                "chat_template": self.chat_template}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "BPETokenizer":
+        return cls(**config)
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the HF pipeline JSON (vocab, merges, normalizer, pre-tokenizer, post-processor,
+        added tokens), the special-token roles and the chat template."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256(self._tk.to_str().encode("utf-8"))
+            digest.update(json.dumps({"kind": self.kind, "special_tokens": self.special_tokens,
+                                      "chat_template": self.chat_template}, sort_keys=True).encode("utf-8"))
+            self._fingerprint = digest.hexdigest()[:16]
+        return self._fingerprint
+
+    def _hf_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+        for role in ROLES:
+            config[f"{role}_token"] = self.special_tokens.get(role)
+        if self.chat_template:
+            config["chat_template"] = self.chat_template
+        return config
+
+    def save(self, directory: str | Path) -> Path:
+        """Hugging Face's files: `tokenizer.json` and `tokenizer_config.json` (roles, chat template)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / TOKENIZER_FILE
+        self._tk.save(str(path))
+        (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(self._hf_config(), indent=2, ensure_ascii=False)
+                                                       + "\n", encoding="utf-8")
+        return path
+
+    def to_hf(self):
+        """`PreTrainedTokenizerFast` over a copy of the same pipeline (cached), roles and chat template included."""
+        if self._hf is None:
+            from tokenizers import Tokenizer as HFTokenizer
+            from transformers import PreTrainedTokenizerFast
+
+            config = self._hf_config()
+            del config["tokenizer_class"]
+            self._hf = PreTrainedTokenizerFast(tokenizer_object=HFTokenizer.from_str(self._tk.to_str()), **config)
+        return self._hf
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"

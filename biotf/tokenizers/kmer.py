@@ -1,0 +1,267 @@
+"""DNA k-mer tokenizer: Nucleotide-Transformer-style non-overlapping, DNABERT-style overlapping, or characters.
+
+`KmerTokenizer(k, stride)` cuts every run of A/C/G/T into windows of k bases starting every
+`stride` bases; the bases after the last full window are single-nucleotide tokens, and every `N`
+(or `<unk>`) is its own token and ends the run. So:
+- `stride == k` (default, Nucleotide Transformer): `ATCGAATNGGCGATGCAC`, k=6 ->
+  `ATCGAA T N GGCGAT G C A C`;
+- `stride == 1` (DNABERT): every window of k bases of each run (a run shorter than k is single bases);
+- `k == 1`: a character tokenizer.
+Any `1 <= stride <= k` works the same way; `stride < k` is "overlapping" and has no HF equivalent.
+
+Vocabulary (fixed, documented order; ids never depend on data):
+0 `<pad>`, 1 `<unk>`, 2 `<cls>`, 3 `<eos>`, 4 `<mask>`, then all 4^k k-mers in lexicographic order
+over A < C < G < T (`itertools.product("ACGT", repeat=k)`: id = 5 + the k-mer read as a base-4
+number), then the single nucleotides A C G T N (those not already k-mers). `encode` adds
+`<cls>` ... `<eos>`.
+
+Character policies (explicit options):
+- `lowercase` (soft-masked repeats): "fold" (default) or "error". The soft-mask itself is kept
+  on request: `encode_batch_with_soft_mask` returns, per token, whether any of its bases was lowercase.
+- `uracil` (RNA `U`): "error" (default) or "to_t".
+- `iupac` ambiguity codes R Y S W K M B D H V: "to_n" (default) or "error".
+- `unknown` (anything else: digits, `-`, `*`, whitespace, non-ASCII): "error" (default) or "to_unk"
+  (one `<unk>` per character).
+
+The fast path is numpy over the whole batch: a character table, run boundaries by cumulative
+max/min, window values as base-4 numbers, and one boolean "token starts here" mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from biotf.errors import BiotfError, ConfigError, TokenizationError
+from biotf.tokenizers._arrays import CharTable, assemble, join_codes, refuse
+from biotf.tokenizers.amino_acid import check_choice
+from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
+
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<cls>", "<eos>", "<mask>")
+BASES = "ACGT"
+IUPAC_AMBIGUITY = "RYSWKMBDHV"
+# Watson-Crick pairs plus IUPAC ambiguity codes: R(A/G)<->Y(C/T), K(G/T)<->M(A/C), B(not A)<->V(not T),
+# D(not C)<->H(not G); S(C/G), W(A/T) and N pair with themselves. U (RNA) pairs with A.
+_COMPLEMENT = dict(zip("ACGTURYKMBVDHSWN", "TGCAAYRMKVBHDSWN"))
+_COMPLEMENT.update({a.lower(): b.lower() for a, b in _COMPLEMENT.items()})
+_COMPLEMENT_TABLE = str.maketrans(_COMPLEMENT)
+
+LOWERCASE_POLICIES = ("fold", "error")
+URACIL_POLICIES = ("error", "to_t")
+IUPAC_POLICIES = ("to_n", "error")
+UNKNOWN_POLICIES = ("error", "to_unk")
+
+# Values of the character table: 0-3 a base, then these.
+_N, _UNK = 4, 5
+
+
+def reverse_complement(sequence: str, record: str | None = None) -> str:
+    """Reverse complement of a DNA (or RNA) sequence, IUPAC codes included; case is kept.
+
+    R<->Y, K<->M, B<->V, D<->H; S, W and N map to themselves; U maps to A. Any other character is
+    an error naming its position in `sequence`.
+    """
+    complement = sequence.translate(_COMPLEMENT_TABLE)
+    for position, char in enumerate(sequence):
+        if char not in _COMPLEMENT:
+            raise TokenizationError(char, position, record=record, detail="not a nucleotide or IUPAC code")
+    return complement[::-1]
+
+
+@register_tokenizer("dna")
+class KmerTokenizer(Tokenizer):
+    """k-mers of DNA with a stride: non-overlapping (stride == k), overlapping (stride < k), characters (k == 1)."""
+
+    def __init__(self, k: int = 6, stride: int | None = None, lowercase: str = "fold", uracil: str = "error",
+                 iupac: str = "to_n", unknown: str = "error"):
+        stride = k if stride is None else stride
+        if not isinstance(k, int) or not 1 <= k <= 12:
+            raise ConfigError("tokenizer.k", k, allowed="an integer from 1 to 12")
+        if not isinstance(stride, int) or not 1 <= stride <= k:
+            raise ConfigError("tokenizer.stride", stride, allowed=f"an integer from 1 to k={k}")
+        check_choice("tokenizer.lowercase", lowercase, LOWERCASE_POLICIES)
+        check_choice("tokenizer.uracil", uracil, URACIL_POLICIES)
+        check_choice("tokenizer.iupac", iupac, IUPAC_POLICIES)
+        check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
+        self.k, self.stride = k, stride
+        self.lowercase, self.uracil, self.iupac, self.unknown = lowercase, uracil, iupac, unknown
+
+        self._tokens = list(SPECIAL_TOKENS) + ["".join(p) for p in product(BASES, repeat=k)]
+        self._tokens += [b for b in BASES + "N" if k > 1 or b == "N"]
+        self._vocab = {t: i for i, t in enumerate(self._tokens)}
+        self.pad_id, self.unk_id, self.cls_id, self.eos_id, self.mask_id = (self._vocab[t] for t in SPECIAL_TOKENS)
+        self._kmer_offset = len(SPECIAL_TOKENS)
+        # id of the single-character token for each table value (A C G T N <unk>)
+        self._single_ids = np.array([self._vocab[b] for b in BASES + "N"] + [self.unk_id], dtype=np.int32)
+        self._table = self._build_table()
+        self._is_lower = np.zeros(len(self._table.values), dtype=bool)
+        self._is_lower[ord("a"):ord("z") + 1] = True
+
+    def _build_table(self) -> CharTable:
+        table = CharTable()
+        for value, base in enumerate(BASES):
+            table.set(base, value)
+        table.set("N", _N)
+        if self.uracil == "to_t":
+            table.set("U", BASES.index("T"), "U_to_T")
+        else:
+            table.refuse("U", "RNA uracil refused by uracil='error' (or set 'to_t')")
+        if self.iupac == "to_n":
+            table.set(IUPAC_AMBIGUITY, _N, "iupac_to_N")
+        else:
+            table.refuse(IUPAC_AMBIGUITY, "IUPAC ambiguity code refused by iupac='error' (or set 'to_n')")
+        for upper in map(ord, BASES + "NU" + IUPAC_AMBIGUITY):
+            lower = ord(chr(upper).lower())
+            if self.lowercase == "error":
+                table.refuse([lower], "lowercase (soft-masked) base refused by lowercase='error' (or set 'fold')")
+            elif upper in table.reasons:
+                table.refuse([lower], table.reasons[upper])
+            else:
+                table.set([lower], int(table.values[upper]), "lowercase_folded",
+                          *[stat for stat, counted in table.counted.items() if counted[upper]])
+        if self.unknown == "to_unk":
+            table.set(table.unset_codes(), _UNK, "unknown_to_unk")
+        else:
+            table.refuse(table.unset_codes(), "not a nucleotide code, refused by unknown='error' (or set 'to_unk')")
+        return table
+
+    # --- encoding ---------------------------------------------------------------------------
+    def _content(self, texts: Sequence[str], records: Sequence[str] | None, stats: PolicyStats | None,
+                 soft_mask: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Flat content ids of the batch, ids per text, and (on request) the per-token soft-mask."""
+        codes, starts = join_codes(texts)
+        values = self._table.values[codes]
+        if (values == CharTable.REFUSED).any():
+            flat = int(np.argmax(values == CharTable.REFUSED))
+            raise refuse(texts, records, starts, flat, self._table.reason(codes[flat]))
+        self._table.add_stats(codes, stats)
+        lower = self._is_lower[codes] if soft_mask else None
+        if self.k == 1:
+            emit = None
+            ids = self._single_ids[values]
+            token_lower = lower
+        else:
+            ids, emit, token_lower = self._windows(values, starts, lower)
+        if emit is None:
+            counts = np.diff(starts)
+        else:
+            emitted_before = np.zeros(len(emit) + 1, dtype=np.int64)
+            np.cumsum(emit, out=emitted_before[1:])
+            counts = np.diff(emitted_before[starts])
+        return ids, counts, token_lower
+
+    def _windows(self, values: np.ndarray, starts: np.ndarray, lower: np.ndarray | None):
+        """Vectorised k-mer cutting of the joined batch (see the module docstring for the rule)."""
+        n, k, stride = len(values), self.k, self.stride
+        index = np.arange(n, dtype=np.int64)
+        is_base = values < 4
+        text_start = np.zeros(n + 1, dtype=bool)
+        text_start[starts] = True  # also marks n (the end)
+        previous_base = np.concatenate(([False], is_base[:-1]))
+        next_base = np.concatenate((is_base[1:], [False]))
+        run_first = is_base & (~previous_base | text_start[:-1])
+        run_last = is_base & (~next_base | text_start[1:])
+        run_start = np.maximum.accumulate(np.where(run_first, index, 0))
+        run_end = np.minimum.accumulate(np.where(run_last, index + 1, n)[::-1])[::-1]
+        offset = index - run_start
+        run_length = run_end - run_start
+        window = is_base & (offset % stride == 0) & (offset + k <= run_length)
+        last_window_end = np.where(run_length >= k, (run_length - k) // stride * stride + k, 0)
+        emit = window | ~is_base | (offset >= last_window_end)
+        # value of the k bases starting at each position, as a base-4 number (garbage where not a window)
+        padded = np.concatenate((np.minimum(values, 3), np.zeros(k, dtype=values.dtype))).astype(np.int32)
+        kmer = np.zeros(n, dtype=np.int32)
+        for j in range(k):
+            kmer = kmer * 4 + padded[j:j + n]
+        ids = np.where(window, kmer + self._kmer_offset, self._single_ids[values])[emit]
+        token_lower = None
+        if lower is not None:
+            lower_before = np.zeros(n + k, dtype=np.int32)
+            np.cumsum(lower, out=lower_before[1:n + 1])
+            lower_before[n + 1:] = lower_before[n]
+            window_lower = lower_before[k:k + n] - lower_before[:n] > 0
+            token_lower = np.where(window, window_lower, lower)[emit]
+        return ids, emit, token_lower
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
+                     records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
+        ids, counts, _ = self._content(texts, records, stats)
+        return assemble(ids, counts, *(self.cls_id, self.eos_id) if add_special_tokens else (None, None))
+
+    def encode_batch_with_soft_mask(self, texts: Sequence[str], add_special_tokens: bool = True,
+                                    records: Sequence[str] | None = None, stats: PolicyStats | None = None
+                                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """`encode_batch` plus, per token, True where any of its bases was lowercase (soft-masked)
+        in the input; special tokens are False. Requires lowercase='fold'."""
+        if self.lowercase != "fold":
+            raise ConfigError("tokenizer.lowercase", self.lowercase, allowed="fold",
+                              reason="a soft-mask needs lowercase bases to be folded, not refused")
+        ids, counts, lower = self._content(texts, records, stats, soft_mask=True)
+        specials = (self.cls_id, self.eos_id) if add_special_tokens else (None, None)
+        masks = assemble(lower.astype(np.int32), counts, *(0 if s is not None else None for s in specials))
+        return assemble(ids, counts, *specials), [m.astype(bool) for m in masks]
+
+    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
+               stats: PolicyStats | None = None) -> list[int]:
+        records = None if record is None else [record]
+        return self.encode_batch([text], add_special_tokens, records=records, stats=stats)[0].tolist()
+
+    def tokenize(self, text: str, record: str | None = None) -> list[str]:
+        return [self._tokens[i] for i in self.encode(text, add_special_tokens=False, record=record)]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Inverse of `encode` (after policies): overlapping windows contribute `stride` new bases each."""
+        skip = self.special_ids if skip_special_tokens else frozenset()
+        tokens = [self._tokens[i] for i in map(int, ids) if i not in skip]
+        kmer_ids = range(self._kmer_offset, self._kmer_offset + 4 ** self.k)
+        is_kmer = [self.k > 1 and self._vocab[t] in kmer_ids for t in tokens] + [False]
+        return "".join(t[:self.stride] if is_kmer[i] and is_kmer[i + 1] else t for i, t in enumerate(tokens))
+
+    # --- vocabulary and persistence --------------------------------------------------------
+    @property
+    def overlapping(self) -> bool:
+        return self.stride < self.k
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._vocab)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"k": self.k, "stride": self.stride, "lowercase": self.lowercase, "uracil": self.uracil,
+                "iupac": self.iupac, "unknown": self.unknown}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "KmerTokenizer":
+        return cls(**config)
+
+    def to_hf(self):
+        """`PreTrainedTokenizerFast` with the same ids (non-overlapping k-mers and characters only)."""
+        if self.overlapping:
+            raise BiotfError(
+                f"overlapping k-mers (k={self.k}, stride={self.stride}) have no Hugging Face tokenizers "
+                "equivalent: a pre-tokenizer cannot emit overlapping pieces. Use biotf's KmerTokenizer, or "
+                "stride == k for an exportable tokenizer")
+        from biotf.tokenizers.hf import wordlevel_hf_tokenizer
+
+        replacements = {}
+        for code in range(128):
+            value = int(self._table.values[code])
+            if value in (CharTable.REFUSED, _UNK):
+                continue
+            token = (BASES + "N")[value]
+            if token != chr(code):
+                replacements[chr(code)] = token
+        pattern = f"[ACGT]{{{self.k}}}|." if self.k > 1 else "."
+        return wordlevel_hf_tokenizer(self._vocab, piece_pattern=pattern, replacements=replacements, unk="<unk>",
+                                      cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
+                                      special_tokens=SPECIAL_TOKENS)
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{key}={value!r}" for key, value in self.to_config().items())
+        return f"KmerTokenizer({options})"

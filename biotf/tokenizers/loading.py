@@ -1,0 +1,97 @@
+"""Building tokenizers from config, and loading saved ones.
+
+- `build_tokenizer(config, texts=..., files=...)`: what training and the CLI call with Hydra's
+  `conf/tokenizer/<name>.yaml` (a plain mapping: `kind` plus the scheme's options).
+- `load_tokenizer(path)`: a directory or `tokenizer.json` written by biotf (any registered kind,
+  plugins included) or by Hugging Face (any HF tokenizer, wrapped as `BPETokenizer`).
+
+How a kind is recorded: biotf's own schemes write `{"biotf_tokenizer": kind, "fingerprint": ...,
+"config": {...}}` to `tokenizer.json`; BPE writes Hugging Face's own `tokenizer.json` (+
+`tokenizer_config.json`) so that `transformers` can load it, and any file with Hugging Face's
+`"model"` section is read as `bpe`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from biotf.errors import ConfigError, InputError
+from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, tokenizer_class, registered_tokenizers
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and lists (e.g. OmegaConf's DictConfig / ListConfig) as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = None,
+                    files: Sequence[str | Path] | None = None) -> Tokenizer:
+    """The tokenizer `config` describes: `{"kind": <registered name>, **options}`.
+
+    The options are the scheme's constructor arguments (a Hydra YAML mirrors them one to one);
+    an unknown kind or option is a ConfigError naming the key and the allowed values.
+
+    Schemes whose vocabulary is learned use the training data passed here:
+    - `smiles` with `vocab: null` learns its vocabulary from `texts` (SMILES strings) with
+      `SmilesTokenizer.train(texts, min_frequency)`; without `texts` it uses the regex's base tokens.
+    - `bpe` loads `path` when set (any biotf or Hugging Face tokenizer directory / tokenizer.json);
+      otherwise it trains byte-level BPE with `vocab_size`, `min_frequency` and `special_tokens`
+      on `files` (`BPETokenizer.train`) or `texts` (`BPETokenizer.train_from_texts`).
+    Training code passes its training split's texts (or files) every time; kinds with a fixed
+    vocabulary ignore them.
+    """
+    options = _plain(config)
+    if not isinstance(options, dict):
+        raise ConfigError("tokenizer", config, reason="expected a mapping with a 'kind' key")
+    kind = options.pop("kind", None)
+    if kind is None:
+        raise ConfigError("tokenizer.kind", None, allowed=", ".join(registered_tokenizers()))
+    return tokenizer_class(kind).build(options, texts=texts, files=files)
+
+
+def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
+    """The tokenizer saved at `path` (a directory holding `tokenizer.json`, or the file itself)."""
+    if isinstance(path, Tokenizer):
+        return path
+    path = Path(path)
+    if path.is_dir():
+        file = path / TOKENIZER_FILE
+        if not file.is_file():
+            raise InputError(f"{path} has no {TOKENIZER_FILE}: not a biotf or Hugging Face tokenizer directory")
+    elif path.is_file():
+        file = path
+    else:
+        raise InputError(f"tokenizer path {path} does not exist")
+    try:
+        text = file.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"cannot read {file} as a tokenizer: {error}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{file} is not a tokenizer file (expected a JSON object)")
+    if "biotf_tokenizer" in data:
+        kind = data["biotf_tokenizer"]
+        try:
+            cls = tokenizer_class(kind)
+        except ConfigError as error:
+            raise InputError(f"{file} was saved by tokenizer kind {kind!r}, which is not registered here "
+                             f"(is its plugin installed?): {error}") from None
+        tokenizer = cls.from_config(data.get("config", {}))
+        saved = data.get("fingerprint")
+        if saved is not None and saved != tokenizer.fingerprint:
+            raise InputError(f"{file}: fingerprint {saved} does not match the tokenizer it describes "
+                             f"({tokenizer.fingerprint}); the file was edited or written by an incompatible version")
+        return tokenizer
+    if "model" in data:
+        from biotf.tokenizers.bpe import BPETokenizer
+
+        return BPETokenizer._from_hf_json(text, file)
+    raise InputError(f"{file} is neither a biotf tokenizer (no 'biotf_tokenizer' key) nor a Hugging Face "
+                     "tokenizer.json (no 'model' section)")
