@@ -1,0 +1,86 @@
+"""Positional schemes do what their papers say."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from biotf.model import Transformer, TransformerConfig
+from biotf.model.positions import alibi_slopes, apply_rotary, build_positions, sinusoidal_table
+
+
+def test_rope_scores_depend_only_on_the_relative_offset():
+    config = TransformerConfig(d_model=64, n_heads=2, pos="rope", rope_theta=1e4)
+    rope = build_positions(config)
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 1, 1, 32, dtype=torch.float64), torch.randn(1, 1, 1, 32, dtype=torch.float64)
+
+    def score(m: int, n: int) -> float:
+        cos_m, sin_m = rope.rotary(torch.tensor([[m]]))
+        cos_n, sin_n = rope.rotary(torch.tensor([[n]]))
+        return (apply_rotary(q, cos_m, sin_m) * apply_rotary(k, cos_n, sin_n)).sum().item()
+
+    for m, n in [(3, 1), (10, 2), (0, 5)]:
+        reference = score(m, n)
+        for shift in (1, 7, 100):
+            assert score(m + shift, n + shift) == pytest.approx(reference, abs=1e-4)
+    assert score(0, 0) == pytest.approx((q * k).sum().item())  # position 0 is no rotation
+    assert abs(score(5, 1) - score(5, 2)) > 1e-3  # and the offset does matter
+
+
+def test_rope_pairs_dimension_j_with_j_plus_half_like_hf():
+    config = TransformerConfig(d_model=16, n_heads=2, pos="rope", rope_theta=100.0)
+    cos, sin = build_positions(config).rotary(torch.tensor([[3]]))
+    x = torch.arange(8, dtype=torch.float32).view(1, 1, 1, 8) + 1
+    angle = 3 * 100.0 ** (-torch.arange(0, 8, 2) / 8)  # theta^(-2i/d) for the 4 pairs
+    x1, x2 = x[..., :4], x[..., 4:]
+    expected = torch.cat([x1 * angle.cos() - x2 * angle.sin(), x2 * angle.cos() + x1 * angle.sin()], dim=-1)
+    torch.testing.assert_close(apply_rotary(x, cos, sin), expected)
+
+
+def test_sinusoidal_values_match_vaswani_formula():
+    d_model = 10
+    table = sinusoidal_table(torch.arange(50), d_model)
+    for position in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = position / 10000 ** (2 * i / d_model)
+            assert table[position, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[position, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_sinusoidal_positions_are_added_to_the_embeddings():
+    model = Transformer(TransformerConfig(d_model=16, n_heads=2, pos="sinusoidal", n_layers=1)).eval()
+    ids = torch.tensor([[3, 3, 3]])
+    embedded = model(ids, output_hidden_states=True).hidden_states[0]
+    torch.testing.assert_close(embedded, model.embed(ids) + sinusoidal_table(torch.arange(3), 16))
+
+
+def test_alibi_slopes_for_8_heads_are_2_to_the_minus_1_to_8():
+    assert alibi_slopes(8).tolist() == [2.0 ** -i for i in range(1, 9)]
+
+
+def test_alibi_slopes_for_heads_not_a_power_of_two_follow_the_paper():
+    # 6 heads: the 4-head slopes 2^-2, 2^-4, 2^-6, 2^-8, then every other 8-head slope: 2^-1, 2^-3.
+    assert alibi_slopes(6).tolist() == [2.0 ** -i for i in (2, 4, 6, 8, 1, 3)]
+    torch.testing.assert_close(alibi_slopes(16), torch.tensor([2.0 ** (-i / 2) for i in range(1, 17)]))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_bias_is_minus_slope_times_distance(causal):
+    config = TransformerConfig(d_model=32, n_heads=8, pos="alibi", causal=causal)
+    positions = torch.arange(5)[None]
+    bias = build_positions(config).attention_bias(positions, positions, causal)
+    assert bias.shape == (1, 8, 5, 5)
+    distance = (positions[0, :, None] - positions[0, None, :]).float()
+    distance = distance if causal else distance.abs()
+    for head, slope in enumerate(alibi_slopes(8)):
+        visible = torch.ones(5, 5, dtype=torch.bool).tril() if causal else torch.ones(5, 5, dtype=torch.bool)
+        torch.testing.assert_close(bias[0, head][visible], (-slope * distance)[visible])
+
+
+def test_learned_positions_are_a_trained_table():
+    model = Transformer(TransformerConfig(d_model=16, n_heads=2, pos="learned", max_seq_len=12))
+    assert model.positions.table.weight.shape == (12, 16)
+    assert model.num_parameters() - model.num_parameters(exclude_embeddings=True) == (32 + 12) * 16
