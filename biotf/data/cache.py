@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 CACHE_VERSION = 1
 META_FILE = "meta.json"
 SHARD_ARRAYS = {"tokens": None, "offsets": np.int64, "records": np.int64, "counts": np.int64}  # None: token dtype
-_CHECKSUM_BLOCK = 1 << 24
+_CHECKSUM_BLOCK = 1 << 22
 
 
 class CorruptCacheError(Exception):
@@ -221,7 +221,7 @@ def _load(directory: Path, key: str, vocab_size: int) -> tuple[dict[str, TokenSh
 def tokenize_to_cache(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path,
                       reader_options: ReaderOptions | None = None, validation_fraction: float = 0.05,
                       seed: int = 0, add_special_tokens: bool = True,
-                      chunk_characters: int = 1 << 22) -> ShardCache:
+                      chunk_characters: int = 1 << 20) -> ShardCache:
     """Tokenized, split shards of `path`: reused from `cache_dir` when present and intact, else built."""
     path = Path(path)
     options = reader_options or ReaderOptions()

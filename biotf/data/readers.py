@@ -6,9 +6,9 @@ other column carried as metadata), `.smi` (SMILES, then an optional name, per li
 file without the suffix both work. The format comes from the extension (`.gz` ignored) unless
 `ReaderOptions.format` overrides it.
 
-Bytes are decoded line by line so that a non-UTF-8 byte, a header without a sequence, a CSV row
-with the wrong number of fields or a missing column is one `InputError` naming the file and the
-line or record. Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace
+A non-UTF-8 byte, a header without a sequence, a CSV row with the wrong number of fields or a
+missing column is one `InputError` naming the file and the line or record. Text is decoded by a
+TextIOWrapper (C speed); the rare error paths rescan the file to name the exact line. Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace
 are counted in the `PolicyStats` the caller passes in.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-from collections import deque
 from collections.abc import Iterator
+from itertools import chain, islice
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
@@ -105,32 +105,28 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return handle
 
 
-class _Lines:
-    """UTF-8 lines of a binary stream with '\\r\\n' folded to '\\n'; knows the current line number.
+def _text(handle: IO[bytes]) -> io.TextIOWrapper:
+    """UTF-8 text with universal newlines (CRLF files read like LF ones), iterated at C speed."""
+    return io.TextIOWrapper(handle, encoding="utf-8", newline=None)
 
-    Decoding per line (rather than a TextIOWrapper) makes a bad byte an error at an exact line.
-    Remembers the line numbers of FASTA headers so records can be named with their line.
-    """
 
-    def __init__(self, handle: IO[bytes], path: Path):
-        self.handle, self.path = handle, path
-        self.line_number = 0
-        self.header_lines: deque[int] = deque()
-
-    def __iter__(self) -> Iterator[str]:
-        for raw in self.handle:
-            self.line_number += 1
+def _bad_utf8(path: Path) -> str:
+    """Where the first non-UTF-8 byte is: found by a second pass, since errors are rare and the fast path
+    (a TextIOWrapper) does not count lines."""
+    with open_binary(path) as handle:
+        for number, raw in enumerate(handle, 1):
             try:
-                line = raw.decode("utf-8")
+                raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                bad = raw[error.start:error.start + 1]
-                raise InputError(f"{self.path}: line {self.line_number}: not UTF-8 text "
-                                 f"(byte 0x{bad.hex()} at column {error.start + 1})") from None
-            if line.endswith("\r\n"):
-                line = line[:-2] + "\n"
-            if line.startswith(">"):
-                self.header_lines.append(self.line_number)
-            yield line
+                return f"line {number}: not UTF-8 text (byte 0x{raw[error.start:error.start + 1].hex()} at column {error.start + 1})"
+    return "not UTF-8 text"  # not reached in practice: every invalid byte lies on some line
+
+
+def _header_line(path: Path, index: int) -> int:
+    """1-based line of the FASTA header of record `index` (a second pass, used only for error messages)."""
+    with open_binary(path) as handle:
+        headers = (number for number, raw in enumerate(handle, 1) if raw.startswith(b">"))
+        return next(islice(headers, index, None))
 
 
 def with_source(error: TokenizationError, source: str | Path) -> TokenizationError:
@@ -157,6 +153,8 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
             for record in reader(handle, path, options, stats, fmt):
                 count += 1
                 yield record
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: {_bad_utf8(path)}") from None
         except (EOFError, gzip.BadGzipFile, OSError) as error:
             raise InputError(f"{path}: damaged or truncated compressed file ({error})") from None
     if count == 0:
@@ -167,26 +165,21 @@ def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
                 fmt: str) -> Iterator[Record]:
     from Bio.SeqIO.FastaIO import SimpleFastaParser
 
-    lines = _Lines(handle, path)
-    stream = iter(lines)
-    for first in stream:
+    stream = _text(handle)
+    for number, first in enumerate(stream, 1):
         if first.strip():
             break
     else:
         return
     if not first.startswith(">"):
-        raise InputError(f"{path}: line {lines.line_number}: expected a FASTA header starting with '>', "
+        raise InputError(f"{path}: line {number}: expected a FASTA header starting with '>', "
                          f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
 
-    def replay() -> Iterator[str]:
-        yield first
-        yield from stream
-
-    for index, (title, sequence) in enumerate(SimpleFastaParser(replay())):
-        line = lines.header_lines.popleft()
+    for index, (title, sequence) in enumerate(SimpleFastaParser(chain([first], stream))):
         identifier, _, description = title.partition(" ")
         if not sequence:
-            raise InputError(f"{path}: record {identifier!r} (line {line}) has a header but no sequence")
+            raise InputError(f"{path}: record {identifier!r} (line {_header_line(path, index)}) "
+                             "has a header but no sequence")
         yield Record(identifier, sequence, {"description": description.strip()}, index)
 
 
@@ -195,7 +188,7 @@ def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: 
     from Bio import SeqIO
     from Bio.Seq import UndefinedSequenceError
 
-    text = io.TextIOWrapper(handle, encoding="utf-8", newline=None)
+    text = _text(handle)
     index = 0
     try:
         for index, entry in enumerate(SeqIO.parse(text, "genbank")):
@@ -210,10 +203,8 @@ def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: 
                 if key in entry.annotations:
                     metadata[key] = str(entry.annotations[key])
             yield Record(entry.id, sequence, metadata, index)
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: not UTF-8 text near record {index + 1} ({error.reason})") from None
     except ValueError as error:
-        if isinstance(error, InputError):
+        if isinstance(error, (InputError, UnicodeDecodeError)):
             raise
         raise InputError(f"{path}: not a valid GenBank file near record {index + 1}: {error}") from None
 
@@ -242,7 +233,7 @@ def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
     quoting = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}.get(quoting_name)
     if quoting is None:
         raise InputError(f"unknown CSV quoting {quoting_name!r} for {path} (allowed: minimal, none)")
-    reader = csv.reader(iter(_Lines(handle, path)), delimiter=delimiter, quoting=quoting, strict=True)
+    reader = csv.reader(_text(handle), delimiter=delimiter, quoting=quoting, strict=True)
     try:
         names = next(reader, None)
         if names is None:
@@ -284,15 +275,14 @@ def _chain_one(first: list[str], rest: Iterator[list[str]]) -> Iterator[list[str
 def _nonblank_lines(handle: IO[bytes], path: Path, options: ReaderOptions,
                     stats: PolicyStats) -> Iterator[tuple[int, str]]:
     """(line number, text without its newline) of every line, blank ones skipped and counted or refused."""
-    lines = _Lines(handle, path)
-    for text in lines:
+    for number, text in enumerate(_text(handle), 1):
         text = text.rstrip("\n")
         if not text.strip():
             if not options.skip_blank_lines:
-                raise InputError(f"{path}: line {lines.line_number}: blank line (allow with skip_blank_lines)")
+                raise InputError(f"{path}: line {number}: blank line (allow with skip_blank_lines)")
             stats["blank_lines_skipped"] += 1
             continue
-        yield lines.line_number, text
+        yield number, text
 
 
 def _read_text(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
