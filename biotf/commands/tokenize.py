@@ -1,0 +1,115 @@
+"""`biotf tokenize`: show how a tokenizer cuts the records of a file, and what its policies changed.
+
+    biotf tokenize --tokenizer protein --input proteins.fasta
+    biotf tokenize --tokenizer dna --option k=6 --option stride=1 --input genome.gb --ids
+    biotf tokenize --tokenizer smiles --input molecules.csv --column smiles --limit 5
+    biotf tokenize --tokenizer runs/x/tokenizer.json --input corpus.txt
+
+Prints one line per record on stdout (`id<TAB>tokens`, or ids with `--ids`), then a summary on
+stderr: records, tokens, and every count of what a reader or tokenizer policy changed.
+Records stream through in chunks, so any file size works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from itertools import islice
+from pathlib import Path
+from typing import Any, TextIO
+
+from biotf.data.readers import FORMATS, ReaderOptions, read_records, with_source
+from biotf.errors import ConfigError, TokenizationError
+from biotf.tokenizers.base import PolicyStats, Tokenizer, tokenizer_class
+
+CHUNK_RECORDS = 1024
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tokenize", help="print the tokens of each record of a file and a policy summary",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", required=True, metavar="NAME|PATH",
+                        help="a registered scheme (protein, dna, smiles, bpe, ...) or a saved tokenizer "
+                             "(directory or tokenizer.json)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a constructor option of a named scheme, e.g. k=6, unknown=to_unk (repeatable)")
+    parser.add_argument("--input", required=True, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
+    parser.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
+    parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
+    parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")
+    parser.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row; columns are 0, 1, ...")
+    parser.add_argument("--ids", action="store_true", help="print token ids instead of token strings")
+    parser.add_argument("--no-special-tokens", action="store_true", help="leave out <cls>, <eos> and the like")
+    parser.add_argument("--limit", type=int, metavar="N",
+                        help="print only the first N records (the summary still covers the whole file)")
+    parser.set_defaults(run=run)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; values are read as JSON where they parse (6 -> int, true -> bool), else as strings."""
+    options = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise ConfigError("--option", pair, allowed="KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def resolve_tokenizer(spec: str, options: dict[str, Any]) -> Tokenizer:
+    """A saved tokenizer when `spec` is an existing path, else the registered scheme `spec` built with `options`."""
+    import biotf.tokenizers  # registers the built-in schemes
+
+    path = Path(spec)
+    if path.exists():
+        if options:
+            raise ConfigError("--option", options, reason=f"options apply to named schemes, not to saved tokenizer {path}")
+        return biotf.tokenizers.load_tokenizer(path.parent if path.is_file() else path)
+    cls = tokenizer_class(spec)
+    try:
+        return cls(**options)
+    except TypeError as error:
+        raise ConfigError("--option", options, reason=f"not accepted by tokenizer {spec!r}: {error}") from None
+
+
+def tokenize_file(tokenizer: Tokenizer, path: Path, reader_options: ReaderOptions, out: TextIO,
+                  as_ids: bool = False, add_special_tokens: bool = True, limit: int | None = None) -> tuple[int, int, PolicyStats]:
+    """Write one line per record to `out`; returns (records, tokens, policy stats) for the whole file."""
+    stats = PolicyStats()
+    inverse = None if as_ids else {i: t for t, i in tokenizer.get_vocab().items()}
+    records = read_records(path, reader_options, stats)
+    n_records = n_tokens = 0
+    while chunk := list(islice(records, CHUNK_RECORDS)):
+        try:
+            encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
+                                             records=[r.id for r in chunk], stats=stats)
+        except TokenizationError as error:
+            raise with_source(error, path) from None
+        for record, ids in zip(chunk, encoded):
+            if limit is None or n_records < limit:
+                shown = " ".join(map(str, ids.tolist())) if as_ids else " ".join(inverse[i] for i in ids.tolist())
+                out.write(f"{record.id}\t{shown}\n")
+            n_records += 1
+            n_tokens += len(ids)
+    return n_records, n_tokens, stats
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 0:
+        raise ConfigError("--limit", args.limit, allowed="an integer >= 0")
+    tokenizer = resolve_tokenizer(args.tokenizer, parse_options(args.option))
+    options = ReaderOptions(format=args.format, column=args.column, id_column=args.id_column, header=not args.no_header)
+    try:
+        n_records, n_tokens, stats = tokenize_file(tokenizer, args.input, options, sys.stdout, args.ids,
+                                                   not args.no_special_tokens, args.limit)
+    except BrokenPipeError:  # piped into `head`: the reader stopped listening, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so Python's exit flush stays quiet
+        return 0
+    print(f"{args.input}: {n_records} records, {n_tokens} tokens ({n_tokens / n_records:.1f} per record) "
+          f"with {tokenizer.kind} tokenizer {tokenizer.fingerprint}; policies: {stats.summary()}", file=sys.stderr)
+    return 0
