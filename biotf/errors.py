@@ -15,7 +15,7 @@ class ConfigError(BiotfError, ValueError):
     """An invalid configuration value or combination; names the key and the allowed values."""
 
     def __init__(self, key: str, value: object, allowed: str | None = None, reason: str | None = None):
-        self.key, self.value, self.allowed = key, value, allowed
+        self.key, self.value, self.allowed, self.reason = key, value, allowed, reason
         message = f"invalid config {key}={value!r}"
         if reason:
             message += f": {reason}"

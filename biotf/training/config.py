@@ -1,0 +1,211 @@
+"""Structured training configs: the schema Hydra validates every override against.
+
+`conf/config.yaml` starts its defaults list with `train_schema`, the `TrainConfig` dataclass below
+registered in Hydra's ConfigStore, so each group YAML (`data/`, `trainer/`, `optim/`, `model/`)
+merges into a typed node: an unknown key or a value of the wrong type fails while composing.
+Allowed-value checks and cross-field checks run in `validate()`, which turns the composed
+`DictConfig` into dataclasses (calling each `__post_init__`) before any data is read. The model
+node *is* `biotf.model.TransformerConfig`, so its fields and checks live in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from biotf.data import LONG_POLICIES
+from biotf.errors import ConfigError, InputError
+from biotf.model.config import TransformerConfig
+from biotf.tokenizers.base import tokenizer_class
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = REPO_ROOT / "conf"
+
+PRECISIONS = ("32", "32-true", "bf16-mixed")
+STRATEGIES = ("auto", "ddp", "fsdp")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+LOGGERS = ("csv", "tensorboard")
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, value, " | ".join(allowed))
+
+
+def _at_least(key: str, value: float, minimum: float) -> None:
+    if value < minimum:
+        raise ConfigError(key, value, f"a number >= {minimum:g}")
+
+
+@dataclass
+class DataConfig:
+    """Where the sequences come from and how they are batched.
+
+    path: the input file (FASTA, GenBank, CSV/TSV, .smi or text; see `biotf.data.readers`).
+    format / column / id_column: reader options (format from the extension when null).
+    max_length: longest training sequence in tokens, specials included (<= model.max_seq_len).
+    long_policy: crop (a random window each time it is drawn) | drop (skipped and counted) | error.
+    mask_probability: share of content tokens chosen for masked-LM targets (80/10/10 rule).
+    """
+
+    path: str = MISSING
+    format: Optional[str] = None
+    column: Optional[str] = None
+    id_column: Optional[str] = None
+    validation_fraction: float = 0.05
+    max_length: int = 256
+    long_policy: str = "crop"
+    mask_probability: float = 0.15
+    batch_size: int = 16
+    num_workers: int = 0
+    cache_dir: str = ".cache/biotf/tokens"
+
+    def __post_init__(self) -> None:
+        _choice("data.long_policy", self.long_policy, LONG_POLICIES)
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ConfigError("data.validation_fraction", self.validation_fraction, "0 < fraction < 1",
+                              reason="training reports validation loss, so the split needs records on both sides")
+        if not 0.0 < self.mask_probability < 1.0:
+            raise ConfigError("data.mask_probability", self.mask_probability, "0 < probability < 1")
+        _at_least("data.max_length", self.max_length, 2)
+        _at_least("data.batch_size", self.batch_size, 1)
+        _at_least("data.num_workers", self.num_workers, 0)
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to `min_lr_ratio * lr` at `trainer.max_steps`."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError("optim.lr", self.lr, "a number > 0")
+        _at_least("optim.weight_decay", self.weight_decay, 0)
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError("optim.betas", list(self.betas), "two numbers in [0, 1)")
+        _at_least("optim.warmup_steps", self.warmup_steps, 0)
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError("optim.min_lr_ratio", self.min_lr_ratio, "0 <= ratio <= 1")
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning Trainer settings; counts are optimizer steps unless named otherwise.
+
+    devices: a count, a list of device indices or "auto". val_check_interval: training batches
+    between validations. limit_val_batches: validation batches per check (a count, or a fraction).
+    """
+
+    accelerator: str = "auto"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32"
+    max_steps: int = 1000
+    val_check_interval: int = 200
+    limit_val_batches: Any = 1.0
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float = 1.0
+    checkpoint_every_n_steps: int = 100
+    log_every_n_steps: int = 10
+    compile: bool = False
+    logger: str = "csv"
+    enable_progress_bar: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("trainer.accelerator", self.accelerator, ACCELERATORS)
+        _choice("trainer.strategy", self.strategy, STRATEGIES)
+        _choice("trainer.precision", self.precision, PRECISIONS)
+        _choice("trainer.logger", self.logger, LOGGERS)
+        for key in ("num_nodes", "max_steps", "val_check_interval", "accumulate_grad_batches",
+                    "checkpoint_every_n_steps", "log_every_n_steps"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"trainer.{key}", getattr(self, key), "an integer >= 1")
+        limit = self.limit_val_batches
+        if not ((isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1)
+                or (isinstance(limit, float) and 0.0 < limit <= 1.0)):
+            raise ConfigError("trainer.limit_val_batches", limit, "a fraction in (0.0, 1.0] or a batch count >= 1")
+        _at_least("trainer.gradient_clip_val", self.gradient_clip_val, 0)
+        devices = self.devices
+        if not (devices == "auto" or (isinstance(devices, int) and devices >= 1)
+                or (isinstance(devices, list) and devices and all(isinstance(d, int) for d in devices))):
+            raise ConfigError("trainer.devices", devices, "an integer >= 1, a list of device indices, or auto")
+
+
+@dataclass
+class TrainConfig:
+    """One training run. `tokenizer` is the mapping `biotf.tokenizers.build_tokenizer` takes (kind + options).
+
+    ckpt_path: resume from this Lightning checkpoint (optimizer, schedule, step and data position).
+    """
+
+    experiment: str = MISSING
+    seed: int = 0
+    ckpt_path: Optional[str] = None
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    model: TransformerConfig = MISSING  # from conf/model/<preset>.yaml; vocab_size is set from the tokenizer
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    @property
+    def objective(self) -> str:
+        """mlm for a bidirectional model, clm for a causal one: the model's `causal` flag decides."""
+        return "clm" if self.model.causal else "mlm"
+
+
+def register_configs() -> None:
+    """Register the schema with Hydra's ConfigStore and the `${biotf_root:}` resolver (idempotent)."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    if not OmegaConf.has_resolver("biotf_root"):
+        OmegaConf.register_new_resolver("biotf_root", lambda: str(REPO_ROOT))
+
+
+def _section(cfg: DictConfig, name: str) -> Any:
+    """Convert one node to its dataclass, naming keys as `<section>.<field>` in errors."""
+    try:
+        return OmegaConf.to_object(cfg[name])
+    except ConfigError as error:
+        if error.key.startswith(f"{name}."):
+            raise
+        raise ConfigError(f"{name}.{error.key}", error.value, error.allowed, error.reason) from None
+
+
+def validate(cfg: DictConfig) -> TrainConfig:
+    """The composed config as validated dataclasses; raises ConfigError/InputError before any data is read."""
+    sections = {name: _section(cfg, name) for name in ("model", "data", "trainer", "optim")}
+    tokenizer = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    if "kind" not in tokenizer:
+        raise ConfigError("tokenizer.kind", None, "a registered tokenizer name")
+    try:
+        tokenizer_class(tokenizer["kind"])
+    except ConfigError as error:
+        raise ConfigError("tokenizer.kind", error.value, error.allowed) from None
+    config = TrainConfig(experiment=cfg.experiment, seed=cfg.seed, ckpt_path=cfg.ckpt_path, tokenizer=tokenizer,
+                         **sections)
+    model, data = config.model, config.data
+    if model.max_seq_len is not None and data.max_length > model.max_seq_len:
+        raise ConfigError("data.max_length", data.max_length, f"<= model.max_seq_len={model.max_seq_len}")
+    path = Path(data.path)
+    if not path.is_file():
+        raise InputError(f"data.path: input file {path} does not exist" if not path.exists()
+                         else f"data.path: {path} is not a file")
+    if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
+        raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. <run>/checkpoints/last.ckpt)")
+    return config
+
+
+def to_plain(config: TrainConfig) -> dict[str, Any]:
+    """The validated config as plain, YAML/JSON-clean values (for the run directory and checkpoints)."""
+    return dataclasses.asdict(config)

@@ -1,0 +1,116 @@
+"""The LightningModule: `biotf.model.Transformer` plus its optimizer, schedule, metrics and checkpoint payload.
+
+Metrics (CSV logger columns, progress bar): train/loss, train/ppl, train/acc (masked-token
+accuracy for MLM, next-token accuracy for CLM), train/tokens_per_s (real, non-padding tokens over
+wall time between batch ends, all ranks), train/lr; val/loss, val/ppl, val/acc computed exactly
+over the whole validation split (sums of per-token losses, not a mean of batch means).
+
+Every checkpoint carries `checkpoint["biotf"]` (see `biotf.inference.loading`): the model config,
+the tokenizer's saved JSON and its fingerprint. Resuming with a different tokenizer is refused,
+and the torch RNG state is saved too so that dropout after a resume repeats the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+from biotf.inference.loading import CHECKPOINT_KEY, check_tokenizer, checkpoint_payload
+from biotf.model import IGNORE_INDEX, Transformer, TransformerConfig
+from biotf.tokenizers.base import Tokenizer
+from biotf.training.config import OptimConfig
+from biotf.training.optim import build_optimizer
+
+RNG_KEY = "biotf_rng"
+
+
+def target_counts(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(number of scored positions, number predicted correctly by argmax), as the model's loss scores them."""
+    if causal:  # logits at t predict labels[t + 1] (the model shifts labels the same way)
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    scored = labels != IGNORE_INDEX
+    correct = (logits[scored].argmax(-1) == labels[scored]).sum()
+    return scored.sum(), correct
+
+
+class LanguageModelTask(L.LightningModule):
+    """Trains a Transformer with masked-LM (bidirectional config) or causal-LM (causal config) loss."""
+
+    def __init__(self, model_config: TransformerConfig, tokenizer: Tokenizer, optim: OptimConfig, total_steps: int,
+                 compile: bool = False, train_config: dict[str, Any] | None = None):
+        super().__init__()
+        self.model = Transformer(model_config)
+        self.tokenizer, self.optim_config, self.total_steps = tokenizer, optim, total_steps
+        self.train_config = train_config
+        if compile:
+            self.model.compile()  # in place: state_dict keys stay those of the plain model
+        self.tokens_seen = 0
+        self._last_batch_end: float | None = None
+        self._val_sums: torch.Tensor | None = None
+
+    # --- steps -----------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None):
+        return self.model(input_ids, attention_mask=attention_mask, labels=labels)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
+        loss = out.loss
+        with torch.no_grad():
+            scored, correct = target_counts(out.logits, batch["labels"], self.model.config.causal)
+            self.log("train/loss", loss, prog_bar=True)
+            self.log("train/ppl", torch.exp(loss.detach().float()))
+            self.log("train/acc", correct / scored.clamp(min=1))
+            self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        mask = batch.get("attention_mask")
+        tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        self.tokens_seen += tokens * self.trainer.world_size
+        now = time.perf_counter()
+        if self._last_batch_end is not None:
+            rate = tokens * self.trainer.world_size / max(now - self._last_batch_end, 1e-9)
+            self.log("train/tokens_per_s", rate, prog_bar=True)
+        self._last_batch_end = now
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
+        scored, correct = target_counts(out.logits, batch["labels"], self.model.config.causal)
+        self._val_sums += torch.stack([out.loss.double() * scored, scored.double(), correct.double()])
+
+    def on_validation_epoch_end(self) -> None:
+        loss_sum, scored, correct = self._val_sums.tolist()
+        loss = loss_sum / max(scored, 1.0)
+        # Every rank scored the same full validation split, so these values agree across ranks.
+        self.log("val/loss", loss, prog_bar=True)
+        self.log("val/ppl", math.exp(min(loss, 50.0)))
+        self.log("val/acc", correct / max(scored, 1.0))
+        self._last_batch_end = None  # validation time is not training throughput
+
+    # --- optimisation ----------------------------------------------------------------------
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer, scheduler = build_optimizer(self.model, self.optim_config, self.total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # --- checkpoints -----------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = checkpoint_payload(self.model.config, self.tokenizer, self.train_config)
+        checkpoint[RNG_KEY] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint[RNG_KEY]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_tokenizer(checkpoint.get(CHECKPOINT_KEY), self.tokenizer, source="the resumed checkpoint")
+        state = checkpoint.get(RNG_KEY)
+        if state is not None:
+            torch.set_rng_state(state["torch"])
+            if "cuda" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda"])

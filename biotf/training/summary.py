@@ -1,0 +1,72 @@
+"""The run summary: did the model learn? Final validation loss next to the unigram baseline.
+
+The unigram baseline is the cross-entropy of predicting every validation target with the training
+set's token frequencies (`PreparedData.unigram_baseline`): a model that beats it clearly has
+learned more than how common each token is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SUMMARY_JSON = "summary.json"
+SUMMARY_TEXT = "summary.txt"
+
+
+@dataclass
+class RunSummary:
+    experiment: str
+    run_dir: str
+    objective: str
+    parameters: int
+    steps: int
+    train_seconds: float
+    tokens_seen: int
+    final_val_loss: float
+    final_val_ppl: float
+    final_val_acc: float
+    best_val_loss: float | None
+    unigram_baseline: float
+    data: str  # the data layer's own summary: records, tokens, policies, long sequences
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_seen / max(self.train_seconds, 1e-9)
+
+    @property
+    def beats_baseline_by(self) -> float:
+        """How far (nats/token) the final validation loss is below the unigram baseline."""
+        return self.unigram_baseline - self.final_val_loss
+
+    def text(self) -> str:
+        verdict = "below" if self.beats_baseline_by > 0 else "NOT below"
+        best = f"{self.best_val_loss:.4f}" if self.best_val_loss is not None else "n/a"
+        accuracy = "masked-token" if self.objective == "mlm" else "next-token"
+        return "\n".join([
+            f"biotf run summary: {self.experiment} ({self.objective}, {self.parameters:,} parameters)",
+            f"  steps {self.steps}, {self.train_seconds:.0f} s, {self.tokens_seen:,} tokens "
+            f"({self.tokens_per_second:,.0f} tokens/s)",
+            f"  final validation loss  {self.final_val_loss:.4f} nats/token (perplexity {self.final_val_ppl:.2f}, "
+            f"{accuracy} accuracy {self.final_val_acc:.3f})",
+            f"  unigram baseline       {self.unigram_baseline:.4f} nats/token -> {verdict} the baseline by "
+            f"{abs(self.beats_baseline_by):.4f}",
+            f"  best validation loss   {best}",
+            *("  " + line for line in self.data.splitlines()),
+        ])
+
+    def write(self, run_dir: Path) -> None:
+        payload = {**asdict(self), "tokens_per_second": self.tokens_per_second,
+                   "beats_baseline_by": self.beats_baseline_by}
+        (run_dir / SUMMARY_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        (run_dir / SUMMARY_TEXT).write_text(self.text() + "\n", encoding="utf-8")
+
+
+def next_steps(run_dir: Path) -> str:
+    """What to do with the run: where it is, how to export it, how to load it for embeddings."""
+    return "\n".join([
+        f"run directory: {run_dir}",
+        f"export it:     biotf export-model {run_dir} {run_dir / 'export'}",
+        f"embed with it: python -c \"import biotf; model, tokenizer = biotf.load_pretrained('{run_dir}')\"",
+    ])
