@@ -159,10 +159,17 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
             raise ConfigError("rank", rank, allowed=f"0..{num_replicas - 1}")
         self.lengths, self.batch_size, self.shuffle, self.seed = np.asarray(lengths), batch_size, shuffle, seed
         self.drop_last, self.group_batches, self.num_replicas, self.rank = drop_last, group_batches, num_replicas, rank
-        self.epoch = 0
+        self.epoch, self.start_batch = 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Select the epoch's batch order; `start_batch` > 0 resumes mid-epoch after that many batches.
+
+        The order is a pure function of (seed, epoch), so a resumed run that passes the number of
+        batches already consumed continues with exactly the batches an uninterrupted run would see.
+        """
+        if start_batch < 0:
+            raise ConfigError("start_batch", start_batch, allowed="an integer >= 0")
+        self.epoch, self.start_batch = epoch, start_batch
 
     def _all_batches(self) -> list[np.ndarray]:
         n = len(self.lengths)
@@ -181,7 +188,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         if self.num_replicas > 1 and batches:
             total = -(-len(batches) // self.num_replicas) * self.num_replicas
             batches = (batches * (total // len(batches) + 1))[:total]
-        return batches[self.rank::self.num_replicas]
+        return batches[self.rank::self.num_replicas][self.start_batch:]
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self._all_batches():
@@ -189,4 +196,4 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         n_batches = len(self.lengths) // self.batch_size if self.drop_last else -(-len(self.lengths) // self.batch_size)
-        return -(-n_batches // self.num_replicas)
+        return max(0, -(-n_batches // self.num_replicas) - self.start_batch)

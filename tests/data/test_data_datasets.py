@@ -92,7 +92,10 @@ def test_sampler_covers_each_index_once_and_groups_lengths():
     assert spread < random_spread / 3
     assert batches == list(LengthGroupedBatchSampler(lengths, batch_size=16, seed=1, group_batches=10))
     sampler.set_epoch(1)
-    assert list(sampler) != batches
+    epoch_one = list(sampler)
+    assert epoch_one != batches
+    sampler.set_epoch(1, start_batch=10)  # resuming mid-epoch continues the same order
+    assert list(sampler) == epoch_one[10:] and len(sampler) == len(epoch_one) - 10
 
 
 def test_sampler_ranks_partition_and_match_in_length():
