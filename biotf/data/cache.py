@@ -255,5 +255,9 @@ def tokenize_to_cache(path: str | Path, tokenizer: Tokenizer, cache_dir: str | P
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    splits, stats = _load(final, key, tokenizer.vocab_size)
+    try:
+        splits, stats = _load(final, key, tokenizer.vocab_size)
+    except CorruptCacheError as reason:  # only if the disk or another writer damaged it just now
+        raise InputError(f"token cache {final} is damaged right after it was written ({reason}); "
+                         "check the disk and run again") from None
     return ShardCache(final, splits, stats, status)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from itertools import chain, islice
 from dataclasses import asdict, dataclass
@@ -155,8 +156,10 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
                 yield record
         except UnicodeDecodeError:
             raise InputError(f"{path}: {_bad_utf8(path)}") from None
-        except (EOFError, gzip.BadGzipFile, OSError) as error:
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
             raise InputError(f"{path}: damaged or truncated compressed file ({error})") from None
+        except OSError as error:
+            raise InputError(f"{path}: cannot be read ({error})") from None
     if count == 0:
         raise InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
