@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from biotf.data.readers import ReaderOptions, detect_format, read_records
 from biotf.errors import InputError
@@ -137,3 +139,30 @@ def test_reader_streams(tmp_path):
     path.write_bytes(b">a\nMK\n" * 1000 + b">bad\n")
     records = read_records(path)
     assert next(records).id == "a"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.text(st.characters(blacklist_characters="\r\x00", blacklist_categories=("Cs",)), max_size=12),
+                          st.text(st.characters(blacklist_characters="\r\x00", blacklist_categories=("Cs",)),
+                                  min_size=1, max_size=30)), min_size=1, max_size=20))
+def test_csv_round_trips_any_text(tmp_path_factory, rows):
+    """Whatever the fields hold (quotes, commas, newlines, unicode), a written CSV reads back unchanged."""
+    import csv
+
+    path = tmp_path_factory.mktemp("csv") / "rows.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["name", "sequence"])
+        writer.writerows(rows)
+    records = list(read_records(path, ReaderOptions(id_column="name", strip=False)))
+    assert [(r.id, r.sequence) for r in records] == [(name, sequence.replace("\r", "")) for name, sequence in rows]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.from_regex(r"[A-Za-z0-9_|.-]{1,12}", fullmatch=True),
+                          st.from_regex(r"[A-Z*-]{1,200}", fullmatch=True)), min_size=1, max_size=20))
+def test_fasta_round_trips(tmp_path_factory, records):
+    path = tmp_path_factory.mktemp("fa") / "r.fasta"
+    path.write_text("".join(f">{name}\n" + "\n".join(seq[i:i + 60] for i in range(0, len(seq), 60)) + "\n"
+                            for name, seq in records))
+    assert [(r.id, r.sequence) for r in read_records(path)] == records
