@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from biotf.data.datasets import IGNORE_INDEX
+from biotf.data.datasets import IGNORE_INDEX, seeded_rng
 from biotf.errors import ConfigError
 from biotf.tokenizers.base import Tokenizer
 
@@ -79,7 +79,7 @@ class MLMCollator:
     def __call__(self, items: Sequence[dict | np.ndarray]) -> dict[str, torch.Tensor]:
         if isinstance(items[0], dict):
             sequences = [item["input_ids"] for item in items]
-            rng = np.random.default_rng([part for item in items for part in item["seed"]] + [2])
+            rng = seeded_rng(*(part for item in items for part in item["seed"]), 2)
         else:
             sequences, rng = list(items), self.generator
         ids, attention_mask = pad_batch(sequences, self.pad_id, self.pad_to_multiple_of)

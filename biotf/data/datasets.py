@@ -42,8 +42,9 @@ class LongSequenceStats:
                 f"{self.cropped} cropped, {self.dropped} dropped ({self.dropped_tokens} tokens)")
 
 
-def _rng(*entropy: int) -> np.random.Generator:
-    return np.random.default_rng([int(e) for e in entropy])
+def seeded_rng(*entropy: int) -> np.random.Generator:
+    """A generator determined by `entropy` alone (negative seeds allowed: taken modulo 2**64)."""
+    return np.random.default_rng([int(e) % 2**64 for e in entropy])
 
 
 class SequenceDataset(Dataset):
@@ -87,7 +88,7 @@ class SequenceDataset(Dataset):
         ids = np.asarray(self.shard[index], dtype=np.int64)
         epoch = self.epoch if self.training else 0
         if len(ids) > self.max_length:
-            ids = self._crop(ids, _rng(self.seed, epoch, index, 0))
+            ids = self._crop(ids, seeded_rng(self.seed, epoch, index, 0))
         return {"input_ids": ids, "seed": (self.seed, epoch, index)}
 
     def _crop(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -173,7 +174,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
     def _all_batches(self) -> list[np.ndarray]:
         n = len(self.lengths)
-        rng = _rng(self.seed, self.epoch, 1)
+        rng = seeded_rng(self.seed, self.epoch, 1)
         order = rng.permutation(n) if self.shuffle else np.arange(n)
         group = self.batch_size * self.group_batches
         batches = []

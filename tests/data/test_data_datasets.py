@@ -105,3 +105,10 @@ def test_sampler_ranks_partition_and_match_in_length():
     assert {i for r in ranks for b in r for i in b} == set(range(101))
     dropped = list(LengthGroupedBatchSampler(lengths, 4, drop_last=True))
     assert all(len(b) == 4 for b in dropped) and len(dropped) == 25
+
+
+def test_negative_seed_is_accepted_and_distinct():
+    shard = make_shard(protein_like([300]))
+    crops = {seed: tuple(SequenceDataset(shard, 16, seed=seed, special_ids=frozenset({CLS, EOS}))[0]["input_ids"])
+             for seed in (-1, 1)}
+    assert crops[-1] != crops[1]
