@@ -6,8 +6,8 @@ the pad/unk/mask/cls/bos/eos roles and the chat template.
 
 - `BPETokenizer.train(files, vocab_size, special_tokens)` / `train_from_texts(texts, ...)` learn
   byte-level BPE (GPT-2 style byte alphabet, so no input is ever unknown) on text, DNA
-  (DNABERT-2-style) or SMILES corpora. When the specials include a cls/bos and an eos token,
-  `encode` wraps each sequence in them.
+  (DNABERT-2-style) or SMILES corpora. `encode` starts each sequence with the cls (else bos)
+  token and ends it with the eos token, where the specials have them.
 - `BPETokenizer.from_file(".../tokenizer.json")` and `load_tokenizer(directory)` read ANY Hugging
   Face tokenizer (e.g. Qwen2.5's), with roles and chat template from `tokenizer_config.json` and
   `chat_template.jinja` beside it when present.
@@ -113,12 +113,12 @@ class BPETokenizer(Tokenizer):
     def _finish_training(cls, backend, roles: dict[str, str]) -> "BPETokenizer":
         from tokenizers import processors
 
-        first = roles.get("cls") or roles.get("bos")
-        if first and roles.get("eos"):
-            eos = roles["eos"]
+        first, eos = roles.get("cls") or roles.get("bos"), roles.get("eos")
+        if first or eos:
+            single = " ".join(t for t in (first, "$A", eos) if t)
+            pair = single + " " + " ".join(f"{t}:1" for t in ("$B", eos) if t)
             backend.post_processor = processors.TemplateProcessing(
-                single=f"{first} $A {eos}", pair=f"{first} $A {eos} $B:1 {eos}:1",
-                special_tokens=[(first, backend.token_to_id(first)), (eos, backend.token_to_id(eos))])
+                single=single, pair=pair, special_tokens=[(t, backend.token_to_id(t)) for t in (first, eos) if t])
         return cls(backend, special_tokens=roles)
 
     @classmethod

@@ -53,7 +53,11 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
     kind = options.pop("kind", None)
     if kind is None:
         raise ConfigError("tokenizer.kind", None, allowed=", ".join(registered_tokenizers()))
-    return tokenizer_class(kind).build(options, texts=texts, files=files)
+    try:
+        cls = tokenizer_class(kind)
+    except ConfigError as error:
+        raise ConfigError("tokenizer.kind", kind, allowed=error.allowed) from None
+    return cls.build(options, texts=texts, files=files)
 
 
 def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
@@ -83,7 +87,10 @@ def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
         except ConfigError as error:
             raise InputError(f"{file} was saved by tokenizer kind {kind!r}, which is not registered here "
                              f"(is its plugin installed?): {error}") from None
-        tokenizer = cls.from_config(data.get("config", {}))
+        try:
+            tokenizer = cls.from_config(data.get("config", {}))
+        except (ConfigError, TypeError) as error:
+            raise InputError(f"{file}: invalid {kind!r} tokenizer config: {error}") from None
         saved = data.get("fingerprint")
         if saved is not None and saved != tokenizer.fingerprint:
             raise InputError(f"{file}: fingerprint {saved} does not match the tokenizer it describes "

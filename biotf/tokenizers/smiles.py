@@ -97,9 +97,9 @@ class SmilesTokenizer(Tokenizer):
         for text in smiles:
             batch.append(text)
             if len(batch) == 65536:
-                counts.update(piece for pieces in splitter._pieces(batch, None, None) for piece in pieces)
+                counts.update(splitter._count_pieces(batch))
                 batch = []
-        counts.update(piece for pieces in splitter._pieces(batch, None, None) for piece in pieces)
+        counts.update(splitter._count_pieces(batch))
         kept = sorted((p for p, c in counts.items() if c >= min_frequency), key=lambda p: (-counts[p], p))
         return cls(vocab=kept, **options)
 
@@ -222,19 +222,33 @@ class SmilesTokenizer(Tokenizer):
         ids[where] = self._arrow
         piece_start[where + 1] = False
 
+    def _piece_bounds(self, texts: Sequence[str], records: Sequence[str] | None):
+        """(joined text, codes, piece start positions + the end, pieces per text)."""
+        codes, starts, piece_start, _ = self._split(texts, records)
+        bounds = np.append(np.flatnonzero(piece_start), len(codes))
+        before = np.zeros(len(piece_start) + 1, dtype=np.int64)
+        np.cumsum(piece_start, out=before[1:])
+        return "".join(texts), codes, bounds, np.diff(before[starts])
+
     def _pieces(self, texts: Sequence[str], records: Sequence[str] | None,
                 stats: PolicyStats | None) -> list[list[str]]:
+        """The regex pieces of each text."""
         texts = self._strip(texts, stats)
-        codes, starts, piece_start, _ = self._split(texts, records)
-        joined = "".join(texts)
-        bounds = np.flatnonzero(piece_start).tolist() + [len(codes)]
-        piece_counts = np.diff(np.concatenate(([0], np.cumsum(piece_start)))[starts])
-        pieces = [joined[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-        out, at = [], 0
-        for count in piece_counts.tolist():
-            out.append(pieces[at:at + count])
-            at += count
-        return out
+        joined, _, bounds, per_text = self._piece_bounds(texts, records)
+        pieces = [joined[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        cuts = np.concatenate(([0], np.cumsum(per_text))).tolist()
+        return [pieces[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+    def _count_pieces(self, texts: Sequence[str]) -> Counter[str]:
+        """How often each piece occurs in `texts`: one-character pieces counted with numpy, the rest as strings."""
+        texts = self._strip(texts, None)
+        joined, codes, bounds, _ = self._piece_bounds(texts, None)
+        lengths = np.diff(bounds)
+        single = np.bincount(codes[bounds[:-1][lengths == 1]], minlength=TABLE_SIZE)
+        counts = Counter({chr(code): int(n) for code, n in enumerate(single) if n})
+        longer = np.flatnonzero(lengths > 1)
+        counts.update(joined[a:b] for a, b in zip(bounds[longer].tolist(), bounds[longer + 1].tolist()))
+        return counts
 
     # --- encoding ---------------------------------------------------------------------------
     def _content(self, texts, records, stats) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,45 @@
+"""RDKit helpers for SMILES data (the `[chem]` extra): validity, canonical form, randomized SMILES.
+
+RDKit is imported on first use, so biotf runs without it; calling a helper without RDKit raises a
+BiotfError that says how to install it. RDKit's own parse warnings are silenced: a SMILES RDKit
+rejects is reported by the return value (`is_valid`) or one InputError naming it (the others).
+"""
+
+from __future__ import annotations
+
+from biotf.errors import BiotfError, InputError
+
+
+def _chem():
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError:
+        raise BiotfError("RDKit is not installed; the SMILES chemistry helpers need it: "
+                         "pip install 'biotf[chem]'") from None
+    RDLogger.DisableLog("rdApp.*")
+    return Chem
+
+
+def _molecule(smiles: str, record: str | None):
+    molecule = _chem().MolFromSmiles(smiles)
+    if molecule is None or not smiles:
+        where = f" (record {record!r})" if record is not None else ""
+        raise InputError(f"RDKit cannot parse SMILES {smiles!r}{where}")
+    return molecule
+
+
+def is_valid(smiles: str) -> bool:
+    """Whether RDKit parses `smiles` into a molecule (valences, aromaticity, ring closures)."""
+    return bool(smiles) and _chem().MolFromSmiles(smiles) is not None
+
+
+def canonicalize(smiles: str, record: str | None = None, isomeric: bool = True) -> str:
+    """RDKit's canonical SMILES of `smiles` (stereochemistry kept unless `isomeric=False`)."""
+    return _chem().MolToSmiles(_molecule(smiles, record), isomericSmiles=isomeric)
+
+
+def randomize(smiles: str, n: int = 1, seed: int = 0, record: str | None = None) -> list[str]:
+    """`n` randomized SMILES of the same molecule (Bjerrum 2017 augmentation), reproducible by `seed`."""
+    if n < 1:
+        raise BiotfError(f"randomize needs n >= 1, got {n}")
+    return list(_chem().MolToRandomSmilesVect(_molecule(smiles, record), n, randomSeed=seed))
