@@ -37,5 +37,5 @@ class LastCheckpoint(L.Callback):
         if step == 0 or step == self._saved_step:
             return
         if step % self.every_n_steps == 0 or step >= trainer.max_steps:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)
             self._saved_step = step

@@ -40,16 +40,15 @@ class ResumableDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         epoch = self._epoch_fn()
-        self.batch_sampler.set_epoch(epoch)
-        if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
         skip = 0
         if self._resume is not None and self._resume["epoch"] == epoch:
             skip = self._resume["batches"]
         self._resume = None
         self._position = {"epoch": epoch, "batches": skip}
         # Skipping happens on indices, before any loading or collation work.
-        self.batch_sampler.skip = skip
+        self.batch_sampler.set_epoch(epoch, start_batch=skip)
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
         for batch in super().__iter__():
             self._position["batches"] += 1
             yield batch
@@ -59,18 +58,6 @@ class ResumableDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._resume = {"epoch": int(state["epoch"]), "batches": int(state["batches"])}
-
-
-class SkippingBatchSampler(LengthGroupedBatchSampler):
-    """The data layer's length-grouped batches, with the first `skip` of an epoch left out (for resume)."""
-
-    skip: int = 0
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = super().__iter__()
-        for _ in range(self.skip):
-            next(batches, None)
-        yield from batches
 
 
 class SequenceDataModule(L.LightningDataModule):
@@ -97,9 +84,9 @@ class SequenceDataModule(L.LightningDataModule):
     def train_dataloader(self) -> ResumableDataLoader:
         dataset = self.prepared.train
         trainer = self.trainer
-        sampler = SkippingBatchSampler(self._lengths(dataset), self.data.batch_size, shuffle=True, seed=self.seed,
-                                       num_replicas=trainer.world_size if trainer else 1,
-                                       rank=trainer.global_rank if trainer else 0)
+        sampler = LengthGroupedBatchSampler(self._lengths(dataset), self.data.batch_size, shuffle=True, seed=self.seed,
+                                            num_replicas=trainer.world_size if trainer else 1,
+                                            rank=trainer.global_rank if trainer else 0)
         return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate,
                                    num_workers=self.data.num_workers, persistent_workers=False,
                                    epoch_fn=lambda: trainer.current_epoch if trainer else 0)

@@ -87,5 +87,8 @@ def main(argv: list[str] | None = None, script: str | None = None) -> int:
             print(f"{Path(script).name}: error: {describe(error)}", file=sys.stderr)
             return 2
     sys.argv = [script, *argv]  # hydra.main and Lightning's DDP launcher both read sys.argv
-    _hydra_job()
+    try:
+        _hydra_job()
+    except SystemExit as exit_:  # a job's BiotfError (status 2) or Hydra's own error exit
+        return exit_.code if isinstance(exit_.code, int) else 1
     return 0

@@ -10,6 +10,7 @@ same tokenizer (deterministic from the same data) and only rank 0 writes into th
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,11 @@ from biotf.training.module import LanguageModelTask
 from biotf.training.summary import RunSummary, next_steps
 
 RESOLVED_CONFIG = "config.yaml"
+
+# The run directory already holds Hydra's and our files when the CSV logger starts: expected, not a problem.
+warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+# Emitted by Lightning's own pytree use under torch 2.13; nothing a user can act on.
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
 def reader_options(config: TrainConfig) -> ReaderOptions:

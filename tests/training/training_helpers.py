@@ -1,0 +1,23 @@
+"""Constants and helpers shared by the training tests (imported as `training_helpers`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A tiny bidirectional model and a few short steps: seconds per run on 2 CPU cores.
+TINY = [
+    "model=tiny", "model.causal=false", "model.max_seq_len=64", "data.max_length=64", "data.batch_size=8",
+    "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
+    "trainer.checkpoint_every_n_steps=2", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
+    "optim.warmup_steps=1",
+]
+
+
+def run_script(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python train.py *args` in a fresh process, as a user would run it."""
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
