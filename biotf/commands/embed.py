@@ -1,0 +1,83 @@
+"""`biotf embed`: one vector per record (or per token) from a trained model, into .npz, .parquet or .h5ad.
+
+    biotf embed --model outputs/protein_mlm/<run> --input proteins.fasta --output proteins.h5ad
+    biotf embed --model exported/ --input splice.csv --column sequence --id-column instance_name \\
+        --output splice.parquet --pool max --layer all
+    biotf embed --model run/ --input proteins.fasta --output tokens.npz --pool none --long truncate
+    biotf embed --model run/ --input proteins.fasta --output p.npz --plot map.png --color description
+
+Every input record appears in the output, in input order, with its id and metadata; the summary on
+stderr counts tokens, windows, chunked and truncated records and tokenizer policy changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from biotf.data.readers import FORMATS as INPUT_FORMATS
+from biotf.data.readers import ReaderOptions
+from biotf.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from biotf.export import FORMATS, LONG_POLICIES, POOLS
+
+    parser = subparsers.add_parser("embed", help="export embeddings of every record of a file",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, metavar="PATH",
+                        help="run directory, .ckpt, exported directory (biotf export-model) or any source "
+                             "biotf.load_pretrained reads")
+    parser.add_argument("--input", required=True, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
+    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(FORMATS)}")
+    parser.add_argument("--format", choices=INPUT_FORMATS, help="input format (default: from the extension)")
+    parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
+    parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")
+    parser.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row; columns are 0, 1, ...")
+    parser.add_argument("--pool", choices=POOLS, default="mean",
+                        help="mean / max over content tokens, the <cls> token, or none: every token (default mean)")
+    parser.add_argument("--layer", default="-1", metavar="-1|N|all",
+                        help="hidden state to export: 0 = embedding output, -1 = last (default), all = every one")
+    parser.add_argument("--batch-tokens", type=int, default=16384, metavar="N",
+                        help="padded tokens per forward pass (default 16384)")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="tokens per window, special tokens included (default: the model's max_seq_len)")
+    parser.add_argument("--long", choices=LONG_POLICIES, default="chunk",
+                        help="records longer than --max-length: overlapping windows pooled across (default), "
+                             "cut, or refuse")
+    parser.add_argument("--overlap", type=int, metavar="N",
+                        help="tokens shared by consecutive windows with --long chunk (default: a quarter window)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
+    parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
+    parser.set_defaults(run=run)
+
+
+def parse_layer(text: str) -> int | str:
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError("--layer", text, allowed="an integer (-1 = last) or 'all'") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from biotf.export import EmbedOptions, embed_file
+
+    if args.plot is not None and args.pool == "none":
+        raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
+    options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
+                           max_length=args.max_length, long=args.long, overlap=args.overlap)
+    reader = ReaderOptions(format=args.format, column=args.column, id_column=args.id_column, header=not args.no_header)
+    stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
+                       progress=not args.no_progress and sys.stderr.isatty())
+    print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+    if args.plot is not None:
+        from biotf.analysis.plot import plot_file
+
+        method = plot_file(args.output, args.plot, args.color)
+        print(f"map ({method}) -> {args.plot}", file=sys.stderr)
+    return 0

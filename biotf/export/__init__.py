@@ -1,0 +1,16 @@
+"""Embedding export: pooling, windows for long records, the batched pipeline and npz/parquet/h5ad writers.
+
+    from biotf.export import embed_file, read_embeddings
+    stats = embed_file("outputs/protein_mlm/<run>", "proteins.fasta", "proteins.h5ad")
+"""
+
+from biotf.export.embed import LONG_POLICIES, EmbedOptions, EmbedStats, Embedder, RecordEmbedding
+from biotf.export.files import embed_file
+from biotf.export.pooling import POOLS
+from biotf.export.windows import Window, plan_windows
+from biotf.export.writers import FORMATS, EmbeddingTable, EmbeddingWriter, read_embeddings
+
+__all__ = [
+    "FORMATS", "LONG_POLICIES", "POOLS", "EmbedOptions", "EmbedStats", "Embedder", "EmbeddingTable",
+    "EmbeddingWriter", "RecordEmbedding", "Window", "embed_file", "plan_windows", "read_embeddings",
+]

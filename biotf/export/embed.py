@@ -1,0 +1,266 @@
+"""The embedding pipeline: records in, one vector (or one per token) per record out, in input order.
+
+    embedder = Embedder(model, tokenizer, EmbedOptions(pool="mean", layer=-1))
+    for item in embedder.embed(read_records(path)):  # RecordEmbedding, same order as the input
+        ...
+
+Records are read in blocks of about `block_tokens` tokens. Inside a block, windows are sorted by length
+and packed into batches of at most `batch_tokens` (padded) tokens, so padding stays small; the model
+runs under `torch.inference_mode`; the block's records then leave in their input order. Memory is
+bounded by the block, whatever the file size. A record's vectors do not depend on its batch mates:
+padding is masked out of attention and out of pooling (tests check <= 1e-5).
+
+Records longer than the model (`max_length`, default the model's `max_seq_len`, special tokens
+included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.export.windows`),
+"truncate" (the first tokens only) or "error". `EmbedStats` counts chunked and truncated records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from biotf.data.readers import Record, with_source
+from biotf.errors import ConfigError, InputError, TokenizationError
+from biotf.export.pooling import POOLS, Partial, combine, pool_window
+from biotf.export.windows import Window, plan_windows
+from biotf.model import Transformer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
+
+LONG_POLICIES = ("chunk", "truncate", "error")
+ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """How to embed. `layer`: an index into the hidden states (0 = embedding output, -1 = last, after the
+    final norm) or "all". `overlap`: tokens shared by consecutive windows (default a quarter of a window)."""
+
+    pool: str = "mean"
+    layer: int | str = -1
+    batch_tokens: int = 16384
+    max_length: int | None = None
+    long: str = "chunk"
+    overlap: int | None = None
+    block_tokens: int = 1 << 19
+
+    def __post_init__(self) -> None:
+        if self.pool not in POOLS:
+            raise ConfigError("pool", self.pool, allowed=", ".join(POOLS))
+        if self.long not in LONG_POLICIES:
+            raise ConfigError("long", self.long, allowed=", ".join(LONG_POLICIES))
+        if self.layer != "all" and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
+            raise ConfigError("layer", self.layer, allowed="an integer (-1 = last) or 'all'")
+        for key in ("batch_tokens", "block_tokens", "max_length"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(key, value, allowed="an integer >= 1")
+        if self.overlap is not None and (not isinstance(self.overlap, int) or self.overlap < 0):
+            raise ConfigError("overlap", self.overlap, allowed="an integer >= 0")
+
+
+@dataclass
+class EmbedStats:
+    """What a run did, for its summary line: nothing about long records is dropped silently."""
+
+    records: int = 0
+    tokens: int = 0
+    windows: int = 0
+    chunked: int = 0
+    truncated: int = 0
+    truncated_tokens: int = 0
+    policies: PolicyStats = field(default_factory=PolicyStats)
+
+    def summary(self) -> str:
+        return (f"{self.records} records, {self.tokens} tokens in {self.windows} windows; "
+                f"{self.chunked} chunked, {self.truncated} truncated ({self.truncated_tokens} tokens cut); "
+                f"tokenizer policies: {self.policies.summary()}")
+
+
+@dataclass
+class RecordEmbedding:
+    """One record's vectors: (layers, D) pooled, or (layers, tokens, D) with `token_ids` and `positions` for
+    pool "none" (content tokens only; `positions` are 0-based indices among the record's content tokens)."""
+
+    record: Record
+    vectors: np.ndarray
+    token_ids: np.ndarray | None = None
+    positions: np.ndarray | None = None
+
+
+@dataclass
+class _Piece:
+    """One window of one record, waiting for its batch."""
+
+    slot: int  # the record's place in its block
+    order: int  # the window's place in its record
+    ids: np.ndarray  # prefix + content[start:end] + suffix
+    owned: slice  # positions in `ids` whose vectors the window keeps
+    keep: np.ndarray  # content (non-special) tokens within `owned`
+    positions: np.ndarray  # content positions of the kept tokens
+
+
+class Embedder:
+    """Runs a model over records and pools its hidden states; see the module docstring."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, options: EmbedOptions = EmbedOptions()):
+        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        n_states = model.config.n_layers + 1
+        if options.layer == "all":
+            self.layers = list(range(n_states))
+        elif -n_states <= options.layer < n_states:
+            self.layers = [options.layer % n_states]
+        else:
+            raise ConfigError("layer", options.layer, allowed=f"-{n_states}..{n_states - 1} or 'all' "
+                              f"(this model has {model.config.n_layers} layers + the embedding output)")
+        self.max_length = options.max_length or model.config.max_seq_len
+        if self.max_length > model.config.max_seq_len:
+            raise ConfigError("max_length", self.max_length,
+                              allowed=f"1..{model.config.max_seq_len} (the model's max_seq_len)")
+        if options.pool == "cls" and tokenizer.cls_id is None:
+            raise ConfigError("pool", "cls", allowed=", ".join(p for p in POOLS if p != "cls"),
+                              reason=f"the {tokenizer.kind} tokenizer has no <cls> token")
+        self.special = np.fromiter(tokenizer.special_ids, np.int64)
+        self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
+        self._prefix: np.ndarray | None = None
+        self._suffix: np.ndarray | None = None
+
+    @property
+    def array_names(self) -> list[str]:
+        """Output array per selected layer: "embeddings" for the requested (with "all": the last) layer,
+        "layer_<i>" for the others."""
+        return [f"layer_{i}" for i in self.layers[:-1]] + ["embeddings"]
+
+    # --- tokens and windows -----------------------------------------------------------------------
+    def _learn_specials(self, record: Record, content: np.ndarray) -> None:
+        """The tokens the tokenizer puts around content (e.g. <cls> ... <eos>), from one record encoded both ways."""
+        full = self.tokenizer.encode_batch([record.sequence], True, records=[record.id])[0]
+        for at in range(len(full) - len(content) + 1):
+            if np.array_equal(full[at:at + len(content)], content):
+                self._prefix, self._suffix = full[:at], full[at + len(content):]
+                break
+        else:
+            raise InputError(f"record {record.id!r}: the {self.tokenizer.kind} tokenizer's special tokens do not "
+                             "surround its content, so windows cannot be formed")
+        if self.options.pool == "cls" and (len(self._prefix) == 0 or self._prefix[0] != self.tokenizer.cls_id):
+            raise ConfigError("pool", "cls", reason=f"the {self.tokenizer.kind} tokenizer does not start records "
+                              "with <cls>", allowed="mean, max, none")
+        width = self.max_length - len(self._prefix) - len(self._suffix)
+        if width < 1:
+            raise ConfigError("max_length", self.max_length,
+                              allowed=f"at least {len(self._prefix) + len(self._suffix) + 1} (special tokens + 1)")
+
+    def _windows(self, record: Record, n_tokens: int, stats: EmbedStats) -> list[Window]:
+        width = self.max_length - len(self._prefix) - len(self._suffix)
+        if n_tokens <= width:
+            return [Window(0, n_tokens, 0, n_tokens)]
+        if self.options.long == "error":
+            raise InputError(f"record {record.id!r} (record {record.index + 1}) has {n_tokens} tokens, more than the "
+                             f"{width} that fit max_length={self.max_length} with special tokens "
+                             "(allowed: --long chunk or --long truncate)")
+        if self.options.long == "truncate":
+            stats.truncated += 1
+            stats.truncated_tokens += n_tokens - width
+            return [Window(0, width, 0, width)]
+        stats.chunked += 1
+        overlap = self.options.overlap if self.options.overlap is not None else width // 4
+        if overlap >= width:
+            raise ConfigError("overlap", overlap, allowed=f"0..{width - 1} (below the window of {width} content tokens)")
+        return plan_windows(n_tokens, width, overlap)
+
+    def _pieces(self, slot: int, record: Record, content: np.ndarray, stats: EmbedStats) -> list[_Piece]:
+        pieces = []
+        for order, window in enumerate(self._windows(record, len(content), stats)):
+            ids = np.concatenate([self._prefix, content[window.start:window.end], self._suffix])
+            offset = len(self._prefix) - window.start
+            owned_ids = content[window.own_start:window.own_end]
+            keep = ~np.isin(owned_ids, self.special)
+            pieces.append(_Piece(slot, order, ids, slice(window.own_start + offset, window.own_end + offset), keep,
+                                 np.arange(window.own_start, window.own_end)[keep]))
+        return pieces
+
+    # --- the model --------------------------------------------------------------------------------
+    def _run(self, batch: list[_Piece]) -> np.ndarray:
+        """Hidden states of the selected layers, (layers, batch, longest, D) float32."""
+        longest = max(len(p.ids) for p in batch)
+        ids = np.full((len(batch), longest), self.pad_id, np.int64)
+        mask = np.zeros((len(batch), longest), np.int64)
+        for row, piece in enumerate(batch):
+            ids[row, :len(piece.ids)] = piece.ids
+            mask[row, :len(piece.ids)] = 1
+        device = self.model.device
+        attention_mask = None if mask.all() else torch.from_numpy(mask).to(device)  # unpadded: SDPA's fast path
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(ids).to(device), attention_mask=attention_mask, output_hidden_states=True)
+            hidden = torch.stack([out.hidden_states[i] for i in self.layers])
+        return hidden.float().cpu().numpy()
+
+    def _batches(self, pieces: list[_Piece]) -> Iterator[list[_Piece]]:
+        """Longest first, each batch at most `batch_tokens` padded tokens (one window at least)."""
+        batch: list[_Piece] = []
+        for piece in sorted(pieces, key=lambda p: -len(p.ids)):
+            if batch and (len(batch) + 1) * len(batch[0].ids) > self.options.batch_tokens:
+                yield batch
+                batch = []
+            batch.append(piece)
+        if batch:
+            yield batch
+
+    # --- the pipeline -----------------------------------------------------------------------------
+    def _blocks(self, records: Iterable[Record], stats: EmbedStats, source: str | Path | None
+                ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
+        """Records with their content token ids, about `block_tokens` tokens at a time."""
+        records = iter(records)
+        block: list[Record] = []
+        contents: list[np.ndarray] = []
+        size = 0
+        while chunk := list(islice(records, ENCODE_RECORDS)):
+            try:
+                encoded = self.tokenizer.encode_batch([r.sequence for r in chunk], False,
+                                                      records=[r.id for r in chunk], stats=stats.policies)
+            except TokenizationError as error:
+                raise (with_source(error, source) if source is not None else error) from None
+            block.extend(chunk)
+            contents.extend(encoded)
+            size += sum(len(ids) for ids in encoded)
+            if size >= self.options.block_tokens:
+                yield block, contents
+                block, contents, size = [], [], 0
+        if block:
+            yield block, contents
+
+    def embed(self, records: Iterable[Record], stats: EmbedStats | None = None, source: str | Path | None = None,
+              progress=None) -> Iterator[RecordEmbedding]:
+        """RecordEmbeddings in input order. `source` names the file in tokenizer errors; `progress` (a tqdm
+        bar or None) advances by the real tokens of each batch."""
+        stats = stats if stats is not None else EmbedStats()
+        pool = self.options.pool
+        for block, contents in self._blocks(records, stats, source):
+            if self._prefix is None:
+                self._learn_specials(block[0], contents[0])
+            pieces = [piece for slot, (record, content) in enumerate(zip(block, contents))
+                      for piece in self._pieces(slot, record, content, stats)]
+            partials: list[list[tuple[_Piece, Partial]]] = [[] for _ in block]
+            for batch in self._batches(pieces):
+                hidden = self._run(batch)
+                for row, piece in enumerate(batch):
+                    partial = pool_window(hidden[:, row, :len(piece.ids)], piece.owned, piece.keep, pool)
+                    partials[piece.slot].append((piece, partial))
+                if progress is not None:
+                    progress.update(sum(len(p.ids) for p in batch))
+            stats.windows += len(pieces)
+            for record, content, parts in zip(block, contents, partials):
+                parts.sort(key=lambda item: item[0].order)
+                vectors = combine([partial for _, partial in parts], pool, record.id)
+                stats.records += 1
+                stats.tokens += len(content)
+                if pool == "none":
+                    positions = np.concatenate([piece.positions for piece, _ in parts])
+                    yield RecordEmbedding(record, vectors, content[positions].astype(np.int32), positions.astype(np.int32))
+                else:
+                    yield RecordEmbedding(record, vectors)

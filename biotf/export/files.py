@@ -1,0 +1,46 @@
+"""`embed_file`: one input file in, one embedding file out — what `biotf embed` runs.
+
+Reads records with biotf's readers (FASTA/GenBank, CSV/TSV with metadata columns, .smi, text), embeds
+them with `Embedder` and streams them into an `EmbeddingWriter`. The output extension is checked before
+the model loads; any error removes every partial file, so the output name holds a complete file or nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from biotf.data.readers import ReaderOptions, read_records
+from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
+from biotf.export.writers import EmbeddingWriter, output_format
+from biotf.inference.loading import load_pretrained
+
+
+def embed_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
+               options: EmbedOptions = EmbedOptions(), reader_options: ReaderOptions = ReaderOptions(),
+               device: str = "cpu", progress: bool = False) -> EmbedStats:
+    """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts."""
+    output_format(output_path)
+    model, tokenizer = load_pretrained(model_source, device=device)
+    embedder = Embedder(model, tokenizer, options)
+    stats = EmbedStats()
+    info: dict[str, Any] = {
+        "biotf_embeddings": 1, "model": str(model_source), "input": str(input_path),
+        "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint, "pool": options.pool,
+        "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
+        "dim": model.config.d_model}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(unit="tok", unit_scale=True, desc=f"embedding {Path(input_path).name}", leave=False)
+    try:
+        with EmbeddingWriter(output_path, embedder.array_names, options.pool == "none", info) as writer:
+            for item in embedder.embed(read_records(input_path, reader_options, stats.policies), stats, input_path, bar):
+                writer.add(item)
+            writer.info.update(chunked=stats.chunked, truncated=stats.truncated, tokens=stats.tokens)
+            writer.close()
+    finally:
+        if bar is not None:
+            bar.close()
+    return stats

@@ -1,0 +1,315 @@
+"""Embedding files: .npz (numpy), .parquet (pandas / pyarrow) and .h5ad (AnnData / scanpy), and reading them back.
+
+While records stream in, vectors go to raw spool files in a hidden directory beside the output; ids,
+sequences and metadata (small) stay in memory. `close()` assembles the chosen format from the spools a
+chunk at a time, under a temporary name renamed into place at the end, so memory stays bounded and a
+failed run leaves nothing under the output name.
+
+Layout, every format (N records, D dimensions):
+- ids, the input sequences and every metadata column, as strings exactly as read;
+- `embeddings` (N, D): the requested layer; with `--layer all` the last, and `layer_<i>` for the others;
+- `info`: JSON with the model, tokenizer, pooling, layer and the counts of chunked / truncated records.
+  .npz: arrays `ids`, `sequences`, `metadata/<column>`, `embeddings`, `layer_<i>`, `info` (a JSON string).
+  .parquet: one row per record, columns `id`, `sequence`, metadata, `embeddings`, `layer_<i>` (fixed-size
+  float32 lists); `info` in the schema metadata under b"biotf".
+  .h5ad: `obs` = id (index), sequence, metadata; `X` = embeddings; `obsm["layer_<i>"]`; `uns["biotf"]` = info.
+Pool "none" (per-token vectors): rows are tokens, T in all. .npz keeps ids/sequences/metadata per record plus
+`offsets` (N + 1; record i's tokens are rows offsets[i]:offsets[i+1]), `record_index`, `position` (0-based
+among the record's content tokens) and `token_id` per row; .parquet and .h5ad have one row per token with
+columns `id`, `record_index`, `position`, `token_id`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from biotf.errors import InputError
+from biotf.export.embed import RecordEmbedding
+from biotf.inference.loading import atomic_write
+
+FORMATS = (".npz", ".parquet", ".h5ad")
+TOKEN_COLUMNS = ("record_index", "position", "token_id")
+RESERVED = {"id", "sequence", "embeddings", *TOKEN_COLUMNS}
+CHUNK_ROWS = 8192
+
+
+def output_format(path: str | Path) -> str:
+    """The output's extension; anything but FORMATS is refused before any work is done."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(FORMATS)})")
+    return suffix
+
+
+class _Spool:
+    """One growing array on disk: rows of a fixed dtype and trailing shape, appended in order."""
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...]):
+        self.path, self.dtype, self.shape, self.rows = path, np.dtype(dtype), shape, 0
+        self.handle: BinaryIO = open(path, "wb")
+
+    def append(self, rows: np.ndarray) -> None:
+        self.handle.write(np.ascontiguousarray(rows, self.dtype).tobytes())
+        self.rows += len(rows)
+
+    def chunks(self, size: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+        self.handle.flush()
+        row_bytes = self.dtype.itemsize * int(np.prod(self.shape))
+        with open(self.path, "rb") as handle:
+            for start in range(0, self.rows, size):
+                count = min(size, self.rows - start)
+                yield np.frombuffer(handle.read(count * row_bytes), self.dtype).reshape(count, *self.shape)
+
+    def read(self) -> np.ndarray:
+        return np.concatenate(list(self.chunks())) if self.rows else np.zeros((0, *self.shape), self.dtype)
+
+
+class EmbeddingWriter:
+    """Collects `RecordEmbedding`s in order and writes one embedding file; use as a context manager so that
+    an error removes the spools and leaves no output behind."""
+
+    def __init__(self, path: str | Path, array_names: list[str], per_token: bool, info: dict[str, Any]):
+        self.path, self.format = Path(path), output_format(path)
+        self.array_names, self.per_token, self.info = array_names, per_token, info
+        self.ids: list[str] = []
+        self.sequences: list[str] = []
+        self.metadata: list[dict[str, str]] = []
+        self.lengths: list[int] = []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.spool_dir = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".spool", dir=self.path.parent))
+        self.spools: dict[str, _Spool] = {}
+
+    def _spool(self, name: str, rows: np.ndarray) -> None:
+        if name not in self.spools:
+            self.spools[name] = _Spool(self.spool_dir / name, rows.dtype, rows.shape[1:])
+        self.spools[name].append(rows)
+
+    def add(self, item: RecordEmbedding) -> None:
+        record = item.record
+        clash = RESERVED.intersection(record.metadata)
+        if clash:
+            raise InputError(f"record {record.id!r}: metadata column {sorted(clash)[0]!r} clashes with an output "
+                             f"column (reserved: {', '.join(sorted(RESERVED))}); rename it in the input")
+        self.ids.append(record.id)
+        self.sequences.append(record.sequence)
+        self.metadata.append(record.metadata)
+        vectors = item.vectors if self.per_token else item.vectors[:, None]  # (layers, rows, D)
+        for name, layer in zip(self.array_names, vectors):
+            self._spool(name, layer)
+        if self.per_token:
+            self.lengths.append(len(item.positions))
+            self._spool("record_index", np.full(len(item.positions), len(self.ids) - 1, np.int64))
+            self._spool("position", item.positions)
+            self._spool("token_id", item.token_ids)
+
+    def columns(self) -> list[str]:
+        """Metadata column names in order of first appearance (records lacking one get "")."""
+        return list(dict.fromkeys(key for row in self.metadata for key in row))
+
+    def metadata_column(self, name: str) -> np.ndarray:
+        return np.array([row.get(name, "") for row in self.metadata], dtype=str)
+
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)])
+
+    def close(self) -> Path:
+        """Write the file (temporary name, then rename) and remove the spools."""
+        try:
+            if not self.ids:
+                raise InputError(f"no records to write to {self.path}")
+            self.info = {**self.info, "records": len(self.ids)}
+            return atomic_write(self.path, lambda temporary: WRITERS[self.format](temporary, self))
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        for spool in self.spools.values():
+            spool.handle.close()
+        shutil.rmtree(self.spool_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddingWriter:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is not None:
+            self.abort()
+
+
+# --- formats ------------------------------------------------------------------------------------
+def _npz_entry(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
+    with archive.open(f"{name}.npy", "w", force_zip64=True) as handle:
+        np.lib.format.write_array(handle, array, allow_pickle=False)
+
+
+def _npz_spool(archive: zipfile.ZipFile, name: str, spool: _Spool) -> None:
+    """An .npy entry streamed from a spool: header, then the raw rows, never the whole array in memory."""
+    header = {"descr": np.lib.format.dtype_to_descr(spool.dtype), "fortran_order": False,
+              "shape": (spool.rows, *spool.shape)}
+    with archive.open(f"{name}.npy", "w", force_zip64=True) as handle:
+        np.lib.format.write_array_header_2_0(handle, header)
+        spool.handle.flush()
+        with open(spool.path, "rb") as source:
+            shutil.copyfileobj(source, handle, 1 << 20)
+
+
+def write_npz(path: Path, writer: EmbeddingWriter) -> None:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        _npz_entry(archive, "ids", np.array(writer.ids, dtype=str))
+        _npz_entry(archive, "sequences", np.array(writer.sequences, dtype=str))
+        for column in writer.columns():
+            _npz_entry(archive, f"metadata/{column}", writer.metadata_column(column))
+        _npz_entry(archive, "info", np.array(json.dumps(writer.info)))
+        if writer.per_token:
+            _npz_entry(archive, "offsets", writer.offsets())
+        for name, spool in writer.spools.items():
+            _npz_spool(archive, name, spool)
+
+
+def _row_tables(writer: EmbeddingWriter) -> Iterator[dict[str, Any]]:
+    """Per chunk of rows: the plain columns (ids, metadata or token columns) and the vector arrays."""
+    ids = np.array(writer.ids, dtype=object)
+    names = list(writer.spools)
+    for start, arrays in zip(range(0, 1 << 62, CHUNK_ROWS), zip(*(writer.spools[n].chunks() for n in names))):
+        chunk = dict(zip(names, arrays))
+        if writer.per_token:
+            plain = {"id": ids[chunk["record_index"]], **{c: chunk.pop(c) for c in TOKEN_COLUMNS}}
+        else:
+            rows = slice(start, start + len(arrays[0]))
+            plain = {"id": ids[rows], "sequence": writer.sequences[rows],
+                     **{c: [row.get(c, "") for row in writer.metadata[rows]] for c in writer.columns()}}
+        yield {"plain": plain, "vectors": chunk}
+
+
+def write_parquet(path: Path, writer: EmbeddingWriter) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = None
+    try:
+        for table in _row_tables(writer):
+            columns = {name: pa.array(values) for name, values in table["plain"].items()}
+            for name, vectors in table["vectors"].items():
+                columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+            batch = pa.table(columns)
+            if parquet is None:
+                schema = batch.schema.with_metadata({b"biotf": json.dumps(writer.info).encode()})
+                parquet = pq.ParquetWriter(path, schema)
+            parquet.write_table(batch.replace_schema_metadata(schema.metadata))
+    finally:
+        if parquet is not None:
+            parquet.close()
+
+
+def write_h5ad(path: Path, writer: EmbeddingWriter) -> None:
+    """AnnData's on-disk layout written piecewise: obs/var/uns by anndata's own `write_elem`, X and obsm
+    streamed into h5py datasets carrying the same encoding attributes anndata gives dense arrays."""
+    import h5py
+    import pandas as pd
+    from anndata.io import write_elem
+
+    if writer.per_token:
+        record_index = writer.spools["record_index"].read()
+        position = writer.spools["position"].read()
+        ids = np.array(writer.ids, dtype=object)[record_index]
+        obs = pd.DataFrame({"id": ids, "record_index": record_index, "position": position,
+                            "token_id": writer.spools["token_id"].read()},
+                           index=[f"{i}/{p}" for i, p in zip(ids, position)])
+    else:
+        obs = pd.DataFrame({"sequence": writer.sequences, **{c: writer.metadata_column(c) for c in writer.columns()}},
+                           index=pd.Index(writer.ids, name="id"))
+    vectors = [n for n in writer.spools if n not in TOKEN_COLUMNS]
+    dim = writer.spools["embeddings"].shape[0]
+    with h5py.File(path, "w") as handle:
+        handle.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
+        write_elem(handle, "obs", obs)
+        write_elem(handle, "var", pd.DataFrame(index=[f"dim_{i}" for i in range(dim)]))
+        write_elem(handle, "uns", {"biotf": json.dumps(writer.info),
+                                   **({"offsets": writer.offsets()} if writer.per_token else {})})
+        for group in ("obsm", "varm", "layers", "obsp", "varp"):
+            write_elem(handle, group, {})
+        for name in vectors:
+            spool = writer.spools[name]
+            where = "X" if name == "embeddings" else f"obsm/{name}"
+            dataset = handle.create_dataset(where, shape=(spool.rows, *spool.shape), dtype=spool.dtype,
+                                            chunks=(min(CHUNK_ROWS, max(spool.rows, 1)), *spool.shape))
+            dataset.attrs.update({"encoding-type": "array", "encoding-version": "0.2.0"})
+            start = 0
+            for chunk in spool.chunks():
+                dataset[start:start + len(chunk)] = chunk
+                start += len(chunk)
+
+
+WRITERS: dict[str, Callable[[Path, EmbeddingWriter], None]] = {
+    ".npz": write_npz, ".parquet": write_parquet, ".h5ad": write_h5ad}
+
+
+# --- reading back ---------------------------------------------------------------------------------
+@dataclass
+class EmbeddingTable:
+    """A pooled embedding file in memory: what probes and plots need."""
+
+    ids: np.ndarray
+    sequences: np.ndarray
+    metadata: dict[str, np.ndarray]
+    arrays: dict[str, np.ndarray]  # "embeddings" and any "layer_<i>", each (N, D)
+    info: dict[str, Any]
+
+
+def read_embeddings(path: str | Path) -> EmbeddingTable:
+    """Read a pooled embedding file written by `biotf embed` (any of FORMATS)."""
+    path = Path(path)
+    suffix = output_format(path)
+    if not path.is_file():
+        raise InputError(f"embedding file {path} does not exist")
+    try:
+        table = {".npz": _read_npz, ".parquet": _read_parquet, ".h5ad": _read_h5ad}[suffix](path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not an embedding file written by biotf embed ({error})") from None
+    if table.info.get("pool") == "none":
+        raise InputError(f"{path} holds per-token vectors (--pool none); probes and maps need pooled vectors "
+                         "(allowed: --pool mean, cls or max)")
+    return table
+
+
+def _read_npz(path: Path) -> EmbeddingTable:
+    with np.load(path, allow_pickle=False) as data:
+        info = json.loads(str(data["info"]))
+        metadata = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("metadata/")}
+        arrays = {k: data[k] for k in data.files if k == "embeddings" or k.startswith("layer_")}
+        return EmbeddingTable(data["ids"], data["sequences"], metadata, arrays, info)
+
+
+def _read_parquet(path: Path) -> EmbeddingTable:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    info = json.loads(table.schema.metadata[b"biotf"])
+    arrays = {}
+    for name in table.column_names:
+        if name == "embeddings" or name.startswith("layer_"):
+            column = table.column(name).combine_chunks()
+            arrays[name] = column.flatten().to_numpy().reshape(len(column), -1)
+    plain = [n for n in table.column_names if n not in arrays and n not in ("id", "sequence")]
+    metadata = {n: np.array(table.column(n).to_pylist(), dtype=str) for n in plain}
+    return EmbeddingTable(np.array(table.column("id").to_pylist(), dtype=str),
+                          np.array(table.column("sequence").to_pylist(), dtype=str), metadata, arrays, info)
+
+
+def _read_h5ad(path: Path) -> EmbeddingTable:
+    import anndata
+
+    data = anndata.read_h5ad(path)
+    info = json.loads(data.uns["biotf"])
+    metadata = {c: data.obs[c].astype(str).to_numpy() for c in data.obs.columns if c != "sequence"}
+    arrays = {"embeddings": np.asarray(data.X), **{k: np.asarray(v) for k, v in data.obsm.items()}}
+    sequences = data.obs["sequence"].astype(str).to_numpy() if "sequence" in data.obs else np.array([], str)
+    return EmbeddingTable(data.obs_names.to_numpy().astype(str), sequences, metadata, arrays, info)
