@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import ConfigError
-from biotf.tokenizers._arrays import NON_ASCII, CharTable, assemble, join_codes, refuse
+from biotf.tokenizers._arrays import NON_ASCII, CharTable, assemble, refuse
 from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
 
 ESM2_TOKENS = ("<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO", ".", "-", "<null_1>", "<mask>")
@@ -91,17 +91,18 @@ class AminoAcidTokenizer(Tokenizer):
     def _content(self, texts: Sequence[str], records: Sequence[str] | None,
                  stats: PolicyStats | None) -> tuple[np.ndarray, np.ndarray]:
         """Flat content ids of the batch (no cls/eos) and the number of ids per text."""
-        codes, starts = join_codes(texts)
-        ids = self._table.values[codes]
+        ids, codes, starts, any_refused, joined = self._table.lookup(texts)
         keep = counted = None
-        if (codes == ord("<")).any():
+        if "<" in joined and _SPECIAL_PATTERN.search(joined):
+            ids = ids.copy()  # lookup may return a read-only view
             keep, counted = self._read_special_tokens(texts, codes, starts, ids)
-        refused = ids == CharTable.REFUSED
-        if keep is not None:
-            refused &= keep
-        if refused.any():
-            flat = int(np.argmax(refused))
-            raise refuse(texts, records, starts, flat, self._table.reason(codes[flat]))
+        if any_refused:
+            refused = ids == self._table.refused_value
+            if keep is not None:
+                refused &= keep
+            if refused.any():
+                flat = int(np.argmax(refused))
+                raise refuse(texts, records, starts, flat, self._table.reason(codes[flat]))
         if keep is None:
             counts = np.diff(starts)
         else:

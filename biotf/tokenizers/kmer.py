@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import BiotfError, ConfigError, TokenizationError
-from biotf.tokenizers._arrays import CharTable, assemble, join_codes, refuse
+from biotf.tokenizers._arrays import CharTable, assemble, refuse
 from biotf.tokenizers.amino_acid import check_choice
 from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
 
@@ -132,59 +132,111 @@ class KmerTokenizer(Tokenizer):
     def _content(self, texts: Sequence[str], records: Sequence[str] | None, stats: PolicyStats | None,
                  soft_mask: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Flat content ids of the batch, ids per text, and (on request) the per-token soft-mask."""
-        codes, starts = join_codes(texts)
-        values = self._table.values[codes]
-        if (values == CharTable.REFUSED).any():
-            flat = int(np.argmax(values == CharTable.REFUSED))
+        values, codes, starts, any_refused, _ = self._table.lookup(texts)
+        if any_refused:
+            flat = int(np.argmax(values == self._table.refused_value))
             raise refuse(texts, records, starts, flat, self._table.reason(codes[flat]))
         self._table.add_stats(codes, stats)
         lower = self._is_lower[codes] if soft_mask else None
         if self.k == 1:
-            emit = None
-            ids = self._single_ids[values]
-            token_lower = lower
-        else:
-            ids, emit, token_lower = self._windows(values, starts, lower)
-        if emit is None:
-            counts = np.diff(starts)
-        else:
-            emitted_before = np.zeros(len(emit) + 1, dtype=np.int64)
-            np.cumsum(emit, out=emitted_before[1:])
-            counts = np.diff(emitted_before[starts])
-        return ids, counts, token_lower
+            return self._single_ids[values], np.diff(starts), lower
+        return self._windows(values, starts, lower)
 
     def _windows(self, values: np.ndarray, starts: np.ndarray, lower: np.ndarray | None):
-        """Vectorised k-mer cutting of the joined batch (see the module docstring for the rule)."""
-        n, k, stride = len(values), self.k, self.stride
-        index = np.arange(n, dtype=np.int64)
-        is_base = values < 4
-        text_start = np.zeros(n + 1, dtype=bool)
-        text_start[starts] = True  # also marks n (the end)
-        previous_base = np.concatenate(([False], is_base[:-1]))
-        next_base = np.concatenate((is_base[1:], [False]))
-        run_first = is_base & (~previous_base | text_start[:-1])
-        run_last = is_base & (~next_base | text_start[1:])
-        run_start = np.maximum.accumulate(np.where(run_first, index, 0))
-        run_end = np.minimum.accumulate(np.where(run_last, index + 1, n)[::-1])[::-1]
-        offset = index - run_start
-        run_length = run_end - run_start
-        window = is_base & (offset % stride == 0) & (offset + k <= run_length)
-        last_window_end = np.where(run_length >= k, (run_length - k) // stride * stride + k, 0)
-        emit = window | ~is_base | (offset >= last_window_end)
-        # value of the k bases starting at each position, as a base-4 number (garbage where not a window)
-        padded = np.concatenate((np.minimum(values, 3), np.zeros(k, dtype=values.dtype))).astype(np.int32)
-        kmer = np.zeros(n, dtype=np.int32)
-        for j in range(k):
-            kmer = kmer * 4 + padded[j:j + n]
-        ids = np.where(window, kmer + self._kmer_offset, self._single_ids[values])[emit]
+        """Vectorised k-mer cutting of the joined batch (the rule is in the module docstring).
+
+        The batch is cut into segments: runs of bases (A/C/G/T) and single other characters (N,
+        <unk>), at text starts and around every non-base. Each run of length L gives
+        n = (L - k) // stride + 1 windows (0 if L < k) then L - ((n - 1) * stride + k) single bases.
+        Per-token work is then a few `repeat`s and gathers: with stride == k about n/k tokens.
+        """
+        total, k, stride = len(values), self.k, self.stride
+        nonbase = np.flatnonzero(values >= 4)
+        cuts = np.union1d(np.concatenate((starts, nonbase, nonbase + 1)), [total])
+        seg_start, seg_end = cuts[:-1], cuts[1:]
+        seg_start, seg_end = seg_start[seg_start < total], seg_end[seg_start < total]
+        length = seg_end - seg_start
+        is_run = values[seg_start] < 4
+        windows = np.where(is_run & (length >= k), (length - k) // stride + 1, 0)
+        windows_end = np.where(windows > 0, (windows - 1) * stride + k, 0)
+        per_segment = np.where(is_run, windows + length - windows_end, 1)
+
+        text_of_segment = np.searchsorted(starts, seg_start, side="right") - 1
+        counts = np.bincount(text_of_segment, weights=per_segment, minlength=len(starts) - 1).astype(np.int64)
+        if stride == 1:
+            ids, token_lower = self._overlapping(values, seg_start, seg_end, is_run & (windows > 0), lower)
+            return ids, counts, token_lower
+
+        # one row per token: its segment, its rank j within the segment, its first position
+        segment = np.repeat(np.arange(len(seg_start)), per_segment)
+        first_token = np.concatenate(([0], np.cumsum(per_segment)[:-1]))
+        rank = np.arange(len(segment)) - first_token[segment]
+        seg_windows = windows[segment]
+        is_window = rank < seg_windows
+        position = seg_start[segment] + np.where(is_window, rank * stride, windows_end[segment] + rank - seg_windows)
+
+        ids = self._single_ids[values[position]]
+        window_at = position[is_window]
+        ids[is_window] = self._kmer_offset + self._kmer_values(values, window_at)
         token_lower = None
         if lower is not None:
-            lower_before = np.zeros(n + k, dtype=np.int32)
-            np.cumsum(lower, out=lower_before[1:n + 1])
-            lower_before[n + 1:] = lower_before[n]
-            window_lower = lower_before[k:k + n] - lower_before[:n] > 0
-            token_lower = np.where(window, window_lower, lower)[emit]
-        return ids, emit, token_lower
+            lower_before = np.zeros(total + 1, dtype=np.int32)
+            np.cumsum(lower, out=lower_before[1:])
+            token_lower = lower[position]
+            token_lower[is_window] = lower_before[window_at + k] - lower_before[window_at] > 0
+        return ids, counts, token_lower
+
+    def _overlapping(self, values: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, windowed: np.ndarray,
+                     lower: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """stride == 1, where almost every position starts a token: full-length passes beat per-token
+        bookkeeping. A run of length >= k has a window at each position but its last k - 1; every
+        other position (short runs, N, <unk>) is a single-character token."""
+        total, k = len(values), self.k
+        # the last k - 1 positions of every windowed run start no token
+        ends = seg_end[windowed]
+        tail = (ends[:, None] - np.arange(1, k)[None, :]).ravel()
+        emit = np.ones(total, dtype=bool)
+        emit[tail] = False
+        is_window = values < 4
+        short_runs = (values[seg_start] < 4) & ~windowed  # runs shorter than k: single bases
+        lengths = seg_end[short_runs] - seg_start[short_runs]
+        starts_of_short = seg_start[short_runs]
+        is_window[np.arange(int(lengths.sum())) + np.repeat(starts_of_short - np.cumsum(lengths) + lengths, lengths)] = False
+        is_window &= emit
+        ids = self._single_ids[values]
+        rolling = np.zeros(total, dtype=np.int32)
+        self._rolling_kmers(values, rolling)
+        np.add(rolling, self._kmer_offset, out=ids, where=is_window, casting="unsafe")
+        token_lower = None
+        if lower is not None:
+            lower_before = np.zeros(total + k, dtype=np.int32)
+            np.cumsum(lower, out=lower_before[1:total + 1])
+            lower_before[total + 1:] = lower_before[total]
+            token_lower = np.where(is_window, lower_before[k:k + total] - lower_before[:total] > 0, lower)[emit]
+        return ids[emit], token_lower
+
+    def _kmer_values(self, values: np.ndarray, window_at: np.ndarray) -> np.ndarray:
+        """The k bases at each window start read as a base-4 number (A=0 C=1 G=2 T=3)."""
+        if len(window_at) * 2 >= len(values):  # dense windows: one rolling pass, then one gather
+            rolling = np.zeros(len(values), dtype=np.int32)
+            self._rolling_kmers(values, rolling)
+            return rolling[window_at]
+        kmer = values[window_at].astype(np.int32)  # sparse windows: gather the k columns
+        for j in range(1, self.k):
+            kmer *= 4
+            kmer += values[window_at + j]
+        return kmer
+
+    def _rolling_kmers(self, values: np.ndarray, out: np.ndarray) -> None:
+        """out[p] = the k-mer value starting at p, for every p <= len(values) - k (in place, k passes)."""
+        k, end = self.k, len(values) - self.k + 1
+        if end <= 0:
+            return
+        rolling = out[:end]
+        rolling[:] = values[:end]
+        for j in range(1, k):
+            rolling *= 4
+            rolling += values[j:end + j]
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import ConfigError
-from biotf.tokenizers._arrays import TABLE_SIZE, assemble, join_codes, refuse
+from biotf.tokenizers._arrays import TABLE_SIZE, assemble, codes_of, refuse, text_starts
 from biotf.tokenizers.amino_acid import check_choice
 from biotf.tokenizers.base import PolicyStats, Tokenizer, check_options, register_tokenizer
 
@@ -56,6 +56,13 @@ _UNSEEN = -2  # a valid piece missing from the vocabulary: the unknown policy de
 def _pair_starts(first: np.ndarray, second: np.ndarray, same_text_next: np.ndarray) -> np.ndarray:
     """Positions p with first[p] and second[p+1] inside one text."""
     return first[:-1] & second[1:] & same_text_next
+
+
+def pieces_per_text(piece_start: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Number of pieces in each text: its length minus its few non-start positions (piece interiors)."""
+    interior = np.flatnonzero(~piece_start)
+    text_of = np.searchsorted(starts, interior, side="right") - 1
+    return np.diff(starts) - np.bincount(text_of, minlength=len(starts) - 1)
 
 
 @register_tokenizer("smiles")
@@ -127,10 +134,11 @@ class SmilesTokenizer(Tokenizer):
     def _split(self, texts: Sequence[str], records: Sequence[str] | None):
         """The joined batch cut into regex pieces, vectorised.
 
-        Returns (joined codes, text starts, piece starts as a bool mask, id per position) where
+        Returns (joined text, its codes, text starts, piece starts as a bool mask, id per position) where
         the id is valid at piece starts and may be `_UNSEEN` for pieces missing from the vocabulary.
         """
-        codes, starts = join_codes(texts)
+        joined = "".join(texts)
+        codes, starts = codes_of(joined), text_starts(texts)
         n = len(codes)
         ids = self._single[codes]
         piece_start = np.ones(n, dtype=bool)
@@ -142,7 +150,7 @@ class SmilesTokenizer(Tokenizer):
         opens = np.flatnonzero(codes == ord("["))
         closes = np.flatnonzero(codes == ord("]"))
         if len(opens) or len(closes):
-            inside = self._brackets(texts, records, codes, starts, opens, closes, ids, piece_start)
+            inside = self._brackets(texts, joined, records, codes, starts, opens, closes, ids, piece_start)
         outside = ~inside
 
         def pairs(first: str, second: str) -> np.ndarray:
@@ -180,9 +188,9 @@ class SmilesTokenizer(Tokenizer):
             else:
                 detail = "matches no SMILES token (the reference regex would drop it silently)"
             raise refuse(texts, records, starts, flat, detail)
-        return codes, starts, piece_start, ids
+        return joined, codes, starts, piece_start, ids
 
-    def _brackets(self, texts, records, codes, starts, opens, closes, ids, piece_start) -> np.ndarray:
+    def _brackets(self, texts, joined, records, codes, starts, opens, closes, ids, piece_start) -> np.ndarray:
         """Bracket atoms: each `]` closes the first `[` after the previous `]` of its text (what the
         regex `\\[[^\\]]+]` does scanning left to right). Sets their ids and piece starts; returns
         the 'inside a bracket atom' mask."""
@@ -197,16 +205,14 @@ class SmilesTokenizer(Tokenizer):
         empty = opening + 1 == closes
         if empty.any():
             raise refuse(texts, records, starts, int(opening[np.argmax(empty)]), "empty bracket atom '[]'")
-        depth = np.zeros(n + 1, dtype=np.int32)
-        depth[opening] += 1
-        depth[closes + 1] -= 1
-        inside = np.cumsum(depth[:-1]) > 0
+        inside = np.zeros(n, dtype=bool)  # opening..close of every atom; few positions, so no full-length cumsum
+        span = closes + 1 - opening
+        inside[np.arange(int(span.sum())) + np.repeat(opening - np.cumsum(span) + span, span)] = True
         unclosed = opens[~inside[opens]]
         if len(unclosed):
             raise refuse(texts, records, starts, int(unclosed[0]), "'[' is never closed by ']' in this SMILES")
         piece_start[inside] = False
         piece_start[opening] = True
-        joined = "".join(texts)
         vocab, unseen = self._vocab, self._unseen_id
         ids[opening] = [vocab.get(joined[a:b], unseen) for a, b in zip(opening.tolist(), (closes + 1).tolist())]
         return inside
@@ -224,11 +230,9 @@ class SmilesTokenizer(Tokenizer):
 
     def _piece_bounds(self, texts: Sequence[str], records: Sequence[str] | None):
         """(joined text, codes, piece start positions + the end, pieces per text)."""
-        codes, starts, piece_start, _ = self._split(texts, records)
+        joined, codes, starts, piece_start, _ = self._split(texts, records)
         bounds = np.append(np.flatnonzero(piece_start), len(codes))
-        before = np.zeros(len(piece_start) + 1, dtype=np.int64)
-        np.cumsum(piece_start, out=before[1:])
-        return "".join(texts), codes, bounds, np.diff(before[starts])
+        return joined, codes, bounds, pieces_per_text(piece_start, starts)
 
     def _pieces(self, texts: Sequence[str], records: Sequence[str] | None,
                 stats: PolicyStats | None) -> list[list[str]]:
@@ -253,22 +257,20 @@ class SmilesTokenizer(Tokenizer):
     # --- encoding ---------------------------------------------------------------------------
     def _content(self, texts, records, stats) -> tuple[np.ndarray, np.ndarray]:
         texts = self._strip(texts, stats)
-        codes, starts, piece_start, ids = self._split(texts, records)
+        joined, codes, starts, piece_start, ids = self._split(texts, records)
         ids = ids[piece_start]
         unseen = ids == _UNSEEN
         if unseen.any():
             piece_starts = np.append(np.flatnonzero(piece_start), len(codes))
             at = int(np.argmax(unseen))
-            piece = "".join(texts)[piece_starts[at]:piece_starts[at + 1]]
+            piece = joined[piece_starts[at]:piece_starts[at + 1]]
             raise refuse(texts, records, starts, int(piece_starts[at]),
                          f"SMILES token {piece!r} is not in the vocabulary, refused by unknown='error' "
                          "(or set 'to_unk', or train on data that has it)")
         if stats is not None and self.unknown == "to_unk":
             if replaced := int((ids == self.unk_id).sum()):
                 stats["unknown_to_unk"] += replaced
-        before = np.zeros(len(piece_start) + 1, dtype=np.int64)
-        np.cumsum(piece_start, out=before[1:])
-        return ids, np.diff(before[starts])
+        return ids, pieces_per_text(piece_start, starts)
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
