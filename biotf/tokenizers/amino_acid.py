@@ -179,7 +179,7 @@ class AminoAcidTokenizer(Tokenizer):
                 replacements[chr(code)] = self._tokens[target]
         return wordlevel_hf_tokenizer(self._vocab, piece_pattern=".", replacements=replacements, unk="<unk>",
                                       cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
-                                      special_tokens=SPECIAL_TOKENS)
+                                      special_tokens=SPECIAL_TOKENS, split_special_tokens=False)
 
     def __repr__(self) -> str:
         return (f"AminoAcidTokenizer(lowercase={self.lowercase!r}, rare_residues={self.rare_residues!r}, "

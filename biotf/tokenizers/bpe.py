@@ -244,6 +244,12 @@ class BPETokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return self._vocab_size
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """The role tokens (but unk) and every added token HF marks special (e.g. Qwen's `<|im_start|>`)."""
+        added = {i for i, token in self._tk.get_added_tokens_decoder().items() if token.special}
+        return super().special_ids | (frozenset(added) - {self.unk_id})
+
     def get_vocab(self) -> dict[str, int]:
         return self._tk.get_vocab(with_added_tokens=True)
 

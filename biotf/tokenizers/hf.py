@@ -14,9 +14,12 @@ from collections.abc import Mapping, Sequence
 
 def wordlevel_hf_tokenizer(vocab: Mapping[str, int], *, piece_pattern: str, replacements: Mapping[str, str] = {},
                            strip: bool = False, unk: str, cls: str, eos: str, pad: str, mask: str,
-                           special_tokens: Sequence[str]):
+                           special_tokens: Sequence[str], split_special_tokens: bool = True):
     """A `PreTrainedTokenizerFast`: `replacements` (char -> token) and `strip` normalize, `piece_pattern`
-    cuts the text into vocabulary pieces, `<cls> $A <eos>` wraps each sequence."""
+    cuts the text into vocabulary pieces, `<cls> $A <eos>` wraps each sequence.
+
+    `split_special_tokens=True` (the default) reads `<mask>` written in a text as characters, as
+    biotf's scheme does; False reads it as the token (the amino-acid scheme, like ESM)."""
     from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
     from tokenizers import Tokenizer as HFTokenizer
     from transformers import PreTrainedTokenizerFast
@@ -35,4 +38,5 @@ def wordlevel_hf_tokenizer(vocab: Mapping[str, int], *, piece_pattern: str, repl
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
     extra = [t for t in special_tokens if t not in (unk, cls, eos, pad, mask)]
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=unk, cls_token=cls, eos_token=eos,
-                                   pad_token=pad, mask_token=mask, additional_special_tokens=extra)
+                                   pad_token=pad, mask_token=mask, additional_special_tokens=extra,
+                                   split_special_tokens=split_special_tokens)

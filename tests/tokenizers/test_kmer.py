@@ -14,20 +14,25 @@ from biotf.errors import BiotfError, ConfigError, TokenizationError
 from biotf.tokenizers import KmerTokenizer, PolicyStats, reverse_complement
 
 
-def reference_tokens(sequence: str, k: int, stride: int) -> list[str]:
-    """The rule in plain Python: windows of k every `stride` bases in each A/C/G/T run, leftover
-    bases after the last window one by one, every other character a token of its own."""
-    tokens = []
-    for run in re.findall(r"[ACGT]+|.", sequence):
+def reference_spans(sequence: str, k: int, stride: int) -> list[tuple[int, str]]:
+    """The rule in plain Python, as (start, token): windows of k every `stride` bases in each
+    A/C/G/T run, leftover bases after the last window one by one, any other character alone."""
+    spans = []
+    for match in re.finditer(r"[ACGT]+|.", sequence):
+        run, at = match.group(), match.start()
         if run[0] not in "ACGT":
-            tokens.append(run)
+            spans.append((at, run))
             continue
         end = 0
         for start in range(0, len(run) - k + 1, stride):
-            tokens.append(run[start:start + k])
+            spans.append((at + start, run[start:start + k]))
             end = start + k
-        tokens.extend(run[end:])
-    return tokens
+        spans.extend((at + i, run[i]) for i in range(end, len(run)))
+    return spans
+
+
+def reference_tokens(sequence: str, k: int, stride: int) -> list[str]:
+    return [token for _, token in reference_spans(sequence, k, stride)]
 
 
 def test_issue_example_non_overlapping():
@@ -72,6 +77,14 @@ def test_matches_reference_for_every_stride(k, data):
     for text, ids in zip(texts, batch):
         assert ids.tolist() == [vocab[t] for t in reference_tokens(text, k, stride)]
         assert tokenizer.decode(ids) == text
+    # soft-masking: the same ids from the lowercased copy, and a token is masked iff it covers a lowercase base
+    cased = [data.draw(st.text("ACGTNacgtn", min_size=len(t), max_size=len(t))) for t in texts]
+    cased = ["".join(c if c.upper() == b else b for c, b in zip(case, text)) for case, text in zip(cased, texts)]
+    ids, masks = tokenizer.encode_batch_with_soft_mask(cased, add_special_tokens=False)
+    assert [i.tolist() for i in ids] == [b.tolist() for b in batch]
+    for text, mask in zip(cased, masks):
+        spans = reference_spans(text.upper(), k, stride)
+        assert mask.tolist() == [any(c.islower() for c in text[at:at + len(token)]) for at, token in spans]
 
 
 def test_lowercase_fold_and_soft_mask():
@@ -199,15 +212,19 @@ def test_real_genbank_genomes(genomes):
 
 
 @pytest.mark.parametrize("options", [{"k": 6}, {"k": 1}, {"k": 4, "uracil": "to_t", "unknown": "to_unk"}])
-def test_to_hf_gives_identical_ids(options, splice, promoters, genomes):
+def test_to_hf_gives_identical_ids(options, splice, promoters, genomes, tmp_path):
     tokenizer = KmerTokenizer(**options)
     hf = tokenizer.to_hf()
     texts = [s for _, s in splice[:500]] + list(promoters.values()) + [g[:20_000] for g in genomes.values()]
     texts += ["ATCGAATNGGCGATGCAC", "acgtRYswNN", ""]
     if options.get("unknown") == "to_unk":
-        texts += ["ACGU-*X é", "uuACGT"]
+        texts += ["ACGU-*X é", "uuACGT", "AC<mask>G"]  # a special token's spelling is text here, as in biotf
     assert [ids.tolist() for ids in tokenizer.encode_batch(texts)] == hf(texts)["input_ids"]
     assert hf.decode(hf("ACGTACGT")["input_ids"], skip_special_tokens=True) == "ACGTACGT"
+    hf.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path)(texts)["input_ids"] == hf(texts)["input_ids"]
 
 
 def test_overlapping_to_hf_is_a_clear_error():
