@@ -174,7 +174,14 @@ class CharTable:
         """Add to `stats` how many of `codes` each policy changed."""
         if stats is None or not len(codes) or not self.counted:
             return
-        histogram = count_codes(codes)
+        # Usually no character was changed: one bytes.translate finds that out without a histogram.
+        changed_any = np.zeros(256, dtype=np.uint8)
+        for counted in self.counted.values():
+            changed_any[:TABLE_SIZE] |= counted
+        flags = codes.tobytes().translate(changed_any.tobytes())
+        if b"\x01" not in flags:
+            return
+        histogram = count_codes(codes[np.frombuffer(flags, dtype=np.bool_)])
         for stat, counted in self.counted.items():
             if changed := int(histogram[counted].sum()):
                 stats[stat] += changed
