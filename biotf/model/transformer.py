@@ -9,7 +9,9 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
   shifts internally: logits at t are scored against labels[t + 1] (pass labels = input_ids, with pads
   set to -100). A bidirectional (masked-LM) model scores logits at t against labels[t]. The loss is the
-  mean cross-entropy over positions with a target (0 when there are none).
+  mean cross-entropy over positions with a target (0 when there are none). With labels, the head and
+  the loss run fused in row chunks (`loss.py`) and the returned logits are detached: differentiate
+  `loss`; call without labels for differentiable logits.
 - `attention_mask` is 1 for real tokens and 0 for padding, of shape (batch, past + new tokens).
   Position ids count real tokens only (cumulative sum of the mask), so left padding does not move
   absolute positions; padded positions' outputs are unspecified but finite.
@@ -38,10 +40,9 @@ from biotf.errors import ConfigError, InputError
 from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
+from biotf.model.loss import IGNORE_INDEX, linear_cross_entropy
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
-
-IGNORE_INDEX = -100
 
 
 @dataclass
@@ -136,23 +137,27 @@ class Transformer(nn.Module):
         x = self.final_norm(x)
         if hidden_states is not None:
             hidden_states[-1] = x
-        logits = F.linear(x, self.embed.weight) if self.lm_head is None else self.lm_head(x)
-        loss = self.loss(logits, labels) if labels is not None else None
+        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        if labels is None:
+            logits, loss = F.linear(x, head), None
+        else:
+            logits, loss = self._logits_and_loss(x, head, labels)
         return TransformerOutput(logits, loss, tuple(hidden_states) if hidden_states is not None else None,
                                  cache if use_cache else None)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy (float32) over positions whose label is not -100; causal models shift by one."""
-        if labels.shape != logits.shape[:-1]:
-            raise InputError(f"labels must have the shape of input_ids {tuple(logits.shape[:-1])}, "
+    def _logits_and_loss(self, x: torch.Tensor, head: torch.Tensor,
+                         labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and the mean cross-entropy over positions whose label is not -100, computed by the fused
+        chunked head + loss of `loss.py` (logits come back detached from the graph). Causal models shift:
+        the logits at t are scored against labels[t + 1]."""
+        if labels.shape != x.shape[:-1]:
+            raise InputError(f"labels must have the shape of input_ids {tuple(x.shape[:-1])}, "
                              f"got {tuple(labels.shape)}")
         if self.config.causal:
-            # Shift the labels, not the logits: no copy of the (B, T, V) tensor (as HF ForCausalLMLoss).
+            # Shift the labels, not the logits (as HF's ForCausalLMLoss): no copy of a (B, T, V) tensor.
             labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-        labels = labels.reshape(-1)
-        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels,
-                                ignore_index=IGNORE_INDEX, reduction="sum")
-        return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+        logits, loss = linear_cross_entropy(x.reshape(-1, x.shape[-1]), head, labels.reshape(-1))
+        return logits.view(*x.shape[:-1], -1), loss
 
     @staticmethod
     def _position_ids(attention_mask: torch.Tensor | None, past: int, total: int,

@@ -1,0 +1,89 @@
+"""The LM head and its cross-entropy in one pass over row chunks (the "chunked cross-entropy" lever).
+
+The plain way, `F.cross_entropy(hidden @ W.T, targets)`, writes and re-reads several (tokens x vocab)
+matrices: the logits, their log-softmax (kept for backward), the log-softmax gradient and the NLL
+gradient (zero-filled, then scattered). At vocab 8,192 and 2,048 tokens each is 64 MB, and on small CPUs
+allocating such fresh blocks (page faults) and sweeping them costs as much as the head's matmuls.
+
+`linear_cross_entropy` instead walks over chunks of rows: for each it computes the logits chunk (written
+into the returned logits), its log-softmax and loss, the gradient softmax - one_hot (scaled by 1/number
+of targets) while the chunk is still hot, and right away the gradients of the hidden states and of the
+head's weight from it. Only those two (tokens x d_model and vocab x d_model) are kept for backward,
+which just scales them. The value and gradients equal those of `F.cross_entropy(logits.float(), targets,
+ignore_index=-100)` (mean over positions with a target; 0 rather than NaN when there is none).
+
+The returned logits are detached from the graph: differentiate the loss, not the logits (call the
+model without labels to get differentiable logits).
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+ROWS_PER_CHUNK = 512
+
+
+def _compute_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would run the head's matmul in (custom Functions see autocast still enabled)."""
+    device = tensor.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return tensor.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, needs_grad: bool):
+        dtype = _compute_dtype(hidden)
+        h, w = hidden.to(dtype), weight.to(dtype)
+        rows, vocab = h.shape[0], w.shape[0]
+        logits = h.new_empty(rows, vocab)
+        valid = targets != IGNORE_INDEX
+        count = valid.sum().clamp(min=1)
+        safe_targets = targets.clamp(min=0)[:, None]
+        grad_hidden = torch.empty_like(h) if needs_grad else None
+        grad_weight = torch.zeros_like(w, dtype=torch.promote_types(dtype, torch.float32)) if needs_grad else None
+        loss_dtype = torch.promote_types(dtype, torch.float32)  # float32 at least, float64 stays float64
+        total = torch.zeros((), dtype=loss_dtype, device=h.device)
+        for start in range(0, rows, ROWS_PER_CHUNK):
+            chunk = slice(start, start + ROWS_PER_CHUNK)
+            torch.mm(h[chunk], w.t(), out=logits[chunk])
+            log_probs = torch.log_softmax(logits[chunk].to(loss_dtype), dim=-1)
+            chunk_valid = valid[chunk]
+            total -= log_probs.gather(1, safe_targets[chunk]).squeeze(1).masked_fill(~chunk_valid, 0.0).sum()
+            if needs_grad:
+                grad_logits = log_probs.exp_()  # softmax, in place
+                grad_logits.scatter_add_(1, safe_targets[chunk], -chunk_valid[:, None].to(grad_logits.dtype))
+                grad_logits.mul_((chunk_valid.to(grad_logits.dtype) / count)[:, None])
+                grad_logits = grad_logits.to(dtype)
+                torch.mm(grad_logits, w, out=grad_hidden[chunk])
+                if dtype == grad_weight.dtype:
+                    grad_weight.addmm_(grad_logits.t(), h[chunk])
+                else:  # accumulate the weight gradient in float32 across chunks
+                    grad_weight.add_(torch.mm(grad_logits.t(), h[chunk]))
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.dtypes = (hidden.dtype, weight.dtype)
+        ctx.mark_non_differentiable(logits)
+        return logits, total / count
+
+    @staticmethod
+    def backward(ctx, _grad_logits, grad_loss):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        hidden_dtype, weight_dtype = ctx.dtypes
+        grad_h = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_h = (grad_hidden * grad_loss).to(hidden_dtype)
+        if ctx.needs_input_grad[1]:
+            grad_w = (grad_weight * grad_loss).to(weight_dtype)
+        return grad_h, grad_w, None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor,
+                         targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits = hidden @ weight.T, mean cross-entropy over rows whose target is not -100).
+
+    hidden (N, d), weight (V, d), targets (N,); logits are returned detached (see the module docstring).
+    """
+    needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return _LinearCrossEntropy.apply(hidden, weight, targets, needs_grad)

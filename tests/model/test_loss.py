@@ -1,0 +1,73 @@
+"""The fused chunked head + cross-entropy equals the plain computation, in value and in gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from biotf.model import loss as loss_module
+from biotf.model.loss import linear_cross_entropy
+
+
+def reference(hidden, weight, targets):
+    logits = hidden @ weight.t()
+    return logits, F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
+                                   ignore_index=-100)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 130])
+def test_value_and_gradients_match_plain_cross_entropy(rows, monkeypatch):
+    monkeypatch.setattr(loss_module, "ROWS_PER_CHUNK", 16)  # several chunks, a ragged last one
+    torch.manual_seed(0)
+    hidden = torch.randn(rows, 24, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 24, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 50, (rows,))
+    targets[::3] = -100
+    if rows == 1:
+        targets[0] = 4
+    logits, loss = linear_cross_entropy(hidden, weight, targets)
+    (2.5 * loss).backward()
+    grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    ref_logits, ref_loss = reference(hidden, weight, targets)
+    (2.5 * ref_loss).backward()
+    torch.testing.assert_close(logits, ref_logits.detach())
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(grads[0], hidden.grad)
+    torch.testing.assert_close(grads[1], weight.grad)
+    assert not logits.requires_grad
+
+
+def test_no_target_gives_zero_loss_and_zero_gradients():
+    hidden = torch.randn(5, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    _, loss = linear_cross_entropy(hidden, weight, torch.full((5,), -100))
+    loss.backward()
+    assert loss.item() == 0.0 and hidden.grad.abs().max() == 0 and weight.grad.abs().max() == 0
+
+
+def test_without_grad_only_the_value_is_computed():
+    hidden, weight = torch.randn(5, 8, requires_grad=True), torch.randn(11, 8)
+    targets = torch.randint(0, 11, (5,))
+    with torch.no_grad():
+        logits, loss = linear_cross_entropy(hidden, weight, targets)
+    torch.testing.assert_close(loss, reference(hidden, weight, targets)[1].detach())
+    assert not loss.requires_grad
+
+
+def test_bf16_autocast_runs_the_head_in_bf16_and_returns_float32_gradients():
+    torch.manual_seed(0)
+    hidden = torch.randn(40, 16, requires_grad=True)
+    weight = torch.randn(30, 16, requires_grad=True)
+    targets = torch.randint(0, 30, (40,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss = linear_cross_entropy(hidden, weight, targets)
+    loss.backward()
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    assert hidden.grad.dtype == weight.grad.dtype == torch.float32
+    hidden_ref, weight_ref = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    _, ref_loss = reference(hidden_ref, weight_ref, targets)
+    ref_loss.backward()
+    assert abs(loss.item() - ref_loss.item()) < 0.05
+    torch.testing.assert_close(weight.grad, weight_ref.grad, rtol=0.05, atol=0.01)
