@@ -41,6 +41,13 @@ def join_codes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return codes_of("".join(texts)), text_starts(texts)
 
 
+def span_positions(span_starts: np.ndarray, span_lengths: np.ndarray) -> np.ndarray:
+    """Every position covered by the spans [start, start + length), concatenated (no full-length pass)."""
+    span_lengths = np.asarray(span_lengths, dtype=np.int64)
+    shift = np.asarray(span_starts, dtype=np.int64) - np.cumsum(span_lengths) + span_lengths
+    return np.arange(int(span_lengths.sum())) + np.repeat(shift, span_lengths)
+
+
 def locate(flat_index: int, starts: np.ndarray) -> tuple[int, int]:
     """(text number, position in that text) of an index into the joined batch."""
     item = int(np.searchsorted(starts, flat_index, side="right")) - 1

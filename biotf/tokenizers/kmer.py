@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import BiotfError, ConfigError, TokenizationError
-from biotf.tokenizers._arrays import CharTable, assemble, refuse
+from biotf.tokenizers._arrays import CharTable, assemble, refuse, span_positions
 from biotf.tokenizers.amino_acid import check_choice
 from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
 
@@ -69,6 +69,13 @@ def reverse_complement(sequence: str, record: str | None = None) -> str:
         if char not in _COMPLEMENT:
             raise TokenizationError(char, position, record=record, detail="not a nucleotide or IUPAC code")
     return complement[::-1]
+
+
+def _any_in_window(flags: np.ndarray, window_at: np.ndarray, k: int) -> np.ndarray:
+    """Whether any of flags[p:p + k] is set, for each window start p (windows lie inside `flags`)."""
+    before = np.zeros(len(flags) + 1, dtype=np.int32)
+    np.cumsum(flags, out=before[1:])
+    return before[window_at + k] - before[window_at] > 0
 
 
 @register_tokenizer("dna")
@@ -180,10 +187,8 @@ class KmerTokenizer(Tokenizer):
         ids[is_window] = self._kmer_offset + self._kmer_values(values, window_at)
         token_lower = None
         if lower is not None:
-            lower_before = np.zeros(total + 1, dtype=np.int32)
-            np.cumsum(lower, out=lower_before[1:])
             token_lower = lower[position]
-            token_lower[is_window] = lower_before[window_at + k] - lower_before[window_at] > 0
+            token_lower[is_window] = _any_in_window(lower, window_at, k)
         return ids, counts, token_lower
 
     def _overlapping(self, values: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, windowed: np.ndarray,
@@ -199,9 +204,7 @@ class KmerTokenizer(Tokenizer):
         emit[tail] = False
         is_window = values < 4
         short_runs = (values[seg_start] < 4) & ~windowed  # runs shorter than k: single bases
-        lengths = seg_end[short_runs] - seg_start[short_runs]
-        starts_of_short = seg_start[short_runs]
-        is_window[np.arange(int(lengths.sum())) + np.repeat(starts_of_short - np.cumsum(lengths) + lengths, lengths)] = False
+        is_window[span_positions(seg_start[short_runs], seg_end[short_runs] - seg_start[short_runs])] = False
         is_window &= emit
         ids = self._single_ids[values]
         rolling = np.zeros(total, dtype=np.int32)
@@ -209,10 +212,9 @@ class KmerTokenizer(Tokenizer):
         np.add(rolling, self._kmer_offset, out=ids, where=is_window, casting="unsafe")
         token_lower = None
         if lower is not None:
-            lower_before = np.zeros(total + k, dtype=np.int32)
-            np.cumsum(lower, out=lower_before[1:total + 1])
-            lower_before[total + 1:] = lower_before[total]
-            token_lower = np.where(is_window, lower_before[k:k + total] - lower_before[:total] > 0, lower)[emit]
+            token_lower = lower.copy()
+            token_lower[is_window] = _any_in_window(lower, np.flatnonzero(is_window), k)
+            token_lower = token_lower[emit]
         return ids[emit], token_lower
 
     def _kmer_values(self, values: np.ndarray, window_at: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import ConfigError
-from biotf.tokenizers._arrays import TABLE_SIZE, assemble, codes_of, refuse, text_starts
+from biotf.tokenizers._arrays import TABLE_SIZE, assemble, codes_of, refuse, span_positions, text_starts
 from biotf.tokenizers.amino_acid import check_choice
 from biotf.tokenizers.base import PolicyStats, Tokenizer, check_options, register_tokenizer
 
@@ -205,9 +205,8 @@ class SmilesTokenizer(Tokenizer):
         empty = opening + 1 == closes
         if empty.any():
             raise refuse(texts, records, starts, int(opening[np.argmax(empty)]), "empty bracket atom '[]'")
-        inside = np.zeros(n, dtype=bool)  # opening..close of every atom; few positions, so no full-length cumsum
-        span = closes + 1 - opening
-        inside[np.arange(int(span.sum())) + np.repeat(opening - np.cumsum(span) + span, span)] = True
+        inside = np.zeros(n, dtype=bool)  # opening..close of every atom
+        inside[span_positions(opening, closes + 1 - opening)] = True
         unclosed = opens[~inside[opens]]
         if len(unclosed):
             raise refuse(texts, records, starts, int(unclosed[0]), "'[' is never closed by ']' in this SMILES")
