@@ -1,5 +1,5 @@
-"""Inference: loading trained models (biotf runs, checkpoints, exported directories) with their tokenizers."""
+"""Inference: loading trained or Hugging Face checkpoints, and generating text with the KV cache."""
 
-from biotf.inference.loading import Pretrained, load_pretrained, save_pretrained
+from biotf.inference.generation import generate
 
-__all__ = ["Pretrained", "load_pretrained", "save_pretrained"]
+__all__ = ["generate"]

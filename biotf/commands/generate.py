@@ -1,0 +1,105 @@
+"""`biotf generate`: continue a prompt with a causal model (a Hugging Face Qwen2 directory or a biotf run).
+
+    biotf generate --model Qwen2.5-0.5B-Instruct --chat --prompt "Name three amino acids."
+    biotf generate --model Qwen2.5-0.5B --prompt "The ribosome" --max-new-tokens 40 --dtype bfloat16
+    biotf generate --model DIR --prompt-file prompts.txt --temperature 0.7 --top-p 0.8 --seed 0
+
+A single prompt streams its tokens to stdout as they come. `--prompt-file` holds one prompt per line
+(blank lines skipped); they are generated as one left-padded batch and printed as JSON lines
+{"prompt": ..., "completion": ...}. Sampling options default to the checkpoint's
+generation_config.json (greedy when it says `do_sample: false`); `--temperature 0` is greedy.
+Generation stops at any eos id of generation_config.json or the tokenizer. A summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from biotf.errors import ConfigError, InputError
+from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, generate_ids
+from biotf.inference.hf_checkpoint import (DTYPES, GenerationDefaults, HFCheckpoint, is_hf_directory,
+                                          load_hf_checkpoint, parse_dtype)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("generate", help="generate text from a prompt with a causal model",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path, metavar="DIR",
+                        help="a Hugging Face Qwen2 checkpoint directory, or a biotf run / exported directory")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="the prompt text")
+    source.add_argument("--prompt-file", type=Path, metavar="FILE", help="one prompt per line, run as one batch")
+    parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn in the chat template")
+    parser.add_argument("--system", metavar="TEXT", help="system turn for --chat (default: the template's own)")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N", help="default: generation_config.json, else 256")
+    parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy; default: generation_config.json")
+    parser.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens (0 = all)")
+    parser.add_argument("--top-p", type=float, metavar="P", help="sample within the smallest set of probability P")
+    parser.add_argument("--repetition-penalty", type=float, metavar="R", help="HF's repetition penalty (1 = none)")
+    parser.add_argument("--seed", type=int, help="random seed for sampling (same seed, same text)")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="weights and compute dtype")
+    parser.add_argument("--truncate-prompt", action="store_true",
+                        help="cut too long prompts from the left (with a warning) instead of refusing them")
+    parser.set_defaults(run=run)
+
+
+def load_model(source: Path, dtype: str) -> HFCheckpoint:
+    """A Hugging Face directory with its generation defaults, or a biotf model with its tokenizer's eos."""
+    if is_hf_directory(source) and not (source / "checkpoints").is_dir():
+        return load_hf_checkpoint(source, dtype)
+    from biotf.inference.loading import load_pretrained
+
+    model, tokenizer = load_pretrained(source)
+    return HFCheckpoint(model.to(parse_dtype(dtype)), tokenizer, GenerationDefaults.from_hf({}, tokenizer))
+
+
+def read_prompts(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise InputError(f"cannot read prompt file {path}: {error.strerror or error}") from None
+    prompts = [line for line in lines if line.strip()]
+    if not prompts:
+        raise InputError(f"prompt file {path} has no prompts (one per line)")
+    return prompts
+
+
+def run(args: argparse.Namespace) -> int:
+    prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
+    if args.system is not None and not args.chat:
+        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
+    model, tokenizer, defaults = load_model(args.model, args.dtype)
+
+    def option(value, default):
+        return default if value is None else value
+
+    sampling = Sampling(temperature=option(args.temperature, defaults.temperature),
+                        top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
+                        repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+    pad = next((i for i in (defaults.pad_token_id, *defaults.eos_token_ids) if i is not None), 0)
+    ids = encode_prompts(tokenizer, prompts, args.chat, args.system)
+    streamer = None
+    if len(prompts) == 1:
+        streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
+    start = time.perf_counter()
+    new = generate_ids(model, ids, max_new_tokens=option(args.max_new_tokens, defaults.max_new_tokens),
+                       sampling=sampling, eos_token_ids=defaults.eos_token_ids, pad_token_id=pad, seed=args.seed,
+                       on_token=streamer, truncate_prompt=args.truncate_prompt)
+    seconds = time.perf_counter() - start
+    if streamer is not None:
+        sys.stdout.write("\n")
+    else:
+        for prompt, row in zip(prompts, new):
+            completion = tokenizer.decode(row, skip_special_tokens=True)
+            sys.stdout.write(json.dumps({"prompt": prompt, "completion": completion}, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    produced = sum(len(row) for row in new)
+    mode = "greedy" if sampling.greedy else f"sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, " \
+                                           f"top-p {sampling.top_p})"
+    print(f"{len(prompts)} prompt(s), {sum(map(len, ids))} prompt tokens, {produced} new tokens in {seconds:.2f} s "
+          f"({produced / seconds:.1f} tokens/s), {mode}", file=sys.stderr)
+    return 0

@@ -1,0 +1,257 @@
+"""Text generation with a causal biotf `Transformer` and its KV cache.
+
+    texts = generate(model, tokenizer, ["The capital of France is"], max_new_tokens=32)  # greedy
+    texts = generate(model, tokenizer, prompts, chat=True, temperature=0.7, top_p=0.8, seed=0)
+
+How it works, and where each convention comes from (`transformers`' `generate`, so that greedy
+output is token for token the same):
+- Prompts of different lengths are left-padded into one batch; the attention mask hides the pads and
+  the model counts position ids over real tokens only, so a padded prompt continues exactly as alone.
+- One prefill forward fills the `KVCache` (preallocated for prompt + new tokens); the LM head sees the
+  last position only (HF's `logits_to_keep=1`): the others' logits are never needed. Each further step
+  feeds one token per row.
+- Next-token scores (float32): repetition penalty over prompt and generated ids (HF
+  `RepetitionPenaltyLogitsProcessor`), then temperature, top-k, top-p (HF's warpers, in that order);
+  temperature 0 is greedy argmax. Sampling draws from a `torch.Generator` seeded with `seed`.
+- A row stops at its first eos id (the eos is kept in its ids, not in its text); finished rows are fed
+  the pad id until every row is done or `max_new_tokens` is reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from biotf.errors import ConfigError, InputError
+from biotf.inference.chat import render_chat
+from biotf.model import KVCache, Transformer
+from biotf.tokenizers.base import Tokenizer
+
+log = logging.getLogger(__name__)
+
+# Called with (row, token id) for every token as it is produced (eos included), e.g. to stream text.
+TokenCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen; validated here so that the CLI and the API refuse the same values."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise ConfigError("temperature", self.temperature, allowed="a number >= 0 (0 = greedy)")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+            raise ConfigError("top_k", self.top_k, allowed="an integer >= 0 (0 or None = no top-k cut)")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError("top_p", self.top_p, allowed="a number in (0, 1]")
+        if not self.repetition_penalty > 0:
+            raise ConfigError("repetition_penalty", self.repetition_penalty, allowed="a number > 0 (1 = none)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def next_token_scores(logits: torch.Tensor, tokens: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Float32 scores (B, V) of last-position `logits` after the repetition penalty and, when sampling, the
+    temperature, top-k and top-p cuts (-inf marks a token that cannot be drawn); `tokens` (B, T) are the ids so far."""
+    scores = logits.float()
+    if sampling.repetition_penalty != 1.0:
+        seen = torch.gather(scores, 1, tokens)
+        seen = torch.where(seen < 0, seen * sampling.repetition_penalty, seen / sampling.repetition_penalty)
+        scores = scores.scatter(1, tokens, seen)
+    if sampling.greedy:
+        return scores
+    scores = scores / sampling.temperature
+    if sampling.top_k:
+        kth_best = torch.topk(scores, min(sampling.top_k, scores.shape[-1])).values[:, -1:]
+        scores = scores.masked_fill(scores < kth_best, float("-inf"))
+    if sampling.top_p < 1.0:
+        # HF TopPLogitsWarper: drop the least likely tokens whose total probability is <= 1 - top_p,
+        # always keeping the most likely one.
+        ordered, order = torch.sort(scores, descending=False)
+        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= 1 - sampling.top_p
+        drop[:, -1] = False
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return scores
+
+
+def next_tokens(logits: torch.Tensor, tokens: torch.Tensor, sampling: Sampling,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """Next token per row: argmax when greedy, else a draw from the softmax of the processed scores."""
+    scores = next_token_scores(logits, tokens, sampling)
+    if sampling.greedy:
+        return scores.argmax(dim=-1)
+    return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+@contextlib.contextmanager
+def last_position_logits(model: Transformer) -> Iterator[None]:
+    """Within this block the model's LM head sees only the last position (HF's `logits_to_keep=1`).
+
+    A forward hook on the final norm (whose output feeds the LM head) slices its output: prefill then
+    skips (prompt length - 1) x vocabulary logits, a large share of its work for a 150k-token vocabulary.
+    """
+    handle = model.final_norm.register_forward_hook(lambda module, args, output: output[:, -1:])
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(ids, attention mask) of left-padded prompts; the mask is None when no row needs padding."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    padded = bool((mask == 0).any())
+    return ids.to(device), mask.to(device) if padded else None
+
+
+def fit_prompts(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_length: int | None,
+                truncate: bool) -> list[list[int]]:
+    """Prompts that leave room for `max_new_tokens` within the model's `max_length` positions.
+
+    Too long a prompt is an InputError, or with `truncate` it loses its oldest tokens (a warning says so).
+    """
+    prompts = [list(map(int, p)) for p in prompts]
+    if any(not p for p in prompts):
+        raise InputError("a prompt is empty: generation needs at least one prompt token")
+    if max_length is None:
+        return prompts
+    room = max_length - max_new_tokens
+    if room < 1:
+        raise ConfigError("max_new_tokens", max_new_tokens, allowed=f"at most {max_length - 1}: the model has "
+                          f"{max_length} positions and the prompt needs at least one")
+    fitted = []
+    for row, prompt in enumerate(prompts):
+        if len(prompt) > room:
+            if not truncate:
+                raise InputError(f"prompt {row} has {len(prompt)} tokens; with {max_new_tokens} new tokens that "
+                                 f"exceeds the model's maximum length of {max_length} positions (shorten it, lower "
+                                 "max_new_tokens, or truncate the prompt from the left with --truncate-prompt)")
+            log.warning("prompt %d has %d tokens: keeping its last %d so that %d new tokens fit in the model's "
+                        "%d positions", row, len(prompt), room, max_new_tokens, max_length)
+            prompt = prompt[len(prompt) - room:]
+        fitted.append(prompt)
+    return fitted
+
+
+@torch.inference_mode()
+def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 32,
+                 sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (), pad_token_id: int = 0,
+                 seed: int | None = None, on_token: TokenCallback | None = None,
+                 truncate_prompt: bool = False) -> list[list[int]]:
+    """New token ids for each prompt (lists of ids), up to and including the eos that stopped it."""
+    if not model.config.causal:
+        raise ConfigError("causal", False, "true", reason="generation needs a causal (decoder) model")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError("max_new_tokens", max_new_tokens, allowed="an integer >= 1")
+    if not prompts:
+        return []
+    prompts = fit_prompts(prompts, max_new_tokens, model.config.max_seq_len, truncate_prompt)
+    device = model.device
+    generator = None
+    if not sampling.greedy:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed if seed is not None else torch.seed())
+    ids, mask = left_pad(prompts, pad_token_id, device)
+    batch = ids.shape[0]
+    cache = KVCache(model.config.n_layers, initial_capacity=ids.shape[1] + max_new_tokens)
+    eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    tokens = ids  # prompt (padded) + generated, for the repetition penalty
+    new: list[list[int]] = [[] for _ in range(batch)]
+    with last_position_logits(model):
+        logits = model(ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
+    for step in range(max_new_tokens):
+        chosen = next_tokens(logits, tokens, sampling, generator)
+        chosen = torch.where(finished, pad_token_id, chosen)
+        for row, (token, done) in enumerate(zip(chosen.tolist(), finished.tolist())):
+            if not done:
+                new[row].append(token)
+                if on_token is not None:
+                    on_token(row, token)
+        finished |= torch.isin(chosen, eos)
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        step_ids = chosen[:, None]
+        if sampling.repetition_penalty != 1.0:
+            tokens = torch.cat([tokens, step_ids], dim=1)
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
+        logits = model(step_ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
+    return new
+
+
+class TextStreamer:
+    """An `on_token` callback that writes one row's text as it grows (HF `TextStreamer`'s approach).
+
+    The row's new ids are decoded whole each time and only the unseen suffix is written, so that a
+    character split over several byte-level tokens appears once complete (never as U+FFFD).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, write: Callable[[str], object], row: int = 0):
+        self.tokenizer, self.write, self.row = tokenizer, write, row
+        self.ids: list[int] = []
+        self.shown = 0
+
+    def __call__(self, row: int, token: int) -> None:
+        if row != self.row:
+            return
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if not text.endswith("\ufffd") and len(text) > self.shown:
+            self.write(text[self.shown:])
+            self.shown = len(text)
+
+
+def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], chat: bool = False,
+                   system: str | None = None) -> list[list[int]]:
+    """Token ids of each prompt: as plain text, or (`chat`) as one user turn in the chat template."""
+    if system is not None and not chat:
+        raise ConfigError("system", system, reason="a system prompt needs chat mode (chat=True / --chat)")
+    if not chat:
+        return [list(map(int, ids)) for ids in tokenizer.encode_batch(list(prompts), add_special_tokens=True)]
+    return [tokenizer.encode(chat_prompt(tokenizer, prompt, system), add_special_tokens=False) for prompt in prompts]
+
+
+def chat_prompt(tokenizer: Tokenizer, prompt: str, system: str | None = None) -> str:
+    """The chat template rendered for an optional system turn and one user turn, ready for the reply."""
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": prompt}]
+    return render_chat(tokenizer, messages, add_generation_prompt=True)
+
+
+def generate(model: Transformer, tokenizer: Tokenizer, prompts: str | Sequence[str], *, max_new_tokens: int = 32,
+             temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
+             repetition_penalty: float = 1.0, seed: int | None = None, chat: bool = False,
+             system: str | None = None, eos_token_ids: Sequence[int] | None = None,
+             truncate_prompt: bool = False, on_token: TokenCallback | None = None) -> list[str]:
+    """The generated text of each prompt (special tokens left out), greedy unless `temperature` > 0.
+
+    `eos_token_ids` default to the tokenizer's eos; `on_token(row, id)` sees every token as it comes.
+    """
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if eos_token_ids is None:
+        eos_token_ids = [tokenizer.eos_id] if tokenizer.eos_id is not None else []
+    pad = next((i for i in (tokenizer.pad_id, *eos_token_ids) if i is not None), 0)
+    ids = generate_ids(model, encode_prompts(tokenizer, texts, chat, system), max_new_tokens=max_new_tokens,
+                       sampling=Sampling(temperature, top_k, top_p, repetition_penalty),
+                       eos_token_ids=eos_token_ids, pad_token_id=pad, seed=seed, on_token=on_token,
+                       truncate_prompt=truncate_prompt)
+    return [tokenizer.decode(row, skip_special_tokens=True) for row in ids]

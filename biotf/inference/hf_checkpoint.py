@@ -1,0 +1,138 @@
+"""A Hugging Face text checkpoint directory (Qwen2 / Qwen2.5) as (model, tokenizer, generation defaults).
+
+    checkpoint = load_hf_checkpoint("Qwen2.5-0.5B-Instruct", dtype=torch.bfloat16)
+    model, tokenizer, defaults = checkpoint
+
+The directory is what `transformers`' `save_pretrained` writes (or a hub download holds):
+- `config.json` with `model_type` qwen2 (others are refused, naming theirs and the supported ones);
+- `model.safetensors`, or shards `model-0000x-of-0000y.safetensors` with `model.safetensors.index.json`,
+  read by `Transformer.from_hf` straight into a model built on the meta device (see `biotf.model.hf`);
+- `tokenizer.json` + `tokenizer_config.json` (special tokens, chat template; or `chat_template.jinja`);
+- `generation_config.json` (optional): eos ids and sampling defaults, read as `transformers` reads them.
+Nothing is downloaded and no code from the directory is run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from biotf.errors import CheckpointError, ConfigError
+from biotf.model import Transformer
+from biotf.model.hf import CONFIG_FILE, LOADERS, read_hf_config
+from biotf.tokenizers import load_tokenizer
+from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# What biotf runs, by model_type: the architectures (config.json "architectures") it has an LM head for.
+CAUSAL_LM_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM"}
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """Generation settings of a checkpoint; `transformers`' defaults where generation_config.json is silent.
+
+    `temperature` 0 means greedy decoding (generation_config.json's `do_sample: false`).
+    """
+
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_k: int | None = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+    @classmethod
+    def from_hf(cls, generation: Mapping[str, Any], tokenizer: Tokenizer | None = None) -> GenerationDefaults:
+        """From generation_config.json's fields; the tokenizer's eos id is an eos id too."""
+        eos = generation.get("eos_token_id")
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        if tokenizer is not None and tokenizer.eos_id is not None:
+            eos_ids.append(tokenizer.eos_id)
+        pad = generation.get("pad_token_id")
+        if pad is None and tokenizer is not None:
+            pad = tokenizer.pad_id
+        sample = bool(generation.get("do_sample", False))
+        max_new_tokens = generation.get("max_new_tokens") or cls.max_new_tokens
+        return cls(eos_token_ids=tuple(dict.fromkeys(int(i) for i in eos_ids)),
+                   pad_token_id=None if pad is None else int(pad), max_new_tokens=int(max_new_tokens),
+                   temperature=float(generation.get("temperature") or 1.0) if sample else 0.0,
+                   top_k=generation.get("top_k", cls.top_k), top_p=float(generation.get("top_p") or 1.0),
+                   repetition_penalty=float(generation.get("repetition_penalty") or 1.0))
+
+
+class HFCheckpoint(NamedTuple):
+    """What `load_hf_checkpoint` returns; unpacks as `model, tokenizer, defaults = ...`."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    defaults: GenerationDefaults
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype) and name in DTYPES.values():
+        return name
+    if name not in DTYPES:
+        raise ConfigError("dtype", name, allowed=", ".join(DTYPES))
+    return DTYPES[name]
+
+
+def is_hf_directory(path: str | PathLike) -> bool:
+    """A directory whose config.json names a `model_type` (how every `transformers` checkpoint says what it is)."""
+    path = Path(path)
+    try:
+        return path.is_dir() and "model_type" in json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def check_architecture(directory: Path, config: Mapping[str, Any]) -> None:
+    """Refuse, before reading any weights, what biotf cannot run as a causal LM, naming what it can."""
+    supported = ", ".join(f"{kind} ({arch})" for kind, arch in CAUSAL_LM_ARCHITECTURES.items())
+    model_type = config.get("model_type")
+    if model_type not in LOADERS or model_type not in CAUSAL_LM_ARCHITECTURES:
+        raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot run "
+                              f"for text generation (supported: {supported})")
+    architectures = config.get("architectures") or []
+    if architectures and CAUSAL_LM_ARCHITECTURES[model_type] not in architectures:
+        raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}: not a causal LM "
+                              f"head (supported: {supported})")
+
+
+def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[str, Any]:
+    """generation_config.json, else the eos/pad ids of config.json (as `transformers` falls back)."""
+    path = directory / GENERATION_CONFIG_FILE
+    if not path.is_file():
+        return {key: config[key] for key in ("eos_token_id", "pad_token_id") if config.get(key) is not None}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
+
+
+def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory."""
+    directory = Path(directory)
+    dtype = parse_dtype(dtype)
+    if not directory.is_dir():
+        raise CheckpointError(f"model directory {directory} does not exist")
+    config = read_hf_config(directory)
+    check_architecture(directory, config)
+    if not (directory / TOKENIZER_FILE).is_file():
+        raise CheckpointError(f"{directory} has no {TOKENIZER_FILE}: copy the checkpoint's tokenizer files "
+                              f"({TOKENIZER_FILE}, tokenizer_config.json) into it")
+    tokenizer = load_tokenizer(directory)
+    model = Transformer.from_hf(directory, dtype=dtype)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise CheckpointError(f"{directory / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the model's "
+                              f"embedding only {model.config.vocab_size} rows: tokenizer and weights do not match")
+    defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
+    return HFCheckpoint(model, tokenizer, defaults)
