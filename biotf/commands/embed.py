@@ -52,6 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
+    parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
     parser.set_defaults(run=run)
 
 
@@ -78,6 +79,6 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from biotf.analysis.plot import plot_file
 
-        method = plot_file(args.output, args.plot, args.color)
+        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern)
         print(f"map ({method}) -> {args.plot}", file=sys.stderr)
     return 0

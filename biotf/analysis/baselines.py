@@ -1,0 +1,80 @@
+"""Classical features to hold embeddings against: does the model know more than simple counting?
+
+- protein: amino-acid composition + dipeptide frequencies (420 features; the standard sequence-only
+  baseline of protein property prediction, e.g. Dubchak et al. 1995, and the DeepLoc paper's comparisons);
+- dna: k-mer frequencies for k = 1..4 (340 features);
+- smiles: Morgan (ECFP4-like) fingerprints, radius 2, 2048 bits, from RDKit (the `[chem]` extra).
+
+K-mer frequencies are counts divided by the number of k-mers in the sequence, so long and short records
+compare; characters outside the alphabet (X, N, ...) break k-mers instead of being guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from biotf.errors import ConfigError
+
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+NUCLEOTIDES = "ACGT"
+MORGAN_RADIUS, MORGAN_BITS = 2, 2048
+
+
+def kmer_frequencies(sequences: Sequence[str], alphabet: str, ks: Sequence[int]) -> np.ndarray:
+    """(N, sum of len(alphabet)**k) frequencies of every k-mer over `alphabet` (case-insensitive)."""
+    table = np.full(256, -1, np.int64)
+    for code, letter in enumerate(alphabet):
+        table[ord(letter)] = table[ord(letter.lower())] = code
+    size = len(alphabet)
+    widths = [size ** k for k in ks]
+    features = np.zeros((len(sequences), sum(widths)), np.float32)
+    for row, sequence in enumerate(sequences):
+        codes = table[np.frombuffer(sequence.encode("ascii", "replace"), np.uint8)]
+        column = 0
+        for k, width in zip(ks, widths):
+            if len(codes) >= k:
+                windows = sliding_window_view(codes, k)
+                windows = windows[(windows >= 0).all(axis=1)]
+                if len(windows):
+                    index = windows @ (size ** np.arange(k - 1, -1, -1))
+                    features[row, column:column + width] = np.bincount(index, minlength=width) / len(windows)
+            column += width
+    return features
+
+
+def protein_features(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
+    return kmer_frequencies(sequences, AMINO_ACIDS, (1, 2))
+
+
+def dna_features(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
+    return kmer_frequencies(sequences, NUCLEOTIDES, (1, 2, 3, 4))
+
+
+def morgan_fingerprints(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
+    """(N, 2048) Morgan bits; a SMILES RDKit cannot parse is an InputError naming its record."""
+    from biotf.tokenizers.chem import _molecule  # raises a BiotfError with the install line when RDKit is missing
+
+    molecules = [_molecule(smiles, record) for smiles, record in zip(sequences, ids)]
+    from rdkit.Chem import rdFingerprintGenerator
+
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=MORGAN_RADIUS, fpSize=MORGAN_BITS)
+    return np.stack([generator.GetFingerprintAsNumPy(m) for m in molecules]).astype(np.float32)
+
+
+# tokenizer kind -> (description, featurizer(sequences, ids))
+BASELINES: dict[str, tuple[str, Callable[[Sequence[str], Sequence[str]], np.ndarray]]] = {
+    "protein": ("amino-acid composition + dipeptides", protein_features),
+    "dna": ("k-mer frequencies, k=1..4", dna_features),
+    "smiles": (f"Morgan fingerprints (r={MORGAN_RADIUS}, {MORGAN_BITS} bits)", morgan_fingerprints),
+}
+
+
+def baseline(kind: str) -> tuple[str, Callable[[Sequence[str], Sequence[str]], np.ndarray]]:
+    """The baseline for a tokenizer kind (or a baseline name); ConfigError lists the known ones."""
+    if kind not in BASELINES:
+        raise ConfigError("baseline", kind, allowed=", ".join([*BASELINES, "none"]),
+                          reason="no classical baseline for this kind of sequence")
+    return BASELINES[kind]

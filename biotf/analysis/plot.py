@@ -1,0 +1,92 @@
+"""A 2-D map of embeddings coloured by a metadata column: the picture a single-cell biologist expects.
+
+UMAP (McInnes et al. 2018) when `umap-learn` is installed, else PCA; "pca" or "umap" can be forced.
+Categorical labels get one colour each (the 19 most frequent, the rest as "other"); numeric labels with
+many distinct values get a colour bar. The PNG is written under a temporary name, then renamed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from biotf.analysis.labels import labels, numeric
+from biotf.errors import BiotfError, ConfigError
+from biotf.export.writers import read_embeddings
+from biotf.inference.loading import atomic_write
+
+METHODS = ("auto", "pca", "umap")
+MAX_CATEGORIES = 20
+NUMERIC_MIN_DISTINCT = 10
+
+
+def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
+    """(N, 2) coordinates and the method used."""
+    if method not in METHODS:
+        raise ConfigError("--method", method, allowed=", ".join(METHODS))
+    if method in ("auto", "umap"):
+        try:
+            import umap
+        except ImportError:
+            if method == "umap":
+                raise BiotfError("--method umap needs umap-learn: pip install umap-learn (or use --method pca)") from None
+        else:
+            return umap.UMAP(n_components=2, random_state=seed).fit_transform(vectors), "umap"
+    from sklearn.decomposition import PCA
+
+    if len(vectors) < 2:
+        raise BiotfError(f"a map needs at least 2 records, got {len(vectors)}")
+    return PCA(n_components=2, random_state=seed).fit_transform(vectors), "pca"
+
+
+def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Path, title: str,
+             color_name: str | None = None, method: str = "pca") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 6))
+    size = max(2.0, min(20.0, 4000 / len(coordinates)))
+    values = numeric(colors) if colors is not None else None
+    if colors is None:
+        axes.scatter(coordinates[:, 0], coordinates[:, 1], s=size, linewidths=0)
+    elif values is not None and len(np.unique(values)) > NUMERIC_MIN_DISTINCT:
+        points = axes.scatter(coordinates[:, 0], coordinates[:, 1], c=values, s=size, cmap="viridis", linewidths=0)
+        figure.colorbar(points, ax=axes, label=color_name)
+    else:
+        ranked = [label for label, _ in Counter(colors.tolist()).most_common()]
+        shown = ranked if len(ranked) <= MAX_CATEGORIES else ranked[:MAX_CATEGORIES - 1]
+        palette = plt.get_cmap("tab20")
+        for number, label in enumerate(shown):
+            at = colors == label
+            axes.scatter(coordinates[at, 0], coordinates[at, 1], s=size, color=palette(number), label=label,
+                         linewidths=0)
+        rest = ~np.isin(colors, shown)
+        if rest.any():
+            axes.scatter(coordinates[rest, 0], coordinates[rest, 1], s=size, color="lightgrey",
+                         label=f"other ({len(ranked) - len(shown)} labels)", linewidths=0)
+        axes.legend(title=color_name, fontsize="small", markerscale=max(1.0, 12 / size), loc="best", frameon=False)
+    axes.set_xlabel(f"{method.upper()} 1")
+    axes.set_ylabel(f"{method.upper()} 2")
+    axes.set_title(title)
+    figure.tight_layout()
+    try:
+        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
+    finally:
+        plt.close(figure)
+
+
+def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
+              label_pattern: str | None = None, array: str = "embeddings") -> str:
+    """Draw the map of an embedding file into `output` (PNG); returns the projection method used."""
+    table = read_embeddings(embeddings)
+    if array not in table.arrays:
+        raise ConfigError("--array", array, allowed=", ".join(table.arrays))
+    colors = labels(table, color, label_pattern) if color is not None else None
+    coordinates, used = project(table.arrays[array], method)
+    title = f"{Path(embeddings).name}: {len(coordinates)} records, {array}"
+    plot_map(coordinates, colors, output, title, color, used)
+    return used

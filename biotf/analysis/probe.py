@@ -1,0 +1,172 @@
+"""Linear probes: do the embeddings carry the label, and more than a classical baseline does?
+
+The same probe, on the same cross-validation folds, is fitted to every embedding array of the file (one
+per exported layer), to the classical baseline of the sequence kind (`biotf.analysis.baselines`) and to a
+trivial predictor (majority class / training mean), so one table answers "did the model beat counting?".
+Probes are deliberately linear (standardised features, then logistic regression or ridge with its penalty
+chosen by internal CV) as in the probing literature (Alain & Bengio 2016; Rives et al. 2021 for proteins):
+what a linear map can read out is what the representation makes explicit.
+
+Records are never dropped silently: unlabelled records, duplicate sequences (`deduplicate`; copies with
+conflicting labels are all dropped) and classes too small for stratified k-fold are counted in `dropped`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from biotf.analysis.baselines import baseline
+from biotf.analysis.labels import numeric
+from biotf.errors import ConfigError, InputError
+
+TASKS = ("auto", "classification", "regression")
+REGRESSION_MIN_DISTINCT = 10  # "auto": numeric labels with more distinct values than this are regression
+
+
+@dataclass
+class ProbeRow:
+    name: str
+    dim: int
+    scores: np.ndarray  # one per fold
+
+
+@dataclass
+class ProbeReport:
+    task: str
+    metric: str  # "accuracy" (higher is better) or "RMSE" (lower is better)
+    n_records: int
+    n_classes: int | None
+    folds: int
+    rows: list[ProbeRow]
+    dropped: Counter = field(default_factory=Counter)
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "accuracy"
+
+    def table(self) -> str:
+        width = max(len(row.name) for row in self.rows)
+        lines = [f"{'features':{width}s}  {'dim':>5s}  {self.metric} (mean ± sd over {self.folds} folds)"]
+        for row in self.rows:
+            dim = str(row.dim) if row.dim else "-"
+            lines.append(f"{row.name:{width}s}  {dim:>5s}  {row.scores.mean():.3f} ± {row.scores.std():.3f}")
+        return "\n".join(lines)
+
+
+def _task(task: str, values: np.ndarray) -> str:
+    if task not in TASKS:
+        raise ConfigError("--task", task, allowed=", ".join(TASKS))
+    if task != "auto":
+        return task
+    as_numbers = numeric(values)
+    if as_numbers is not None and len(np.unique(as_numbers)) > REGRESSION_MIN_DISTINCT:
+        return "regression"
+    return "classification"
+
+
+def select_records(sequences: np.ndarray, values: np.ndarray, deduplicate: bool, dropped: Counter) -> np.ndarray:
+    """Indices of the records to probe: labelled, and with `deduplicate` one per distinct sequence."""
+    keep = values != ""
+    dropped["unlabelled"] += int((~keep).sum())
+    if not deduplicate:
+        return np.flatnonzero(keep)
+    first: dict[str, int] = {}
+    conflicting: set[str] = set()
+    for index in np.flatnonzero(keep):
+        sequence = str(sequences[index])
+        if sequence in first:
+            dropped["duplicate sequence"] += 1
+            if values[first[sequence]] != values[index]:
+                conflicting.add(sequence)
+        else:
+            first[sequence] = index
+    dropped["duplicate with conflicting labels"] += len(conflicting)
+    return np.array(sorted(i for s, i in first.items() if s not in conflicting), np.int64)
+
+
+def _estimators(task: str, seed: int):
+    """(probe, trivial predictor) for the task; features are standardised inside each training fold."""
+    from sklearn.dummy import DummyClassifier, DummyRegressor
+    from sklearn.linear_model import LogisticRegression, RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if task == "classification":
+        return (make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=seed)),
+                DummyClassifier(strategy="most_frequent"))
+    return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 4, 13))), DummyRegressor()
+
+
+def cross_validate(features: np.ndarray, target: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]],
+                   estimator, task: str) -> np.ndarray:
+    """Score per fold: accuracy, or root-mean-square error."""
+    from sklearn.base import clone
+
+    scores = []
+    for train, test in splits:
+        model = clone(estimator).fit(features[train], target[train])
+        predicted = model.predict(features[test])
+        if task == "classification":
+            scores.append(float(np.mean(predicted == target[test])))
+        else:
+            scores.append(float(np.sqrt(np.mean((predicted - target[test]) ** 2))))
+    return np.array(scores)
+
+
+def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.ndarray, ids: np.ndarray,
+              kind: str | None, task: str = "auto", folds: int = 5, seed: int = 0, deduplicate: bool = False,
+              baseline_kind: str | None = "auto", model_name: str = "biotf") -> ProbeReport:
+    """Probe every array in `arrays` (name -> (N, D)), the baseline and a trivial predictor on the same folds.
+
+    `kind` is the tokenizer kind the file was made with; `baseline_kind` "auto" uses it, None skips the
+    baseline, any other value names one of `biotf.analysis.baselines.BASELINES`.
+    """
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    if folds < 2:
+        raise ConfigError("--folds", folds, allowed="an integer >= 2")
+    dropped: Counter = Counter()
+    chosen = select_records(sequences, values, deduplicate, dropped)
+    task = _task(task, values[chosen])
+    labels = values[chosen]
+    n_classes = None
+    if task == "classification":
+        counts = Counter(labels.tolist())
+        small = {label for label, count in counts.items() if count < folds}
+        if small:
+            dropped[f"in classes with < {folds} records ({', '.join(sorted(small))})"] += sum(counts[s] for s in small)
+            chosen = chosen[~np.isin(labels, list(small))]
+            labels = values[chosen]
+        n_classes = len(set(labels.tolist()))
+        if n_classes < 2:
+            raise InputError(f"the probe needs at least 2 classes with >= {folds} records each, found {n_classes}")
+        target = labels
+        splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    else:
+        target = numeric(labels)
+        if target is None:
+            record, value = next((r, v) for r, v in zip(ids[chosen], labels) if numeric(np.array([v])) is None)
+            raise InputError(f"record {record!r}: label {value!r} is not a number "
+                             "(regression needs numeric labels; allowed: --task classification)")
+        splitter = KFold(folds, shuffle=True, random_state=seed)
+    if len(chosen) < folds:
+        raise InputError(f"only {len(chosen)} records to probe, fewer than --folds {folds}")
+    splits = list(splitter.split(np.zeros(len(chosen)), target))
+    probe, trivial = _estimators(task, seed)
+
+    rows = [ProbeRow(f"{model_name} {name}", array.shape[1], cross_validate(array[chosen], target, splits, probe, task))
+            for name, array in arrays.items()]
+    kind = kind if baseline_kind == "auto" else baseline_kind
+    if kind is not None:
+        description, featurize = baseline(kind)
+        features = featurize([str(s) for s in sequences[chosen]], [str(i) for i in ids[chosen]])
+        rows.append(ProbeRow(f"baseline: {description}", features.shape[1],
+                             cross_validate(features, target, splits, probe, task)))
+    placeholder = np.zeros((len(chosen), 1))
+    rows.append(ProbeRow("majority class" if task == "classification" else "mean of training labels", 0,
+                         cross_validate(placeholder, target, splits, trivial, task)))
+    return ProbeReport(task, "accuracy" if task == "classification" else "RMSE", len(chosen), n_classes, folds,
+                       rows, +dropped)

@@ -1,0 +1,111 @@
+"""The embedding pipeline: batch invariance, order, pooling over content tokens only, long records, layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from biotf.data.readers import Record
+from biotf.errors import ConfigError, InputError
+from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
+
+RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
+LENGTHS = [5, 40, 3, 17, 22, 9, 60, 1, 12]  # max_seq_len 24 -> 22 content tokens per window: 40 and 60 are chunked
+
+
+def records(lengths=LENGTHS) -> list[Record]:
+    rng = np.random.default_rng(0)
+    return [Record(f"r{i}", "".join(rng.choice(list(RESIDUES), n)), {}, i) for i, n in enumerate(lengths)]
+
+
+def embed(model_and_tokenizer, items, **options):
+    model, tokenizer = model_and_tokenizer
+    stats = EmbedStats()
+    return list(Embedder(model, tokenizer, EmbedOptions(**options)).embed(items, stats)), stats
+
+
+@pytest.mark.parametrize("pool", ["mean", "max", "cls", "none"])
+def test_batch_invariance_and_order(tiny_encoder, pool):
+    items = records()
+    together, stats = embed(tiny_encoder, items, pool=pool, layer="all", batch_tokens=100)
+    assert [e.record.id for e in together] == [r.id for r in items]
+    assert stats.records == len(items) and stats.chunked == 2 and stats.truncated == 0
+    for item, batched in zip(items, together):
+        (alone,), _ = embed(tiny_encoder, [item], pool=pool, layer="all")
+        assert alone.vectors.shape == batched.vectors.shape
+        np.testing.assert_allclose(batched.vectors, alone.vectors, rtol=0, atol=1e-5)
+
+
+def test_blocks_do_not_change_results(tiny_encoder):
+    small, _ = embed(tiny_encoder, records(), block_tokens=10)
+    large, _ = embed(tiny_encoder, records())
+    assert [e.record.id for e in small] == [e.record.id for e in large]
+    np.testing.assert_allclose(np.stack([e.vectors for e in small]), np.stack([e.vectors for e in large]), atol=1e-5)
+
+
+def test_pooling_skips_special_tokens(tiny_encoder):
+    model, tokenizer = tiny_encoder
+    record = Record("masked", "ACD<mask>EFG", {}, 0)
+    ids = tokenizer.encode(record.sequence)  # <cls> A C D <mask> E F G <eos>
+    with torch.inference_mode():
+        hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0].numpy()
+    content = [i for i, token in enumerate(ids) if token not in tokenizer.special_ids]
+    assert len(content) == 6
+    (mean,), _ = embed(tiny_encoder, [record])
+    (maximum,), _ = embed(tiny_encoder, [record], pool="max")
+    (cls,), _ = embed(tiny_encoder, [record], pool="cls")
+    (tokens,), _ = embed(tiny_encoder, [record], pool="none")
+    np.testing.assert_allclose(mean.vectors[0], hidden[content].mean(0), atol=1e-6)
+    np.testing.assert_allclose(maximum.vectors[0], hidden[content].max(0), atol=1e-6)
+    np.testing.assert_allclose(cls.vectors[0], hidden[0], atol=1e-6)
+    np.testing.assert_allclose(tokens.vectors[0], hidden[content], atol=1e-6)
+    assert tokens.positions.tolist() == [0, 1, 2, 4, 5, 6]  # the <mask> is content position 3, left out
+    assert tokens.token_ids.tolist() == [ids[i] for i in content]
+
+
+def test_chunked_record_pools_each_token_once(tiny_encoder):
+    item = records([60])
+    (tokens,), stats = embed(tiny_encoder, item, pool="none")
+    (mean,), _ = embed(tiny_encoder, item)
+    assert stats.chunked == 1 and stats.windows == 4  # 22-token windows advancing by 17: starts 0, 17, 34, 38
+    assert tokens.positions.tolist() == list(range(60))
+    np.testing.assert_allclose(mean.vectors[0], tokens.vectors[0].mean(0), atol=1e-6)
+
+
+def test_truncate_counts_and_error_names_the_record(tiny_encoder):
+    (tokens,), stats = embed(tiny_encoder, records([40]), pool="none", long="truncate")
+    assert stats.truncated == 1 and stats.truncated_tokens == 18 and tokens.positions.tolist() == list(range(22))
+    with pytest.raises(InputError, match=r"record 'r1'.*40 tokens.*--long chunk"):
+        embed(tiny_encoder, records([3, 40]), long="error")
+
+
+def test_layers(tiny_encoder):
+    model, tokenizer = tiny_encoder
+    every, _ = embed(tiny_encoder, records([7]), layer="all")
+    last, _ = embed(tiny_encoder, records([7]))
+    first, _ = embed(tiny_encoder, records([7]), layer=0)
+    assert every[0].vectors.shape == (3, 16)
+    np.testing.assert_array_equal(every[0].vectors[-1], last[0].vectors[0])
+    np.testing.assert_array_equal(every[0].vectors[0], first[0].vectors[0])
+    assert Embedder(model, tokenizer, EmbedOptions(layer="all")).array_names == ["layer_0", "layer_1", "embeddings"]
+    with pytest.raises(ConfigError, match="layer"):
+        Embedder(model, tokenizer, EmbedOptions(layer=3))
+
+
+@pytest.mark.parametrize("options, key", [({"pool": "sum"}, "pool"), ({"long": "crop"}, "long"),
+                                          ({"layer": "last"}, "layer"), ({"batch_tokens": 0}, "batch_tokens")])
+def test_bad_options(options, key):
+    with pytest.raises(ConfigError, match=key):
+        EmbedOptions(**options)
+
+
+def test_model_limits_and_cls(tiny_encoder, monkeypatch):
+    model, tokenizer = tiny_encoder
+    with pytest.raises(ConfigError, match="max_length"):
+        Embedder(model, tokenizer, EmbedOptions(max_length=25))
+    with pytest.raises(ConfigError, match="max_length"):
+        embed(tiny_encoder, records([3]), max_length=2)  # only room for <cls> and <eos>
+    monkeypatch.setattr(tokenizer, "cls_id", None)
+    with pytest.raises(ConfigError, match="no <cls> token"):
+        Embedder(model, tokenizer, EmbedOptions(pool="cls"))
