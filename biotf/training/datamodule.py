@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, default_collate
 
 from biotf.data import LengthGroupedBatchSampler, MLMCollator, PreparedData
@@ -53,6 +54,11 @@ class ResumableDataLoader(DataLoader):
             self._position["batches"] += 1
             yield batch
 
+    def __len__(self) -> int:
+        # The whole epoch, also while a resumed epoch skips its start: Lightning counts the restored
+        # batches itself, and sizes the next epoch from len() before this loader's next __iter__ runs.
+        return len(self.batch_sampler) + self.batch_sampler.start_batch
+
     def state_dict(self) -> dict[str, int]:
         return dict(self._position)
 
@@ -75,6 +81,11 @@ class SequenceDataModule(L.LightningDataModule):
         else:
             self.collate = default_collate
 
+    def _generator(self) -> torch.Generator:
+        # Each DataLoader iterator draws a base seed; from its own generator it leaves the global torch
+        # RNG (dropout) untouched, so the RNG state saved in a checkpoint is exactly what resumes.
+        return torch.Generator().manual_seed(self.seed)
+
     def _lengths(self, dataset: Any) -> np.ndarray:
         # CLM blocks all have the same length; grouping then reduces to a seeded shuffle.
         if hasattr(dataset, "lengths"):
@@ -89,10 +100,11 @@ class SequenceDataModule(L.LightningDataModule):
                                             rank=trainer.global_rank if trainer else 0)
         return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate,
                                    num_workers=self.data.num_workers, persistent_workers=False,
-                                   epoch_fn=lambda: trainer.current_epoch if trainer else 0)
+                                   generator=self._generator(), epoch_fn=lambda: trainer.current_epoch if trainer else 0)
 
     def val_dataloader(self) -> DataLoader:
         dataset = self.prepared.validation
         sampler = LengthGroupedBatchSampler(self._lengths(dataset), self.data.batch_size, shuffle=False,
                                             seed=self.seed)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.data.num_workers)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.data.num_workers,
+                          generator=self._generator())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,16 @@ TINY = [
 ]
 
 
+# Subprocesses get one intra-op thread too (see conftest.one_torch_thread).
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def train_command(args: list[str]) -> list[str]:
+    """`python train.py *args`, as a user runs it."""
+    return [sys.executable, str(REPO / "train.py"), *args]
+
+
 def run_script(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python train.py *args` in a fresh process, as a user would run it."""
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    """`python train.py *args` in a fresh process, waiting for it to finish."""
+    return subprocess.run(train_command(args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=SUBPROCESS_ENV)
