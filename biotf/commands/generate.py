@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
 
 from biotf.errors import ConfigError, InputError
-from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, generate_ids
+from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
 from biotf.inference.hf_checkpoint import (DTYPES, GenerationDefaults, HFCheckpoint, is_hf_directory,
                                           load_hf_checkpoint, parse_dtype)
 
@@ -81,14 +82,23 @@ def run(args: argparse.Namespace) -> int:
                         top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
                         repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
     pad = next((i for i in (defaults.pad_token_id, *defaults.eos_token_ids) if i is not None), 0)
-    ids = encode_prompts(tokenizer, prompts, args.chat, args.system)
+    max_new_tokens = option(args.max_new_tokens, defaults.max_new_tokens)
+    # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"biotf {args.command}: warning: %(message)s"))
+    logger = logging.getLogger("biotf.inference")
+    logger.addHandler(handler)
+    try:
+        ids = fit_prompts(encode_prompts(tokenizer, prompts, args.chat, args.system), max_new_tokens,
+                          model.config.max_seq_len, args.truncate_prompt)
+    finally:
+        logger.removeHandler(handler)
     streamer = None
     if len(prompts) == 1:
         streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     start = time.perf_counter()
-    new = generate_ids(model, ids, max_new_tokens=option(args.max_new_tokens, defaults.max_new_tokens),
-                       sampling=sampling, eos_token_ids=defaults.eos_token_ids, pad_token_id=pad, seed=args.seed,
-                       on_token=streamer, truncate_prompt=args.truncate_prompt)
+    new = generate_ids(model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                       eos_token_ids=defaults.eos_token_ids, pad_token_id=pad, seed=args.seed, on_token=streamer)
     seconds = time.perf_counter() - start
     if streamer is not None:
         sys.stdout.write("\n")

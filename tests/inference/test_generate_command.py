@@ -1,0 +1,88 @@
+"""`biotf generate`: streaming, chat, prompt files, checkpoint defaults and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import biotf.commands.generate as command
+from biotf.cli import main
+from biotf.inference.generation import Sampling, chat_prompt, generate_ids
+
+
+@pytest.fixture
+def loaded(monkeypatch, tied):
+    """Skip reloading the checkpoint for every command (loading has its own tests and one here)."""
+    monkeypatch.setattr(command, "load_model", lambda source, dtype: tied)
+    return tied
+
+
+def test_streams_the_greedy_text_of_the_checkpoint_defaults(tied_checkpoint, tied, capsys):
+    model, tokenizer, defaults = tied
+    assert main(["generate", "--model", str(tied_checkpoint), "--prompt", "The capital of France is",
+                 "--max-new-tokens", "12"]) == 0
+    out, err = capsys.readouterr()
+    # defaults of generation_config.json: greedy with repetition penalty 1.1, stop at eos 151645 / 151643
+    ids = generate_ids(model, [tokenizer.encode("The capital of France is")], max_new_tokens=12,
+                       sampling=Sampling(repetition_penalty=1.1), eos_token_ids=defaults.eos_token_ids)[0]
+    assert out == tokenizer.decode(ids) + "\n"
+    assert "1 prompt(s)" in err and "greedy" in err
+
+
+def test_chat_system_and_sampling_options(loaded, capsys):
+    model, tokenizer, defaults = loaded
+    args = ["generate", "--model", "x", "--prompt", "Hi", "--chat", "--system", "Be brief.", "--max-new-tokens", "6",
+            "--temperature", "0.8", "--top-k", "30", "--top-p", "0.9", "--seed", "5"]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out == first.out  # same seed, same text
+    ids = generate_ids(model, [tokenizer.encode(chat_prompt(tokenizer, "Hi", "Be brief."), add_special_tokens=False)],
+                       max_new_tokens=6, sampling=Sampling(0.8, 30, 0.9, 1.1),
+                       eos_token_ids=defaults.eos_token_ids, pad_token_id=151643, seed=5)[0]
+    assert first.out == tokenizer.decode(ids) + "\n"
+    assert "sampling (temperature 0.8, top-k 30, top-p 0.9)" in first.err
+
+
+def test_prompt_file_is_one_left_padded_batch_printed_as_json_lines(loaded, tmp_path, capsys):
+    model, tokenizer, defaults = loaded
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hello\n\nProteins fold because\nA\n")
+    assert main(["generate", "--model", "x", "--prompt-file", str(prompts), "--max-new-tokens", "5",
+                 "--temperature", "0", "--repetition-penalty", "1"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["prompt"] for line in lines] == ["Hello", "Proteins fold because", "A"]
+    for line in lines:
+        ids = generate_ids(model, [tokenizer.encode(line["prompt"])], max_new_tokens=5,
+                           eos_token_ids=defaults.eos_token_ids)[0]
+        assert line["completion"] == tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "word " * 200, "--max-new-tokens", "4"], "exceeds the model's maximum length of 128.*--truncate-prompt"),
+    (["--prompt", "Hi", "--system", "S"], "needs --chat"),
+    (["--prompt", "Hi", "--top-p", "0"], "top_p=0.0"),
+    (["--prompt", "Hi", "--temperature", "-1"], "temperature=-1.0"),
+])
+def test_errors_are_one_line_with_status_2(loaded, capsys, args, message):
+    assert main(["generate", "--model", "x", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("biotf generate: error:")
+    assert re.search(message, err)
+
+
+def test_truncate_prompt_warns_and_generates(loaded, capsys):
+    assert main(["generate", "--model", "x", "--prompt", "word " * 200, "--max-new-tokens", "4",
+                 "--truncate-prompt"]) == 0
+    out, err = capsys.readouterr()
+    assert out.endswith("\n")
+    assert "biotf generate: warning: prompt 0 has 201 tokens: keeping its last 124" in err
+    assert "1 prompt(s), 124 prompt tokens, 4 new tokens" in err
+
+
+def test_another_architecture_is_refused_by_name(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "Hi"]) == 2
+    assert "model_type 'bert'" in capsys.readouterr().err

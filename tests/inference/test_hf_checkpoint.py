@@ -1,0 +1,85 @@
+"""Loading Hugging Face Qwen2 checkpoint directories: files, dtypes, generation defaults, clear refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from biotf.errors import CheckpointError, ConfigError
+from biotf.inference.generation import generate_ids
+from biotf.inference.hf_checkpoint import GenerationDefaults, is_hf_directory, load_hf_checkpoint
+
+transformers = pytest.importorskip("transformers")
+
+
+def copy_checkpoint(source, target):
+    shutil.copytree(source, target)
+    return target
+
+
+def test_tied_and_untied_load_with_tokenizer_and_generation_defaults(tied, untied):
+    for (model, tokenizer, defaults), tie in ((tied, True), (untied, False)):
+        assert model.config.tie_embeddings is tie and (model.lm_head is None) is tie
+        assert not model.training and model.embed.weight.dtype == torch.float32
+        assert tokenizer.eos_id == 151645 and tokenizer.pad_id == 151643
+        assert tokenizer.chat_template.startswith("{%- if tools %}")
+        # Qwen2.5-Instruct's generation_config.json with do_sample false: greedy, its penalty, its eos ids
+        assert defaults == GenerationDefaults(eos_token_ids=(151645, 151643), pad_token_id=151643, temperature=0.0,
+                                              top_k=20, top_p=0.8, repetition_penalty=1.1)
+        assert model.config.max_seq_len == 128
+
+
+def test_sampling_defaults_follow_do_sample_and_fall_back_to_config_json(tied_checkpoint, tmp_path):
+    sampled = GenerationDefaults.from_hf({"do_sample": True, "temperature": 0.7, "eos_token_id": 2,
+                                          "max_new_tokens": 2048})
+    assert (sampled.temperature, sampled.top_k, sampled.eos_token_ids, sampled.max_new_tokens) == (0.7, 50, (2,), 2048)
+    directory = copy_checkpoint(tied_checkpoint, tmp_path / "model")
+    (directory / "generation_config.json").unlink()
+    _, _, defaults = load_hf_checkpoint(directory)
+    assert defaults.eos_token_ids == (151643, 151645)  # config.json's eos, then the tokenizer's
+    assert defaults.temperature == 0.0 and defaults.repetition_penalty == 1.0
+
+
+def test_sharded_checkpoint_and_bfloat16(tied, tied_checkpoint, tmp_path):
+    model, tokenizer, _ = tied
+    directory = tmp_path / "sharded"
+    transformers.AutoModelForCausalLM.from_pretrained(tied_checkpoint).save_pretrained(directory, max_shard_size="2MB")
+    tokenizer.save(directory)
+    assert (directory / "model.safetensors.index.json").is_file() and not (directory / "model.safetensors").exists()
+    sharded, _, _ = load_hf_checkpoint(directory)
+    ids = [tokenizer.encode("Sharded weights load too")]
+    assert generate_ids(sharded, ids, max_new_tokens=8) == generate_ids(model, ids, max_new_tokens=8)
+    half, _, _ = load_hf_checkpoint(directory, dtype="bfloat16")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    assert len(generate_ids(half, ids, max_new_tokens=4)) == 1
+    with pytest.raises(ConfigError, match="allowed: float32, bfloat16"):
+        load_hf_checkpoint(directory, dtype="float16")
+
+
+def test_other_architectures_and_missing_files_are_named(tied_checkpoint, tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_hf_checkpoint(tmp_path / "nowhere")
+    with pytest.raises(CheckpointError, match="no config.json"):
+        load_hf_checkpoint(tmp_path)
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    with pytest.raises(CheckpointError, match=r"model_type 'bert'.*supported: qwen2 \(Qwen2ForCausalLM\)"):
+        load_hf_checkpoint(bert)
+    classifier = copy_checkpoint(tied_checkpoint, tmp_path / "classifier")
+    config = json.loads((classifier / "config.json").read_text())
+    (classifier / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen2ForSequenceClassification"]}))
+    with pytest.raises(CheckpointError, match="Qwen2ForSequenceClassification.*not a causal LM"):
+        load_hf_checkpoint(classifier)
+    no_tokenizer = copy_checkpoint(tied_checkpoint, tmp_path / "no-tokenizer")
+    (no_tokenizer / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="no tokenizer.json"):
+        load_hf_checkpoint(no_tokenizer)
+    no_weights = copy_checkpoint(tied_checkpoint, tmp_path / "no-weights")
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="no model.safetensors or model.safetensors.index.json"):
+        load_hf_checkpoint(no_weights)
+    assert is_hf_directory(tied_checkpoint) and is_hf_directory(bert) and not is_hf_directory(tmp_path)
