@@ -271,18 +271,24 @@ def read_embeddings(path: str | Path) -> EmbeddingTable:
     if not path.is_file():
         raise InputError(f"embedding file {path} does not exist")
     try:
-        table = {".npz": _read_npz, ".parquet": _read_parquet, ".h5ad": _read_h5ad}[suffix](path)
+        return {".npz": _read_npz, ".parquet": _read_parquet, ".h5ad": _read_h5ad}[suffix](path)
+    except InputError:
+        raise
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
         raise InputError(f"{path}: not an embedding file written by biotf embed ({error})") from None
-    if table.info.get("pool") == "none":
+
+
+def _pooled(info: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`info`, after refusing per-token files (checked before their bulk is read)."""
+    if info.get("pool") == "none":
         raise InputError(f"{path} holds per-token vectors (--pool none); probes and maps need pooled vectors "
                          "(allowed: --pool mean, cls or max)")
-    return table
+    return info
 
 
 def _read_npz(path: Path) -> EmbeddingTable:
     with np.load(path, allow_pickle=False) as data:
-        info = json.loads(str(data["info"]))
+        info = _pooled(json.loads(str(data["info"])), path)
         metadata = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("metadata/")}
         arrays = {k: data[k] for k in data.files if k == "embeddings" or k.startswith("layer_")}
         return EmbeddingTable(data["ids"], data["sequences"], metadata, arrays, info)
@@ -291,8 +297,8 @@ def _read_npz(path: Path) -> EmbeddingTable:
 def _read_parquet(path: Path) -> EmbeddingTable:
     import pyarrow.parquet as pq
 
+    info = _pooled(json.loads(pq.read_schema(path).metadata[b"biotf"]), path)
     table = pq.read_table(path)
-    info = json.loads(table.schema.metadata[b"biotf"])
     arrays = {}
     for name in table.column_names:
         if name == "embeddings" or name.startswith("layer_"):
@@ -308,7 +314,7 @@ def _read_h5ad(path: Path) -> EmbeddingTable:
     import anndata
 
     data = anndata.read_h5ad(path)
-    info = json.loads(data.uns["biotf"])
+    info = _pooled(json.loads(data.uns["biotf"]), path)
     metadata = {c: data.obs[c].astype(str).to_numpy() for c in data.obs.columns if c != "sequence"}
     arrays = {"embeddings": np.asarray(data.X), **{k: np.asarray(v) for k, v in data.obsm.items()}}
     sequences = data.obs["sequence"].astype(str).to_numpy() if "sequence" in data.obs else np.array([], str)

@@ -1,0 +1,121 @@
+"""Embedding files open in their own libraries (numpy, pandas, anndata), read back, and are all-or-nothing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from biotf.data.readers import Record
+from biotf.errors import InputError
+from biotf.export import writers
+from biotf.export.embed import RecordEmbedding
+from biotf.export.writers import EmbeddingWriter, read_embeddings
+
+LAYERS = ["layer_0", "embeddings"]
+INFO = {"pool": "mean", "tokenizer": "protein"}
+
+
+def items(per_token: bool, n: int = 5, dim: int = 3) -> list[RecordEmbedding]:
+    rng = np.random.default_rng(1)
+    result = []
+    for i in range(n):
+        record = Record(f"id{i}", "ACDE"[: i % 4 + 1], {"label": f"L{i % 2}", "note": "é,\"q\""}, i)
+        if per_token:
+            length = i % 3 + 1
+            result.append(RecordEmbedding(record, rng.normal(size=(2, length, dim)).astype(np.float32),
+                                          np.arange(length, dtype=np.int32) + 4, np.arange(length, dtype=np.int32)))
+        else:
+            result.append(RecordEmbedding(record, rng.normal(size=(2, dim)).astype(np.float32)))
+    return result
+
+
+def write(path, entries, per_token=False):
+    with EmbeddingWriter(path, LAYERS, per_token, {**INFO, "pool": "none" if per_token else "mean"}) as writer:
+        for entry in entries:
+            writer.add(entry)
+        writer.close()
+    return path
+
+
+def test_npz_opens_in_numpy(tmp_path):
+    pooled, tokens = items(False), items(True)
+    with np.load(write(tmp_path / "e.npz", pooled), allow_pickle=False) as data:
+        assert data["ids"].tolist() == [e.record.id for e in pooled]
+        assert data["metadata/note"].tolist() == ["é,\"q\""] * 5
+        np.testing.assert_array_equal(data["embeddings"], np.stack([e.vectors[1] for e in pooled]))
+        np.testing.assert_array_equal(data["layer_0"], np.stack([e.vectors[0] for e in pooled]))
+        assert json.loads(str(data["info"]))["records"] == 5
+    with np.load(write(tmp_path / "t.npz", tokens, per_token=True), allow_pickle=False) as data:
+        offsets = data["offsets"]
+        for i, entry in enumerate(tokens):  # each record's tokens map back through the offsets
+            rows = slice(offsets[i], offsets[i + 1])
+            np.testing.assert_array_equal(data["embeddings"][rows], entry.vectors[1])
+            assert data["record_index"][rows].tolist() == [i] * len(entry.positions)
+            assert data["position"][rows].tolist() == entry.positions.tolist()
+
+
+def test_parquet_opens_in_pandas(tmp_path):
+    import pandas as pd
+
+    pooled = items(False)
+    frame = pd.read_parquet(write(tmp_path / "e.parquet", pooled))
+    assert frame["id"].tolist() == [e.record.id for e in pooled]
+    assert frame["label"].tolist() == ["L0", "L1", "L0", "L1", "L0"]
+    np.testing.assert_array_equal(np.stack(frame["embeddings"].to_numpy()), np.stack([e.vectors[1] for e in pooled]))
+    tokens = items(True)
+    frame = pd.read_parquet(write(tmp_path / "t.parquet", tokens, per_token=True))
+    assert len(frame) == sum(len(e.positions) for e in tokens)
+    assert frame["id"].iloc[-1] == "id4" and frame["token_id"].tolist()[:2] == [4, 4]
+
+
+def test_h5ad_opens_in_anndata(tmp_path):
+    import anndata
+
+    pooled = items(False)
+    data = anndata.read_h5ad(write(tmp_path / "e.h5ad", pooled))
+    assert data.obs_names.tolist() == [e.record.id for e in pooled]
+    assert data.obs["label"].tolist()[:2] == ["L0", "L1"]
+    np.testing.assert_array_equal(data.X, np.stack([e.vectors[1] for e in pooled]))
+    np.testing.assert_array_equal(data.obsm["layer_0"], np.stack([e.vectors[0] for e in pooled]))
+    tokens = anndata.read_h5ad(write(tmp_path / "t.h5ad", items(True), per_token=True))
+    assert tokens.n_obs == 9 and tokens.obs["record_index"].tolist()[:3] == [0, 1, 1]
+
+
+@pytest.mark.parametrize("suffix", writers.FORMATS)
+def test_read_back(tmp_path, suffix):
+    pooled = items(False)
+    table = read_embeddings(write(tmp_path / f"e{suffix}", pooled))
+    assert table.ids.tolist() == [e.record.id for e in pooled]
+    assert table.sequences.tolist() == [e.record.sequence for e in pooled]
+    assert table.metadata["label"].tolist() == [e.record.metadata["label"] for e in pooled]
+    np.testing.assert_array_equal(table.arrays["embeddings"], np.stack([e.vectors[1] for e in pooled]))
+    assert table.info["tokenizer"] == "protein"
+    with pytest.raises(InputError, match="per-token"):
+        read_embeddings(write(tmp_path / f"t{suffix}", items(True), per_token=True))
+
+
+def test_failure_leaves_nothing(tmp_path, monkeypatch):
+    def broken(path, writer):
+        path.write_bytes(b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setitem(writers.WRITERS, ".npz", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write(tmp_path / "e.npz", items(False))
+    with pytest.raises(RuntimeError):
+        with EmbeddingWriter(tmp_path / "f.h5ad", LAYERS, False, INFO) as writer:
+            writer.add(items(False)[0])
+            raise RuntimeError("interrupted mid-stream")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_extension_and_column_clash(tmp_path):
+    with pytest.raises(InputError, match=r"'\.csv'.*allowed: \.npz, \.parquet, \.h5ad"):
+        EmbeddingWriter(tmp_path / "e.csv", LAYERS, False, INFO)
+    entry = items(False)[0]
+    clash = RecordEmbedding(Record("x", "AC", {"embeddings": "1"}, 0), entry.vectors)
+    with pytest.raises(InputError, match="'embeddings' clashes"):
+        write(tmp_path / "e.npz", [clash])
+    assert list(tmp_path.iterdir()) == []
