@@ -204,11 +204,26 @@ def _is_exported(path: Path) -> bool:
         return False
 
 
+def load_hf_directory(directory: str | Path) -> Pretrained:
+    """Model (float32) and tokenizer of a Hugging Face Qwen2 checkpoint directory (`hf_checkpoint`)."""
+    from biotf.inference.hf_checkpoint import load_hf_checkpoint
+
+    model, tokenizer, _ = load_hf_checkpoint(directory)
+    return Pretrained(model, tokenizer)
+
+
+def _is_hf_directory(path: Path) -> bool:
+    from biotf.inference.hf_checkpoint import is_hf_directory
+
+    return is_hf_directory(path)
+
+
 # (name, detect, load): the first whose `detect(path)` is true loads it. Extend by appending.
 LOADERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Pretrained]]] = [
     ("run directory", _is_run_dir, load_run),
     ("checkpoint", _is_checkpoint, load_checkpoint),
     ("exported directory", _is_exported, load_exported),
+    ("Hugging Face Qwen2 directory", _is_hf_directory, load_hf_directory),
 ]
 
 
