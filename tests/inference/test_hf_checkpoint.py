@@ -83,3 +83,12 @@ def test_other_architectures_and_missing_files_are_named(tied_checkpoint, tmp_pa
     with pytest.raises(CheckpointError, match="no model.safetensors or model.safetensors.index.json"):
         load_hf_checkpoint(no_weights)
     assert is_hf_directory(tied_checkpoint) and is_hf_directory(bert) and not is_hf_directory(tmp_path)
+
+
+def test_load_pretrained_accepts_a_hugging_face_directory(tied_checkpoint, tied):
+    import biotf
+
+    model, tokenizer = biotf.load_pretrained(tied_checkpoint)
+    ids = [tokenizer.encode("Same weights")]
+    assert tokenizer.fingerprint == tied.tokenizer.fingerprint
+    assert generate_ids(model, ids, max_new_tokens=6) == generate_ids(tied.model, ids, max_new_tokens=6)
