@@ -143,6 +143,26 @@ class CharTable:
     def reason(self, code: int) -> str:
         return self.reasons.get(int(code), "")
 
+    def fold_lowercase(self, letters: str, fold: bool, reason: str) -> None:
+        """Lowercase `letters`: the entry of their uppercase letter (counted as lowercase_folded plus
+        that letter's own stats; refused where it is) when `fold`, else refused with `reason`."""
+        for upper in map(ord, letters):
+            lower = ord(chr(upper).lower())
+            if not fold:
+                self.refuse([lower], reason)
+            elif upper in self.reasons:
+                self.refuse([lower], self.reasons[upper])
+            else:
+                self.set([lower], int(self.values[upper]), "lowercase_folded",
+                         *[stat for stat, counted in self.counted.items() if counted[upper]])
+
+    def fill_unknown(self, value: int | None, reason: str) -> None:
+        """Every code not set yet: `value` (counted as unknown_to_unk), or refused with `reason` when None."""
+        if value is None:
+            self.refuse(self.unset_codes(), reason)
+        else:
+            self.set(self.unset_codes(), value, "unknown_to_unk")
+
     @property
     def refused_value(self) -> int:
         """How `lookup` marks a refused character (255 when values fit in a byte, else -1)."""

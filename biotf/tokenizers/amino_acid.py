@@ -22,14 +22,15 @@ entries already carry the policies, and cuts the result per text (numpy only).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from biotf.errors import ConfigError
-from biotf.tokenizers._arrays import NON_ASCII, CharTable, assemble, refuse
-from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
+from biotf.tokenizers._arrays import NON_ASCII, CharTable, refuse
+from biotf.tokenizers.base import PolicyStats, register_tokenizer
+from biotf.tokenizers.vocabulary import VocabularyTokenizer
 
 ESM2_TOKENS = ("<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO", ".", "-", "<null_1>", "<mask>")
 RARE_RESIDUES = "UOBZ"
@@ -47,7 +48,7 @@ def check_choice(key: str, value: object, allowed: Sequence[str]) -> None:
 
 
 @register_tokenizer("protein")
-class AminoAcidTokenizer(Tokenizer):
+class AminoAcidTokenizer(VocabularyTokenizer):
     """One token per residue in ESM-2's 33-token vocabulary, with explicit character policies."""
 
     def __init__(self, lowercase: str = "fold", rare_residues: str = "keep", unknown: str = "error"):
@@ -55,8 +56,7 @@ class AminoAcidTokenizer(Tokenizer):
         check_choice("tokenizer.rare_residues", rare_residues, RARE_POLICIES)
         check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
         self.lowercase, self.rare_residues, self.unknown = lowercase, rare_residues, unknown
-        self._tokens = list(ESM2_TOKENS)
-        self._vocab = {t: i for i, t in enumerate(self._tokens)}
+        self._set_vocabulary(ESM2_TOKENS)
         self.cls_id, self.pad_id, self.eos_id = self._vocab["<cls>"], self._vocab["<pad>"], self._vocab["<eos>"]
         self.unk_id, self.mask_id = self._vocab["<unk>"], self._vocab["<mask>"]
         self._skip_ids = frozenset(self._vocab[t] for t in SPECIAL_TOKENS) - {self.unk_id}
@@ -72,19 +72,11 @@ class AminoAcidTokenizer(Tokenizer):
             table.set(RARE_RESIDUES, self._vocab["X"], "rare_to_X")
         elif self.rare_residues == "error":
             table.refuse(RARE_RESIDUES, "rare residue refused by rare_residues='error' (or set 'keep' / 'to_x')")
-        for upper in map(ord, ESM2_TOKENS[4:29]):  # the residue letters; the rest follow the unknown policy
-            lower = ord(chr(upper).lower())
-            if self.lowercase == "error":
-                table.refuse([lower], "lowercase residue refused by lowercase='error' (or set 'fold')")
-            elif upper in table.reasons:
-                table.refuse([lower], table.reasons[upper])
-            else:
-                table.set([lower], int(table.values[upper]), "lowercase_folded",
-                          *[stat for stat, counted in table.counted.items() if counted[upper]])
-        if self.unknown == "to_unk":
-            table.set(table.unset_codes(), self.unk_id, "unknown_to_unk")
-        else:
-            table.refuse(table.unset_codes(), "not an amino-acid code, refused by unknown='error' (or set 'to_unk')")
+        # the residue letters fold; other lowercase letters follow the unknown policy
+        table.fold_lowercase("".join(ESM2_TOKENS[4:29]), self.lowercase == "fold",
+                             "lowercase residue refused by lowercase='error' (or set 'fold')")
+        table.fill_unknown(self.unk_id if self.unknown == "to_unk" else None,
+                           "not an amino-acid code, refused by unknown='error' (or set 'to_unk')")
         return table
 
     # --- encoding ---------------------------------------------------------------------------
@@ -129,42 +121,13 @@ class AminoAcidTokenizer(Tokenizer):
         keep = ~interior
         return keep, keep & ~first
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
-                     records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
-        ids, counts = self._content(texts, records, stats)
-        if add_special_tokens:
-            return assemble(ids, counts, self.cls_id, self.eos_id)
-        return assemble(ids, counts, None, None)
-
-    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
-               stats: PolicyStats | None = None) -> list[int]:
-        records = None if record is None else [record]
-        return self.encode_batch([text], add_special_tokens, records=records, stats=stats)[0].tolist()
-
-    def tokenize(self, text: str, record: str | None = None) -> list[str]:
-        return [self._tokens[i] for i in self.encode(text, add_special_tokens=False, record=record)]
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        return "".join(self._tokens[i] for i in map(int, ids) if not (skip_special_tokens and i in self._skip_ids))
-
     # --- vocabulary and persistence --------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self._tokens)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._vocab)
-
     @property
     def special_ids(self) -> frozenset[int]:
         return self._skip_ids
 
     def to_config(self) -> dict[str, Any]:
         return {"lowercase": self.lowercase, "rare_residues": self.rare_residues, "unknown": self.unknown}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "AminoAcidTokenizer":
-        return cls(**config)
 
     def to_hf(self):
         """`PreTrainedTokenizerFast` with the same ids: WordLevel over single characters, the policies
@@ -180,7 +143,3 @@ class AminoAcidTokenizer(Tokenizer):
         return wordlevel_hf_tokenizer(self._vocab, piece_pattern=".", replacements=replacements, unk="<unk>",
                                       cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
                                       special_tokens=SPECIAL_TOKENS, split_special_tokens=False)
-
-    def __repr__(self) -> str:
-        return (f"AminoAcidTokenizer(lowercase={self.lowercase!r}, rare_residues={self.rare_residues!r}, "
-                f"unknown={self.unknown!r})")

@@ -38,7 +38,8 @@ import numpy as np
 from biotf.errors import BiotfError, ConfigError, TokenizationError
 from biotf.tokenizers._arrays import CharTable, assemble, refuse, span_positions
 from biotf.tokenizers.amino_acid import check_choice
-from biotf.tokenizers.base import PolicyStats, Tokenizer, register_tokenizer
+from biotf.tokenizers.base import PolicyStats, register_tokenizer
+from biotf.tokenizers.vocabulary import VocabularyTokenizer
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<cls>", "<eos>", "<mask>")
 BASES = "ACGT"
@@ -79,7 +80,7 @@ def _any_in_window(flags: np.ndarray, window_at: np.ndarray, k: int) -> np.ndarr
 
 
 @register_tokenizer("dna")
-class KmerTokenizer(Tokenizer):
+class KmerTokenizer(VocabularyTokenizer):
     """k-mers of DNA with a stride: non-overlapping (stride == k), overlapping (stride < k), characters (k == 1)."""
 
     def __init__(self, k: int = 6, stride: int | None = None, lowercase: str = "fold", uracil: str = "error",
@@ -96,9 +97,8 @@ class KmerTokenizer(Tokenizer):
         self.k, self.stride = k, stride
         self.lowercase, self.uracil, self.iupac, self.unknown = lowercase, uracil, iupac, unknown
 
-        self._tokens = list(SPECIAL_TOKENS) + ["".join(p) for p in product(BASES, repeat=k)]
-        self._tokens += [b for b in BASES + "N" if k > 1 or b == "N"]
-        self._vocab = {t: i for i, t in enumerate(self._tokens)}
+        kmers = ["".join(p) for p in product(BASES, repeat=k)]
+        self._set_vocabulary([*SPECIAL_TOKENS, *kmers, *(b for b in BASES + "N" if k > 1 or b == "N")])
         self.pad_id, self.unk_id, self.cls_id, self.eos_id, self.mask_id = (self._vocab[t] for t in SPECIAL_TOKENS)
         self._kmer_offset = len(SPECIAL_TOKENS)
         # id of the single-character token for each table value (A C G T N <unk>)
@@ -120,19 +120,10 @@ class KmerTokenizer(Tokenizer):
             table.set(IUPAC_AMBIGUITY, _N, "iupac_to_N")
         else:
             table.refuse(IUPAC_AMBIGUITY, "IUPAC ambiguity code refused by iupac='error' (or set 'to_n')")
-        for upper in map(ord, BASES + "NU" + IUPAC_AMBIGUITY):
-            lower = ord(chr(upper).lower())
-            if self.lowercase == "error":
-                table.refuse([lower], "lowercase (soft-masked) base refused by lowercase='error' (or set 'fold')")
-            elif upper in table.reasons:
-                table.refuse([lower], table.reasons[upper])
-            else:
-                table.set([lower], int(table.values[upper]), "lowercase_folded",
-                          *[stat for stat, counted in table.counted.items() if counted[upper]])
-        if self.unknown == "to_unk":
-            table.set(table.unset_codes(), _UNK, "unknown_to_unk")
-        else:
-            table.refuse(table.unset_codes(), "not a nucleotide code, refused by unknown='error' (or set 'to_unk')")
+        table.fold_lowercase(BASES + "NU" + IUPAC_AMBIGUITY, self.lowercase == "fold",
+                             "lowercase (soft-masked) base refused by lowercase='error' (or set 'fold')")
+        table.fill_unknown(_UNK if self.unknown == "to_unk" else None,
+                           "not a nucleotide code, refused by unknown='error' (or set 'to_unk')")
         return table
 
     # --- encoding ---------------------------------------------------------------------------
@@ -240,11 +231,6 @@ class KmerTokenizer(Tokenizer):
             rolling *= 4
             rolling += values[j:end + j]
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
-                     records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
-        ids, counts, _ = self._content(texts, records, stats)
-        return assemble(ids, counts, *(self.cls_id, self.eos_id) if add_special_tokens else (None, None))
-
     def encode_batch_with_soft_mask(self, texts: Sequence[str], add_special_tokens: bool = True,
                                     records: Sequence[str] | None = None, stats: PolicyStats | None = None
                                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -257,14 +243,6 @@ class KmerTokenizer(Tokenizer):
         specials = (self.cls_id, self.eos_id) if add_special_tokens else (None, None)
         masks = assemble(lower.astype(np.int32), counts, *(0 if s is not None else None for s in specials))
         return assemble(ids, counts, *specials), [m.astype(bool) for m in masks]
-
-    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
-               stats: PolicyStats | None = None) -> list[int]:
-        records = None if record is None else [record]
-        return self.encode_batch([text], add_special_tokens, records=records, stats=stats)[0].tolist()
-
-    def tokenize(self, text: str, record: str | None = None) -> list[str]:
-        return [self._tokens[i] for i in self.encode(text, add_special_tokens=False, record=record)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Inverse of `encode` (after policies): overlapping windows contribute `stride` new bases each."""
@@ -279,20 +257,9 @@ class KmerTokenizer(Tokenizer):
     def overlapping(self) -> bool:
         return self.stride < self.k
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self._tokens)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._vocab)
-
     def to_config(self) -> dict[str, Any]:
         return {"k": self.k, "stride": self.stride, "lowercase": self.lowercase, "uracil": self.uracil,
                 "iupac": self.iupac, "unknown": self.unknown}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "KmerTokenizer":
-        return cls(**config)
 
     def to_hf(self):
         """`PreTrainedTokenizerFast` with the same ids (non-overlapping k-mers and characters only)."""
@@ -315,7 +282,3 @@ class KmerTokenizer(Tokenizer):
         return wordlevel_hf_tokenizer(self._vocab, piece_pattern=pattern, replacements=replacements, unk="<unk>",
                                       cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
                                       special_tokens=SPECIAL_TOKENS)
-
-    def __repr__(self) -> str:
-        options = ", ".join(f"{key}={value!r}" for key, value in self.to_config().items())
-        return f"KmerTokenizer({options})"

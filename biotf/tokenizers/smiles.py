@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import ConfigError
-from biotf.tokenizers._arrays import TABLE_SIZE, assemble, codes_of, refuse, span_positions, text_starts
+from biotf.tokenizers._arrays import TABLE_SIZE, codes_of, refuse, span_positions, text_starts
 from biotf.tokenizers.amino_acid import check_choice
-from biotf.tokenizers.base import PolicyStats, Tokenizer, check_options, register_tokenizer
+from biotf.tokenizers.base import PolicyStats, check_options, register_tokenizer
+from biotf.tokenizers.vocabulary import VocabularyTokenizer
 
 # Schwaller et al. 2019 (Molecular Transformer, ACS Cent. Sci. 5:1572), `>>?` as in rxnfp.
 SMILES_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|\*|\$"
@@ -66,7 +67,7 @@ def pieces_per_text(piece_start: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 @register_tokenizer("smiles")
-class SmilesTokenizer(Tokenizer):
+class SmilesTokenizer(VocabularyTokenizer):
     """Atom-level SMILES tokens (Schwaller et al. 2019 regex), strict round trip, vocabulary learned by `train`."""
 
     def __init__(self, vocab: Sequence[str] | None = None, unknown: str = "error", whitespace: str = "error"):
@@ -79,8 +80,7 @@ class SmilesTokenizer(Tokenizer):
                 continue  # a saved vocabulary lists the specials first; they keep their ids
             if SMILES_REGEX.fullmatch(piece) is None:
                 raise ConfigError("tokenizer.vocab", piece, reason="not a single piece of the SMILES regex")
-        self._tokens = list(SPECIAL_TOKENS) + [p for p in dict.fromkeys(pieces) if p not in SPECIAL_TOKENS]
-        self._vocab = {t: i for i, t in enumerate(self._tokens)}
+        self._set_vocabulary([*SPECIAL_TOKENS, *(p for p in dict.fromkeys(pieces) if p not in SPECIAL_TOKENS)])
         self.pad_id, self.unk_id, self.cls_id, self.eos_id, self.mask_id = (self._vocab[t] for t in SPECIAL_TOKENS)
         self._unseen_id = self.unk_id if unknown == "to_unk" else _UNSEEN
         self._single = np.full(TABLE_SIZE, _UNMATCHED, dtype=np.int32)
@@ -271,38 +271,12 @@ class SmilesTokenizer(Tokenizer):
                 stats["unknown_to_unk"] += replaced
         return ids, pieces_per_text(piece_start, starts)
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
-                     records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
-        ids, counts = self._content(texts, records, stats)
-        return assemble(ids, counts, *(self.cls_id, self.eos_id) if add_special_tokens else (None, None))
-
-    def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
-               stats: PolicyStats | None = None) -> list[int]:
-        records = None if record is None else [record]
-        return self.encode_batch([text], add_special_tokens, records=records, stats=stats)[0].tolist()
-
     def tokenize(self, text: str, record: str | None = None) -> list[str]:
         """The regex pieces of `text` (after the whitespace policy), whether or not they are in the vocabulary."""
         return self._pieces([text], None if record is None else [record], None)[0]
 
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        skip = self.special_ids if skip_special_tokens else frozenset()
-        return "".join(self._tokens[i] for i in map(int, ids) if i not in skip)
-
-    # --- vocabulary and persistence --------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self._tokens)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._vocab)
-
     def to_config(self) -> dict[str, Any]:
         return {"vocab": self._tokens[len(SPECIAL_TOKENS):], "unknown": self.unknown, "whitespace": self.whitespace}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "SmilesTokenizer":
-        return cls(**config)
 
     def to_hf(self):
         """`PreTrainedTokenizerFast` with the same ids: `Split` on the same regex + `WordLevel`
@@ -312,7 +286,3 @@ class SmilesTokenizer(Tokenizer):
         return wordlevel_hf_tokenizer(self._vocab, piece_pattern=SMILES_PATTERN, strip=self.whitespace == "strip",
                                       unk="<unk>", cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
                                       special_tokens=SPECIAL_TOKENS)
-
-    def __repr__(self) -> str:
-        return (f"SmilesTokenizer(vocab_size={self.vocab_size}, unknown={self.unknown!r}, "
-                f"whitespace={self.whitespace!r})")
