@@ -1,4 +1,4 @@
-"""Labels for probes and maps: a metadata column of an embedding file, optionally parsed by a regex.
+r"""Labels for probes and maps: a metadata column of an embedding file, optionally parsed by a regex.
 
     labels(table, "description", r"^(\S+?)-[MSU]\b")  # DeepLoc: "Cell.membrane-M test" -> "Cell.membrane"
 """
@@ -32,7 +32,7 @@ def labels(table: EmbeddingTable, column: str, pattern: str | None = None) -> np
     for record, value in zip(table.ids, values):
         match = regex.search(value)
         if match is None:
-            raise InputError(f"record {record!r}: {column} {value!r} does not match --label-pattern {pattern!r}")
+            raise InputError(f"record {str(record)!r}: {column} {str(value)!r} does not match --label-pattern {pattern!r}")
         parsed.append(match.group(1) if regex.groups else match.group(0))
     return np.array(parsed, dtype=str)
 

@@ -149,7 +149,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
         target = numeric(labels)
         if target is None:
             record, value = next((r, v) for r, v in zip(ids[chosen], labels) if numeric(np.array([v])) is None)
-            raise InputError(f"record {record!r}: label {value!r} is not a number "
+            raise InputError(f"record {str(record)!r}: label {str(value)!r} is not a number "
                              "(regression needs numeric labels; allowed: --task classification)")
         splitter = KFold(folds, shuffle=True, random_state=seed)
     if len(chosen) < folds:
