@@ -2,7 +2,7 @@
 
 A position scheme can act at three places, and each class overrides only the ones it uses:
 - `embed(x, positions)`: add a vector to the token embeddings (learned, sinusoidal);
-- `rotary(positions)`: the (cos, sin) that attention uses to rotate queries and keys (rope);
+- `rotary(positions, offset)`: the (cos, signed sin) that attention uses to rotate queries and keys (rope);
 - `attention_bias(query_positions, key_positions, causal)`: an additive bias on attention scores (alibi).
 `positions` are integer position ids of shape (batch or 1, length); the transformer derives them
 from the padding mask so that left padding does not shift absolute positions.
@@ -43,7 +43,7 @@ class PositionEncoding(nn.Module):
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x
 
-    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def rotary(self, positions: torch.Tensor, offset: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None
 
     def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
@@ -107,7 +107,7 @@ class RotaryPositions(PositionEncoding):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.head_dim, self.theta = config.head_dim, float(config.rope_theta)
-        self._cos = self._sin = torch.empty(0)  # cached tables, float32 (rows, head_dim)
+        self._cos = self._signed_sin = torch.empty(0)  # cached float32 tables (rows, head_dim); not buffers
 
     def _tables(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._cos.shape[0] < rows or self._cos.device != device:
@@ -116,32 +116,29 @@ class RotaryPositions(PositionEncoding):
             inverse_frequency = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64)
                                                        .to(device=device, dtype=torch.float32) / self.head_dim))
             angles = torch.arange(rows, device=device, dtype=torch.float32)[:, None] * inverse_frequency
-            angles = torch.cat((angles, angles), dim=-1)
-            self._cos, self._sin = angles.cos(), angles.sin()
-        return self._cos, self._sin
+            sin = angles.sin()
+            # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): fold rotate_half's sign into the table.
+            self._cos, self._signed_sin = torch.cat((angles.cos(),) * 2, dim=-1), torch.cat((-sin, sin), dim=-1)
+        return self._cos, self._signed_sin
 
-    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin of shape (batch or 1, length, 1, head_dim): broadcast over heads in (B, T, H, D) layout."""
+    def rotary(self, positions: torch.Tensor, offset: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, signed sin) for `apply_rotary`, each (batch or 1, length, 1, head_dim): they broadcast over
+        heads in (B, T, H, D) layout. `offset` says the positions are offset, offset + 1, ... (no padding):
+        the tables are then sliced rather than gathered, without reading `positions`."""
+        if offset is not None:
+            length = positions.shape[-1]
+            cos, sin = self._tables(offset + length, positions.device)
+            return cos[offset:offset + length][None, :, None], sin[offset:offset + length][None, :, None]
         cos, sin = self._tables(int(positions.max()) + 1 if positions.numel() else 1, positions.device)
-        if positions.shape[0] == 1 and _is_range(positions):
-            start = int(positions[0, 0])
-            length = positions.shape[1]
-            return cos[start:start + length][None, :, None], sin[start:start + length][None, :, None]
         return cos[positions].unsqueeze(2), sin[positions].unsqueeze(2)
 
 
-def _is_range(positions: torch.Tensor) -> bool:
-    """True for a single row 0..n-1 shifted by a constant (the common unpadded case: slice, don't gather)."""
-    row = positions[0]
-    return row.numel() < 2 or bool((row[-1] - row[0]) == row.numel() - 1)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1); x is (B, T, heads, head_dim)."""
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x * cos + rotate_half(x) * sin, where rotate_half(x) = cat(-x2, x1) (HF's layout), computed as
+    x * cos + cat(x2, x1) * cat(-sin, sin) in three passes; x is (B, T, heads, head_dim)."""
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos.to(x.dtype), swapped, signed_sin.to(x.dtype))
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

@@ -126,7 +126,7 @@ class Transformer(nn.Module):
         if config.scale_embeddings:
             x = x * math.sqrt(config.d_model)
         x = self.dropout(self.positions.embed(x, query_positions))
-        rotary = self.positions.rotary(query_positions) if config.pos == "rope" else None
+        rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
 
         hidden_states = [x] if output_hidden_states else None

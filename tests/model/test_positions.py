@@ -40,6 +40,13 @@ def test_rope_pairs_dimension_j_with_j_plus_half_like_hf():
     torch.testing.assert_close(apply_rotary(x, cos, sin), expected)
 
 
+def test_rope_offset_slices_the_same_tables_it_gathers():
+    rope = build_positions(TransformerConfig(d_model=16, n_heads=2, pos="rope"))
+    positions = torch.arange(300, 305)[None]  # past the first cached table (256 rows): the tables grow
+    for sliced, gathered in zip(rope.rotary(positions, offset=300), rope.rotary(positions)):
+        torch.testing.assert_close(sliced, gathered, rtol=0, atol=0)
+
+
 def test_sinusoidal_values_match_vaswani_formula():
     d_model = 10
     table = sinusoidal_table(torch.arange(50), d_model)
