@@ -81,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
     sampling = Sampling(temperature=option(args.temperature, defaults.temperature),
                         top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
                         repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
-    pad = next((i for i in (defaults.pad_token_id, *defaults.eos_token_ids) if i is not None), 0)
     max_new_tokens = option(args.max_new_tokens, defaults.max_new_tokens)
     # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
     handler = logging.StreamHandler(sys.stderr)
@@ -97,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if len(prompts) == 1:
         streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     start = time.perf_counter()
-    new = generate_ids(model, ids, max_new_tokens=max_new_tokens, sampling=sampling,
-                       eos_token_ids=defaults.eos_token_ids, pad_token_id=pad, seed=args.seed, on_token=streamer)
+    new = generate_ids(model, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
+                       eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, on_token=streamer)
     seconds = time.perf_counter() - start
     if streamer is not None:
         sys.stdout.write("\n")

@@ -153,10 +153,14 @@ def fit_prompts(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_lengt
 
 @torch.inference_mode()
 def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 32,
-                 sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (), pad_token_id: int = 0,
+                 sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (), pad_token_id: int | None = None,
                  seed: int | None = None, on_token: TokenCallback | None = None,
                  truncate_prompt: bool = False) -> list[list[int]]:
-    """New token ids for each prompt (lists of ids), up to and including the eos that stopped it."""
+    """New token ids for each prompt (lists of ids), up to and including the eos that stopped it.
+
+    `pad_token_id` fills left padding and finished rows (default: the first eos id, else 0); pads are masked,
+    so their value never changes a real token's output.
+    """
     if not model.config.causal:
         raise ConfigError("causal", False, "true", reason="generation needs a causal (decoder) model")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -164,6 +168,8 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_ne
     if not prompts:
         return []
     prompts = fit_prompts(prompts, max_new_tokens, model.config.max_seq_len, truncate_prompt)
+    if pad_token_id is None:
+        pad_token_id = next(iter(eos_token_ids), 0)
     device = model.device
     generator = None
     if not sampling.greedy:
@@ -249,9 +255,8 @@ def generate(model: Transformer, tokenizer: Tokenizer, prompts: str | Sequence[s
     texts = [prompts] if isinstance(prompts, str) else list(prompts)
     if eos_token_ids is None:
         eos_token_ids = [tokenizer.eos_id] if tokenizer.eos_id is not None else []
-    pad = next((i for i in (tokenizer.pad_id, *eos_token_ids) if i is not None), 0)
     ids = generate_ids(model, encode_prompts(tokenizer, texts, chat, system), max_new_tokens=max_new_tokens,
                        sampling=Sampling(temperature, top_k, top_p, repetition_penalty),
-                       eos_token_ids=eos_token_ids, pad_token_id=pad, seed=seed, on_token=on_token,
+                       eos_token_ids=eos_token_ids, pad_token_id=tokenizer.pad_id, seed=seed, on_token=on_token,
                        truncate_prompt=truncate_prompt)
     return [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
