@@ -109,14 +109,14 @@ def last_position_logits(model: Transformer) -> Iterator[None]:
         handle.remove()
 
 
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(ids, attention mask) of left-padded prompts; the mask is None when no row needs padding."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
+        ids[row, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
         mask[row, width - len(prompt):] = 1
     padded = bool((mask == 0).any())
     return ids.to(device), mask.to(device) if padded else None

@@ -135,6 +135,8 @@ def test_too_long_prompt_is_refused_or_cut_from_the_left(tied, caplog):
     assert cut == generate_ids(model, [long[-120:]], max_new_tokens=8)
     with pytest.raises(ConfigError, match="max_new_tokens"):
         generate_ids(model, [[1, 2]], max_new_tokens=128)
+    with pytest.raises(InputError, match="empty"):
+        generate_ids(model, [[1, 2], []], max_new_tokens=4)
 
 
 def test_chat_template_strings_equal_transformers_apply_chat_template(tied, tied_checkpoint):

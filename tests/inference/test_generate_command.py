@@ -61,7 +61,8 @@ def test_prompt_file_is_one_left_padded_batch_printed_as_json_lines(loaded, tmp_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--prompt", "word " * 200, "--max-new-tokens", "4"], "exceeds the model's maximum length of 128.*--truncate-prompt"),
+    (["--prompt", "word " * 200, "--max-new-tokens", "4"],
+     "exceeds the model's maximum length of 128.*--truncate-prompt"),
     (["--prompt", "Hi", "--system", "S"], "needs --chat"),
     (["--prompt", "Hi", "--top-p", "0"], "top_p=0.0"),
     (["--prompt", "Hi", "--temperature", "-1"], "temperature=-1.0"),
