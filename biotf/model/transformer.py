@@ -102,7 +102,10 @@ class Transformer(nn.Module):
     # --- forward -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                past_key_values: KVCache | None = None, use_cache: bool = False) -> TransformerOutput:
+                past_key_values: KVCache | None = None, use_cache: bool = False,
+                logits_to_keep: int = 0) -> TransformerOutput:
+        """See the module docstring. `logits_to_keep` > 0 computes logits for the last that many positions only
+        (HF's argument of that name; generation's prefill needs the last position's alone)."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -139,7 +142,9 @@ class Transformer(nn.Module):
             hidden_states[-1] = x
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
-            logits, loss = F.linear(x, head), None
+            logits, loss = F.linear(x[:, -logits_to_keep:] if logits_to_keep > 0 else x, head), None
+        elif logits_to_keep:
+            raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
         else:
             logits, loss = self._logits_and_loss(x, head, labels)
         return TransformerOutput(logits, loss, tuple(hidden_states) if hidden_states is not None else None,

@@ -75,3 +75,13 @@ def test_bad_inputs_are_refused_with_clear_errors():
         learned(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ConfigError, match="causal"):
         tiny(causal=False)(torch.zeros(1, 3, dtype=torch.long), use_cache=True)
+
+
+def test_logits_to_keep_computes_the_last_positions_only():
+    model = tiny()
+    ids = torch.randint(0, 64, (2, 7))
+    full = model(ids).logits
+    torch.testing.assert_close(model(ids, logits_to_keep=1).logits, full[:, -1:])
+    torch.testing.assert_close(model(ids, logits_to_keep=3).logits, full[:, -3:])
+    with pytest.raises(InputError, match="logits_to_keep"):
+        model(ids, labels=ids, logits_to_keep=1)
