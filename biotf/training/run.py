@@ -17,7 +17,7 @@ from pathlib import Path
 import lightning as L
 import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
@@ -78,6 +78,9 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path) -> L.Trainer:
         logger = TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="")
     best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min", save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
+    callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps), best]
+    if trainer.enable_progress_bar:  # tqdm: loss, tokens/s and val/loss on one line, also in plain logs
+        callbacks.append(TQDMProgressBar(refresh_rate=1))
     return L.Trainer(
         accelerator=trainer.accelerator, devices=trainer.devices, num_nodes=trainer.num_nodes,
         strategy=trainer.strategy, precision=trainer.precision, max_steps=trainer.max_steps, max_epochs=-1,
@@ -85,7 +88,7 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path) -> L.Trainer:
         val_check_interval=trainer.val_check_interval, check_val_every_n_epoch=None,
         limit_val_batches=trainer.limit_val_batches, accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val or None, log_every_n_steps=trainer.log_every_n_steps,
-        logger=logger, callbacks=[LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps), best],
+        logger=logger, callbacks=callbacks,
         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, enable_progress_bar=trainer.enable_progress_bar,
         enable_model_summary=False, num_sanity_val_steps=0,
         # The batch sampler shards by rank itself (and resumes mid-epoch); Lightning must not replace it.
