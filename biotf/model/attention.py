@@ -30,7 +30,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
                 layer: int = 0) -> torch.Tensor:
-        """x: (B, T, d_model); rotary: cos/sin (B|1, T, 1, head_dim); mask: bool (allowed) or float
+        """x: (B, T, d_model); rotary: (cos, signed sin) of `RotaryPositions.rotary`; mask: bool (allowed) or float
         (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case."""
         batch, length, _ = x.shape
         qkv = self.qkv(x).view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)

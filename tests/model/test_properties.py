@@ -129,3 +129,20 @@ def test_scaled_embeddings_multiply_by_sqrt_d_model():
     ids = torch.randint(0, 50, (1, 4))
     embedded = model(ids, output_hidden_states=True).hidden_states[0]
     torch.testing.assert_close(embedded, model.embed(ids) * 32 ** 0.5)
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_every_scheme_trains_under_bf16_autocast_and_in_bf16_weights(pos):
+    ids = torch.randint(0, 50, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    model = build(pos=pos).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(ids, attention_mask=mask, labels=ids)
+    out.loss.backward()
+    assert out.logits.dtype == torch.bfloat16 and torch.isfinite(out.loss)
+    assert all(p.grad.dtype == torch.float32 for p in model.parameters())
+    model = build(pos=pos).to(torch.bfloat16)
+    out = model(ids, attention_mask=mask, labels=ids)
+    out.loss.backward()
+    assert out.logits.dtype == torch.bfloat16 and torch.isfinite(out.loss)
