@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     label = args.label + (f" ~ {args.label_pattern}" if args.label_pattern else "")
     classes = f", {report.n_classes} classes" if report.n_classes else ""
     probe = "logistic regression" if report.task == "classification" else "ridge regression"
-    print(f"{args.embeddings}: {report.n_records} records, label {label!r}{classes}; {probe}, {report.folds}-fold CV")
+    print(f"{args.embeddings}: {report.n_records} records, label {label}{classes}; {probe}, {report.folds}-fold CV")
     if report.dropped:
         print("left out: " + ", ".join(f"{count} {why}" for why, count in report.dropped.items()))
     print(report.table())

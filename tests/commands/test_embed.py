@@ -1,0 +1,135 @@
+"""`biotf embed` / `biotf plot` through the real CLI: every format, long records, one-line errors, nothing half-written."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from biotf.cli import main
+from biotf.inference.loading import save_pretrained
+from biotf.model import Transformer, TransformerConfig
+from biotf.tokenizers import AminoAcidTokenizer
+
+FASTA = ">P1 Nucleus-S test\nMKVLAAGIVG\n>P2 Cytoplasm-U test\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n>P3 Nucleus-M test\nMA\n"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: a second thread only spins on a shared machine
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=16,
+                               causal=False, pos="rope", norm="layernorm", mlp="gelu")
+    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
+
+
+def embed(capsys, *args: str) -> tuple[int, str, str]:
+    status = main(["embed", "--no-progress", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_every_format_with_summary_and_map(capsys, tmp_path, model_dir):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    outputs = {}
+    for suffix in (".npz", ".parquet", ".h5ad"):
+        out = tmp_path / f"e{suffix}"
+        status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(out),
+                               "--layer", "all")
+        assert status == 0, err
+        assert "3 records, 39 tokens" in err and "1 chunked, 0 truncated" in err
+        outputs[suffix] = out
+    import anndata
+    import pandas as pd
+
+    npz = np.load(outputs[".npz"])
+    frame = pd.read_parquet(outputs[".parquet"])
+    adata = anndata.read_h5ad(outputs[".h5ad"])
+    assert npz["ids"].tolist() == frame["id"].tolist() == adata.obs_names.tolist() == ["P1", "P2", "P3"]
+    assert adata.obs["description"].tolist()[0] == "Nucleus-S test"
+    np.testing.assert_array_equal(npz["embeddings"], adata.X)
+    np.testing.assert_array_equal(np.stack(frame["layer_0"].to_numpy()), adata.obsm["layer_0"])
+
+
+def test_map_from_embed_and_from_plot(capsys, tmp_path, model_dir):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "e.npz"),
+                           "--plot", str(tmp_path / "map.png"), "--color", "description",
+                           "--label-pattern", r"^(\S+?)-[MSU]\b")
+    assert status == 0 and "map (pca)" in err and (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+    status = main(["plot", str(tmp_path / "e.npz"), "--color", "nothing"])
+    assert status == 2 and "label column 'nothing' not found" in capsys.readouterr().err
+    assert not (tmp_path / "e.png").exists()
+
+
+def test_long_records_truncated_or_refused(capsys, tmp_path, model_dir):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "t.npz"),
+                           "--pool", "none", "--long", "truncate")
+    assert status == 0 and "0 chunked, 1 truncated (13 tokens cut)" in err
+    assert np.load(tmp_path / "t.npz")["offsets"].tolist() == [0, 10, 24, 26]
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "x.npz"),
+                           "--long", "error")
+    assert status == 2 and re.search(r"record 'P2' .* 27 tokens", err)
+    assert not (tmp_path / "x.npz").exists()
+
+
+def _mismatched_tokenizer(model_dir, tmp_path):
+    broken = tmp_path / "mismatch"
+    broken.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (broken / name).write_bytes((model_dir / name).read_bytes())
+    AminoAcidTokenizer(unknown="to_unk").save(broken)
+    return broken
+
+
+def _without_tokenizer(model_dir, tmp_path):
+    broken = tmp_path / "no_tokenizer"
+    broken.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (broken / name).write_bytes((model_dir / name).read_bytes())
+    return broken
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty input", r"empty\.fasta: no records found"),
+    ("unreadable input", r"missing\.fasta does not exist"),
+    ("bad extension", r"unsupported extension '\.csv' \(allowed: \.npz, \.parquet, \.h5ad\)"),
+    ("no tokenizer", r"has no tokenizer\.json"),
+    ("tokenizer mismatch", r"tokenizer mismatch.*fingerprint"),
+    ("bad layer", r"--layer.*allowed"),
+])
+def test_bad_input_is_one_line_status_2_and_no_output(capsys, tmp_path, model_dir, case, message):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    (tmp_path / "empty.fasta").write_bytes(b"")
+    model, source, output, extra = model_dir, fasta, tmp_path / "out" / "e.npz", []
+    if case == "empty input":
+        source = tmp_path / "empty.fasta"
+    elif case == "unreadable input":
+        source = tmp_path / "missing.fasta"
+    elif case == "bad extension":
+        output = tmp_path / "out" / "e.csv"
+    elif case == "no tokenizer":
+        model = _without_tokenizer(model_dir, tmp_path)
+    elif case == "tokenizer mismatch":
+        model = _mismatched_tokenizer(model_dir, tmp_path)
+    else:
+        extra = ["--layer", "last"]
+    status, out, err = embed(capsys, "--model", str(model), "--input", str(source), "--output", str(output), *extra)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("biotf embed: error: ")
+    assert re.search(message, err), err
+    assert not output.parent.exists() or list(output.parent.iterdir()) == []  # no temporary or spool left
