@@ -11,6 +11,7 @@ node *is* `biotf.model.TransformerConfig`, so its fields and checks live in one 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -128,6 +129,9 @@ class TrainerConfig:
         _choice("trainer.strategy", self.strategy, STRATEGIES)
         _choice("trainer.precision", self.precision, PRECISIONS)
         _choice("trainer.logger", self.logger, LOGGERS)
+        if self.logger == "tensorboard" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+            raise ConfigError("trainer.logger", self.logger, "csv, or tensorboard once installed",
+                              reason="the tensorboard package is not installed (pip install tensorboard)")
         for key in ("num_nodes", "max_steps", "val_check_interval", "accumulate_grad_batches",
                     "checkpoint_every_n_steps", "log_every_n_steps"):
             if getattr(self, key) < 1:

@@ -58,3 +58,22 @@ def test_a_bad_value_inside_a_sweep_is_caught_before_any_job(capsys, monkeypatch
     assert entry.main(["-m", "model.pos=rope,bogus"]) == 2
     assert "model.pos='bogus'" in capsys.readouterr().err
     assert not (tmp_path / "multirun").exists()
+
+
+def test_biotf_train_is_train_py(capsys, monkeypatch, tmp_path):
+    from biotf.cli import main as biotf_cli
+
+    monkeypatch.chdir(tmp_path)
+    assert biotf_cli(["train", "model.pos=foo"]) == 2
+    assert "invalid config model.pos='foo'" in capsys.readouterr().err
+
+
+def test_tensorboard_logger_needs_its_package_or_works(capsys, monkeypatch, tmp_path):
+    import importlib.util
+
+    monkeypatch.chdir(tmp_path)
+    if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
+        assert composed("trainer.logger=tensorboard").trainer.logger == "tensorboard"
+    else:
+        assert entry.main(["trainer.logger=tensorboard"]) == 2
+        assert "pip install tensorboard" in capsys.readouterr().err

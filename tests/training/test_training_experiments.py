@@ -26,3 +26,14 @@ def test_experiment_runs_a_few_steps(experiment, tmp_path, cache_dir, monkeypatc
     assert summary["objective"] == ("clm" if experiment == "text_clm" else "mlm")
     assert summary["unigram_baseline"] > 0 and summary["final_val_loss"] > 0
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "tokenizer.json").is_file()
+
+
+def test_bf16_mixed_precision_with_gradient_accumulation(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    status = entry.main([*TINY, "trainer.precision=bf16-mixed", "trainer.accumulate_grad_batches=2",
+                         "trainer.max_steps=2", f"data.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"])
+    assert status == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2  # optimizer steps, each over two batches
+    assert summary["tokens_seen"] > 0 and summary["final_val_loss"] > 0
