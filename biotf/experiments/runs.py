@@ -181,9 +181,13 @@ def train_job(config, run_dir: Path) -> Run:
     from biotf.training.summary import SUMMARY_JSON
 
     if (run_dir / SUMMARY_JSON).is_file():
-        stored = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-        if stored != to_plain(config):
-            raise InputError(f"{run_dir} holds a finished run of another config: choose a new output directory")
+        # Keys both configs have must agree (a field added to the schema since does not void old runs).
+        stored = flatten(yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+        wanted = flatten(to_plain(config))
+        changed = sorted(key for key in stored.keys() & wanted.keys() if stored[key] != wanted[key])
+        if changed:
+            raise InputError(f"{run_dir} holds a finished run with another {changed[0]} "
+                             f"({stored[changed[0]]!r}, now {wanted[changed[0]]!r}): choose a new output directory")
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ERROR_FILE).unlink(missing_ok=True)

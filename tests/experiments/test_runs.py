@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
 from biotf.errors import ConfigError, InputError
-from biotf.experiments.runs import (ERROR_FILE, find_runs, group_by_setting, metric_column, read_run,
-                                    varying_keys)
+from biotf.experiments.runs import (ERROR_FILE, compose_config, find_runs, group_by_setting, metric_column, read_run,
+                                    train_job, varying_keys)
+from biotf.training.config import to_plain
 from experiment_helpers import config, write_run
 
 
@@ -70,3 +72,15 @@ def test_metric_names_accept_underscores_and_list_the_allowed_ones():
 def test_best_ignores_non_finite_values(tmp_path):
     run = read_run(write_run(tmp_path / "r", config("rope", 0), [(10, 3.0, 2.5), (20, 2.0, float("nan"))]))
     assert run.best("val/loss") == 2.5 and math.isnan(run.final("val/loss"))
+
+
+def test_a_finished_run_is_reused_only_for_the_same_config(tmp_path):
+    config = compose_config(["experiment=norm_placement"])
+    run_dir = tmp_path / "run"
+    write_run(run_dir, to_plain(config), [(10, 3.0, 2.9)])
+    (run_dir / "summary.json").write_text("{}")
+    assert train_job(config, run_dir).final("val/loss") == 2.9  # reused: nothing trained
+    other = compose_config(["experiment=norm_placement", "optim.lr=0.01"])
+    with pytest.raises(InputError, match=r"another optim.lr \(0.001, now 0.01\)"):
+        train_job(other, run_dir)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["optim"]["lr"] == 0.001
