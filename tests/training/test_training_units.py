@@ -1,0 +1,62 @@
+"""Unit checks of the training pieces: weight-decay groups, the schedule, metrics counting, atomic writes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from biotf.inference.loading import atomic_write
+from biotf.model import Transformer, TransformerConfig
+from biotf.training.module import target_counts
+from biotf.training.optim import WarmupCosine, parameter_groups
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_no_weight_decay_on_norms_biases_and_embeddings(tied):
+    model = Transformer(TransformerConfig.preset("tiny", tie_embeddings=tied, pos="learned", bias=True))
+    decay, no_decay = parameter_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    decayed = {id(p) for p in decay["params"]}
+    names = {id(p): name for name, p in model.named_parameters()}
+    for name, parameter in model.named_parameters():
+        undecayed = parameter.ndim < 2 or name.startswith(("embed.", "positions."))
+        assert (id(parameter) not in decayed) == undecayed, name
+    # Every parameter exactly once, a tied head included.
+    assert len(decay["params"]) + len(no_decay["params"]) == len(names)
+    assert any(".qkv.weight" in names[id(p)] for p in decay["params"])
+
+
+def test_warmup_then_cosine_to_the_floor():
+    schedule = WarmupCosine(warmup_steps=10, total_steps=110, min_ratio=0.1)
+    assert schedule(0) == pytest.approx(0.1) and schedule(9) == pytest.approx(1.0)
+    assert schedule(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert schedule(110) == pytest.approx(0.1) and schedule(500) == pytest.approx(0.1)
+    values = [schedule(s) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+def test_target_counts_follow_the_models_shift():
+    logits = torch.zeros(1, 4, 5)
+    logits[0, torch.arange(4), torch.tensor([1, 2, 3, 4])] = 1.0  # position t predicts token t + 1
+    labels = torch.tensor([[0, 2, -100, 4]])
+    assert [int(v) for v in target_counts(logits, labels, causal=False)] == [3, 2]  # positions 1 and 3 right
+    # Causal: logits at t score labels[t + 1]; these labels are each position's next token.
+    labels = torch.tensor([[7, 1, -100, 3]])
+    assert [int(v) for v in target_counts(logits, labels, causal=True)] == [2, 2]
+    assert [int(v) for v in target_counts(logits, labels, causal=False)] == [3, 0]
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "last.ckpt"
+    atomic_write(target, lambda path: path.write_bytes(b"complete"))
+
+    def torn(path):
+        path.write_bytes(b"half")
+        raise KeyboardInterrupt  # as a kill mid-write would
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, torn)
+    assert target.read_bytes() == b"complete"
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
