@@ -118,7 +118,8 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     write_run_files(run_dir, config, tokenizer)
 
     start = time.perf_counter()
-    trainer.fit(task, datamodule=datamodule, ckpt_path=config.ckpt_path)
+    # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
+    trainer.fit(task, datamodule=datamodule, ckpt_path=config.ckpt_path, weights_only=True)
     train_seconds = time.perf_counter() - start
     # A last validation on the final weights: the periodic ones need not fall on the last step.
     final = trainer.validate(task, datamodule=datamodule, verbose=False)[0]
