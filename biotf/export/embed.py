@@ -242,7 +242,8 @@ class Embedder:
         pool = self.options.pool
         for block, contents in self._blocks(records, stats, source):
             if self._prefix is None:
-                self._learn_specials(block[0], contents[0])
+                first = next((i for i, content in enumerate(contents) if len(content)), 0)
+                self._learn_specials(block[first], contents[first])
             pieces = [piece for slot, (record, content) in enumerate(zip(block, contents))
                       for piece in self._pieces(slot, record, content, stats)]
             partials: list[list[tuple[_Piece, Partial]]] = [[] for _ in block]

@@ -96,7 +96,7 @@ def throughput_vs_hf(bench, quick: bool) -> None:
     from biotf.tokenizers import AminoAcidTokenizer
 
     tokenizer = AminoAcidTokenizer()
-    sequences = random_proteins(96 if quick else 512, 50, 1000)
+    sequences = random_proteins(32 if quick else 256, 50, 1000)
     records = [Record(f"p{i}", s, {}, i) for i, s in enumerate(sequences)]
     encoded = tokenizer.encode_batch(sequences)
     ours, theirs = esm_pair()
