@@ -11,7 +11,8 @@ from pathlib import Path
 
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, plot_panels, seed_note, summarize
-from biotf.experiments.runs import EXPLODED_FACTOR, curve_series, find_runs, group_by_setting, metric_column, read_run
+from biotf.experiments.runs import (EXPLODED_FACTOR, curve_series, find_runs, group_by_setting, group_status,
+                                   metric_column, read_run)
 
 
 def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path, Path]:
@@ -22,26 +23,26 @@ def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path
     runs = [read_run(directory) for directory in find_runs(paths)]
     column = metric_column(metric, sorted({name for run in runs for name in run.curves}))
     groups = group_by_setting(runs)
+    title = f"{column} ({len(runs)} runs)"
     rows, diverged = [], set()
     for label, members in groups.items():
-        failures = [run.divergence for run in members if run.divergence]
-        if failures:
-            diverged.add(label)
-        status = "ok" if not failures else f"DIVERGED {len(failures)}/{len(members)}: {failures[0]}"
+        status = group_status(members)
+        if status != "ok":
+            diverged.add((title, label))
         steps = sorted({run.last_step for run in members if run.last_step is not None})
         rows.append([label, len(members), ", ".join(map(str, steps)) or "n/a",
                      summarize([run.final(column) for run in members]),
                      summarize([run.best(column) for run in members]), status])
     seeds = sorted({run.seed for run in runs if run.seed is not None}, key=str)
-    picture = plot_panels({f"{column} ({len(runs)} runs)": {label: curve_series(members, column)
-                                                           for label, members in groups.items()}},
+    picture = plot_panels({title: {label: curve_series(members, column) for label, members in groups.items()}},
                           out.with_suffix(".png"), "step", column, diverged)
     text = "\n\n".join([
         f"# Comparison of {len(runs)} runs: {column}",
         "Runs: " + ", ".join(f"`{run.directory}`" for run in runs),
         markdown_table(["setting", "runs", "last step", f"final {column}", f"best {column}", "status"], rows),
         seed_note(seeds) if seeds else "Seeds: not recorded (runs without config.yaml).",
-        f"Diverged: a training error, a non-finite loss, or a final val/loss above {EXPLODED_FACTOR:g}x its own minimum.",
+        f"Diverged: a training error, a non-finite loss, or a final val/loss above {EXPLODED_FACTOR:g}x its "
+        "own minimum.",
         f"![{column} curves]({picture.name})",
     ])
     out.parent.mkdir(parents=True, exist_ok=True)

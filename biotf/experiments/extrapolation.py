@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch
 from biotf.data import read_records
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize
-from biotf.experiments.runs import Run, compose_config, train_job
+from biotf.experiments.runs import Run, compose_config, group_status, train_job
 from biotf.training.config import REPO_ROOT
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -57,7 +56,7 @@ CORPORA = {
 
 # --quick: a smoke test of the whole pipeline (minutes), not a result.
 QUICK_CORPORA = ("dna",)
-QUICK_OVERRIDES = ("trainer.max_steps=20", "trainer.val_check_interval=10", "trainer.checkpoint_every_n_steps=10")
+QUICK_OVERRIDES = ("trainer.max_steps=10", "trainer.val_check_interval=5", "trainer.checkpoint_every_n_steps=5")
 
 
 def chunk_corpus(corpus: Corpus, target: Path) -> Path:
@@ -137,21 +136,20 @@ def write_report(out_dir: Path, results: dict[str, dict[str, list[tuple[Run, dic
               f"change {TRAIN_LENGTH}->{max(EVAL_LENGTHS)}", "training"]
     rows, panels, diverged = [], {}, set()
     for corpus_name, by_pos in results.items():
-        panel = {}
+        panel, title = {}, f"{corpus_name} (trained at {TRAIN_LENGTH})"
         for pos, runs in by_pos.items():
             per_length = {length: [losses[length] for _, losses in runs] for length in EVAL_LENGTHS}
-            failures = [run.divergence for run, _ in runs if run.divergence]
-            if failures:
-                diverged.add(pos)
+            status = group_status([run for run, _ in runs])
+            if status != "ok":
+                diverged.add((title, pos))
             cells = [summarize(values) if any(v is not None for v in values)
                      else ("cannot extend" if pos == "learned" and length > TRAIN_LENGTH else "n/a")
                      for length, values in per_length.items()]
             change = relative_change(per_length)
-            rows.append([corpus_name, pos, *cells, "n/a" if change is None else f"{change:+.1%}",
-                         "ok" if not failures else f"DIVERGED {len(failures)}/{len(runs)}: {failures[0]}"])
+            rows.append([corpus_name, pos, *cells, "n/a" if change is None else f"{change:+.1%}", status])
             panel[pos] = {float(length): [v for v in values if v is not None]
                           for length, values in per_length.items() if any(v is not None for v in values)}
-        panels[f"{corpus_name} (trained at {TRAIN_LENGTH})"] = panel
+        panels[title] = panel
     picture = plot_panels(panels, out_dir / "extrapolation.png", "evaluation length (tokens)",
                           "validation loss (nats/token)", diverged, log2_x=True)
     title = "# Train short, test long" + (" (QUICK setting: smoke test, not a result)" if quick else "")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize
-from biotf.experiments.runs import Run, compose_config, curve_series, train_job
+from biotf.experiments.runs import Run, compose_config, curve_series, group_status, train_job
 
 NORM_POSITIONS = ("pre", "post")
 LEARNING_RATES = (1e-3, 5e-3)
@@ -22,10 +22,6 @@ METRIC = "val/loss"
 
 # --quick: a smoke test of the whole pipeline (minutes), not a result.
 QUICK_OVERRIDES = ("trainer.max_steps=12", "optim.warmup_steps=4", "trainer.val_check_interval=4")
-
-
-def setting_label(norm_position: str, warmup: int) -> str:
-    return f"{norm_position}-LN, warmup {warmup}"
 
 
 def run_one(out_dir: Path, base: list[str], norm_position: str, warmup: int, lr: float, seed: int) -> Run:
@@ -52,19 +48,17 @@ def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], s
     warmups = (0, base.optim.warmup_steps)
     rows, panels, diverged = [], {}, set()
     for lr in LEARNING_RATES:
-        panel = {}
+        panel, title = {}, f"lr {lr:g}"
         for norm_position in NORM_POSITIONS:
             for warmup in warmups:
                 members = runs[norm_position, warmup, lr]
-                failures = [run.divergence for run in members if run.divergence]
-                label = setting_label(norm_position, warmup)
-                if failures:
-                    diverged.add(label)
+                label, status = f"{norm_position}-LN, warmup {warmup}", group_status(members)
+                if status != "ok":
+                    diverged.add((title, label))
                 rows.append([norm_position, warmup, f"{lr:g}", summarize([run.final(METRIC) for run in members]),
-                             summarize([run.best(METRIC) for run in members]),
-                             "ok" if not failures else f"DIVERGED {len(failures)}/{len(members)}: {failures[0]}"])
+                             summarize([run.best(METRIC) for run in members]), status])
                 panel[label] = curve_series(members, METRIC)
-        panels[f"lr {lr:g}"] = panel
+        panels[title] = panel
     picture = plot_panels(panels, out_dir / "norm_placement.png", "step", "validation loss (nats/token)", diverged,
                           clip_to_start=True)
     gaps = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 Series = dict[float, list[float]]
@@ -53,10 +53,11 @@ def seed_note(seeds: Sequence[object]) -> str:
 
 
 def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, ylabel: str,
-                diverged: set[str] = frozenset(), log2_x: bool = False, clip_to_start: bool = False) -> Path:
+                diverged: Collection[tuple[str, str]] = (), log2_x: bool = False, clip_to_start: bool = False) -> Path:
     """One PNG with a panel per entry of `panels`, a line per series (mean over seeds, min–max band).
 
-    `diverged` labels get an "x" at their last finite point and "(diverged)" in the legend.
+    `diverged` holds (panel, label) pairs: those lines get an "x" at their last finite point and
+    "(diverged)" in the legend.
     `clip_to_start` cuts the y axis just above the highest starting value, so that one exploding
     curve does not flatten the others. matplotlib's Agg backend: no display needed.
     """
@@ -71,12 +72,13 @@ def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, y
             xs = [x for x in sorted(points) if any(math.isfinite(v) for v in points[x])]
             finite = [[v for v in points[x] if math.isfinite(v)] for x in xs]
             means = [statistics.fmean(values) for values in finite]
-            name = f"{label} (diverged)" if label in diverged else label
+            marked = (title, label) in diverged
+            name = f"{label} (diverged)" if marked else label
             (line,) = axis.plot(xs, means, marker="o" if len(xs) <= 12 else None, markersize=4, label=name)
             if any(len(values) > 1 for values in finite):
                 axis.fill_between(xs, [min(v) for v in finite], [max(v) for v in finite],
                                   color=line.get_color(), alpha=0.2, linewidth=0)
-            if label in diverged and xs:
+            if marked and xs:
                 axis.plot(xs[-1], means[-1], marker="x", markersize=12, markeredgewidth=2, color=line.get_color())
         if log2_x:
             axis.set_xscale("log", base=2)

@@ -73,6 +73,12 @@ class Run:
         return None
 
 
+def group_status(runs: list[Run]) -> str:
+    """The status cell of a setting's runs: "ok", or "DIVERGED k/n: <first reason>"."""
+    failures = [run.divergence for run in runs if run.divergence]
+    return "ok" if not failures else f"DIVERGED {len(failures)}/{len(runs)}: {failures[0]}"
+
+
 def metric_column(name: str, available: list[str]) -> str:
     """`val_loss` or `val/loss` -> the CSV column `val/loss`; unknown names list the allowed ones."""
     for candidate in (name, name.replace("_", "/", 1)):

@@ -42,5 +42,5 @@ def test_several_seeds_draw_a_band_one_seed_does_not(tmp_path):
 def test_diverged_series_are_marked_and_non_finite_points_skipped(tmp_path):
     panels = {"p": {"post": {1.0: [2.0], 2.0: [float("nan")]}, "pre": {1.0: [2.0], 2.0: [1.0]}}}
     plain = plot_panels(panels, tmp_path / "plain.png", "x", "y")
-    marked = plot_panels(panels, tmp_path / "marked.png", "x", "y", diverged={"post"})
+    marked = plot_panels(panels, tmp_path / "marked.png", "x", "y", diverged={("p", "post")})
     assert not np.array_equal(pixels(plain), pixels(marked))
