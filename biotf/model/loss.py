@@ -42,9 +42,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         valid = targets != IGNORE_INDEX
         count = valid.sum().clamp(min=1)
         safe_targets = targets.clamp(min=0)[:, None]
-        grad_hidden = torch.empty_like(h) if needs_grad else None
-        grad_weight = torch.zeros_like(w, dtype=torch.promote_types(dtype, torch.float32)) if needs_grad else None
         loss_dtype = torch.promote_types(dtype, torch.float32)  # float32 at least, float64 stays float64
+        grad_hidden = torch.empty_like(h) if needs_grad else None
+        grad_weight = torch.zeros_like(w, dtype=loss_dtype) if needs_grad else None
         total = torch.zeros((), dtype=loss_dtype, device=h.device)
         for start in range(0, rows, ROWS_PER_CHUNK):
             chunk = slice(start, start + ROWS_PER_CHUNK)
