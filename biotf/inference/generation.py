@@ -174,28 +174,33 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_ne
     generator = None
     if not sampling.greedy:
         generator = torch.Generator(device=device)
-        generator.manual_seed(seed if seed is not None else torch.seed())
+        if seed is None:
+            generator.seed()  # a fresh random seed, leaving torch's global generator alone
+        else:
+            generator.manual_seed(seed)
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]
     cache = KVCache(model.config.n_layers, initial_capacity=ids.shape[1] + max_new_tokens)
-    eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    eos = set(eos_token_ids)
+    finished = [False] * batch
     tokens = ids  # prompt (padded) + generated, for the repetition penalty
     new: list[list[int]] = [[] for _ in range(batch)]
     with last_position_logits(model):
         logits = model(ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
     for step in range(max_new_tokens):
-        chosen = next_tokens(logits, tokens, sampling, generator)
-        chosen = torch.where(finished, pad_token_id, chosen)
-        for row, (token, done) in enumerate(zip(chosen.tolist(), finished.tolist())):
-            if not done:
-                new[row].append(token)
-                if on_token is not None:
-                    on_token(row, token)
-        finished |= torch.isin(chosen, eos)
-        if bool(finished.all()) or step == max_new_tokens - 1:
+        # Bookkeeping on Python ints: the chosen ids come to the host once per step anyway (to stream them).
+        chosen = next_tokens(logits, tokens, sampling, generator).tolist()
+        for row, token in enumerate(chosen):
+            if finished[row]:
+                chosen[row] = pad_token_id
+                continue
+            new[row].append(token)
+            finished[row] = token in eos
+            if on_token is not None:
+                on_token(row, token)
+        if all(finished) or step == max_new_tokens - 1:
             break
-        step_ids = chosen[:, None]
+        step_ids = torch.tensor(chosen, dtype=torch.long, device=device)[:, None]
         if sampling.repetition_penalty != 1.0:
             tokens = torch.cat([tokens, step_ids], dim=1)
         if mask is not None:
