@@ -19,9 +19,8 @@ output is token for token the same):
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -93,20 +92,6 @@ def next_tokens(logits: torch.Tensor, tokens: torch.Tensor, sampling: Sampling,
     if sampling.greedy:
         return scores.argmax(dim=-1)
     return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
-
-
-@contextlib.contextmanager
-def last_position_logits(model: Transformer) -> Iterator[None]:
-    """Within this block the model's LM head sees only the last position (HF's `logits_to_keep=1`).
-
-    A forward hook on the final norm (whose output feeds the LM head) slices its output: prefill then
-    skips (prompt length - 1) x vocabulary logits, a large share of its work for a 150k-token vocabulary.
-    """
-    handle = model.final_norm.register_forward_hook(lambda module, args, output: output[:, -1:])
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int,
@@ -185,8 +170,7 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_ne
     finished = [False] * batch
     tokens = ids  # prompt (padded) + generated, for the repetition penalty
     new: list[list[int]] = [[] for _ in range(batch)]
-    with last_position_logits(model):
-        logits = model(ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
+    logits = model(ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
     for step in range(max_new_tokens):
         # Bookkeeping on Python ints: the chosen ids come to the host once per step anyway (to stream them).
         chosen = next_tokens(logits, tokens, sampling, generator).tolist()
