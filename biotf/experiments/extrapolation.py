@@ -32,6 +32,10 @@ from biotf.training.config import REPO_ROOT
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 TRAIN_LENGTH = 128
 EVAL_LENGTHS = (128, 256, 512, 1024)
+# Sinusoidal positions have unit amplitude; Vaswani et al. (section 3.4) and fairseq, whose models Press
+# et al. evaluate, scale token embeddings by sqrt(d_model) to match. Without it (init std 0.02) the fixed
+# sines drown the tokens and the model barely trains, which would test the recipe, not the extrapolation.
+POSITION_OVERRIDES = {"sinusoidal": ("model.scale_embeddings=true",)}
 CHUNK_CHARACTERS = 2048  # per record: a 1,024-token evaluation block spans at most two records
 RESULTS_FILE = "extrapolation.json"  # per run: eval length -> loss, so a rerun of the report skips evaluation
 EVAL_TOKENS_PER_BATCH = 16384
@@ -111,7 +115,7 @@ def run_one(out_dir: Path, base: list[str], corpus_name: str, data_file: Path, p
     run_dir = out_dir / corpus_name / pos / f"seed{seed}"
     config = compose_config([*base, *CORPORA[corpus_name].tokenizer, f"data.path={data_file}",
                              "data.column=sequence", "data.id_column=id", f"data.cache_dir={out_dir / 'cache'}",
-                             f"model.pos={pos}", f"seed={seed}"])
+                             f"model.pos={pos}", *POSITION_OVERRIDES.get(pos, ()), f"seed={seed}"])
     run = train_job(config, run_dir)
     results = run_dir / RESULTS_FILE
     if run.error is not None:
@@ -158,7 +162,8 @@ def write_report(out_dir: Path, results: dict[str, dict[str, list[tuple[Run, dic
         f"A causal model (conf/experiment/extrapolation.yaml) trained for {base.trainer.max_steps} steps on "
         f"{TRAIN_LENGTH}-token blocks with each position encoding, evaluated on the same validation tokens "
         f"cut into blocks of {', '.join(map(str, EVAL_LENGTHS))} tokens. Loss in nats/token; learned "
-        f"positions have no table rows beyond {TRAIN_LENGTH}.",
+        f"positions have no table rows beyond {TRAIN_LENGTH}. Sinusoidal runs scale token embeddings by "
+        "sqrt(d_model), as Vaswani et al. do.",
         markdown_table(header, rows),
         seed_note(seeds),
         "Press et al. (2022) predict: sinusoidal fails beyond the training length, RoPE degrades, ALiBi "

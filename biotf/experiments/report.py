@@ -58,7 +58,7 @@ def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, y
 
     `diverged` holds (panel, label) pairs: those lines get an "x" at their last finite point and
     "(diverged)" in the legend.
-    `clip_to_start` cuts the y axis just above the highest starting value, so that one exploding
+    `clip_to_start` cuts the y axis a little above the highest starting value, so that one exploding
     curve does not flatten the others. matplotlib's Agg backend: no display needed.
     """
     import matplotlib
@@ -85,8 +85,9 @@ def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, y
             ticks = sorted({x for points in series.values() for x in points})
             axis.set_xticks(ticks, [f"{x:g}" for x in ticks])
         starts = [v for points in series.values() if points for v in points[min(points)] if math.isfinite(v)]
+        lows = [v for points in series.values() for values in points.values() for v in values if math.isfinite(v)]
         if clip_to_start and starts:
-            axis.set_ylim(top=1.05 * max(starts))
+            axis.set_ylim(top=max(starts) + 0.1 * (max(starts) - min(lows)))
         axis.set_title(title)
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
