@@ -14,8 +14,7 @@ import numpy as np
 
 from biotf.analysis.labels import labels, numeric
 from biotf.errors import BiotfError, ConfigError
-from biotf.export.writers import read_embeddings
-from biotf.inference.loading import atomic_write
+from biotf.export.writers import publish, read_embeddings
 
 METHODS = ("auto", "pca", "umap")
 MAX_CATEGORIES = 20
@@ -49,7 +48,7 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 6))
-    size = max(2.0, min(20.0, 4000 / len(coordinates)))
+    size = float(np.clip(20000 / len(coordinates), 4, 30))  # marker area: smaller as points crowd
     values = numeric(colors) if colors is not None else None
     if colors is None:
         axes.scatter(coordinates[:, 0], coordinates[:, 1], s=size, linewidths=0)
@@ -74,7 +73,7 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     axes.set_title(title)
     figure.tight_layout()
     try:
-        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
+        return publish(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
     finally:
         plt.close(figure)
 

@@ -119,3 +119,15 @@ def test_bad_extension_and_column_clash(tmp_path):
     with pytest.raises(InputError, match="'embeddings' clashes"):
         write(tmp_path / "e.npz", [clash])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_is_readable_like_a_plain_file(tmp_path):
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        path = write(tmp_path / "e.npz", items(False))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's 0600
