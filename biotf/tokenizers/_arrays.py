@@ -29,10 +29,12 @@ def text_starts(texts: Sequence[str]) -> np.ndarray:
 
 def codes_of(joined: str) -> np.ndarray:
     """Character codes of `joined`: its bytes when ASCII (the normal case, one `encode`), else
-    through UTF-32 so that positions stay character positions, every non-ASCII code clipped to `NON_ASCII`."""
+    through UTF-32 so that positions stay character positions, every non-ASCII code clipped to `NON_ASCII`.
+    Lone surrogates (what `surrogateescape` makes of undecodable bytes) pass through as their code
+    points, so the unknown policy decides them like any other non-ASCII character."""
     if joined.isascii():
         return np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-    codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
+    codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     return np.minimum(codes, NON_ASCII).astype(np.uint8)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import ConfigError, InputError
+from biotf.errors import ConfigError, InputError, TokenizationError
 from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, register_tokenizer
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -211,17 +211,32 @@ class BPETokenizer(Tokenizer):
 
     # --- core -----------------------------------------------------------------------------
     def tokenize(self, text: str, record: str | None = None) -> list[str]:
-        return self._tk.encode(text, add_special_tokens=False).tokens
+        return [self._tk.id_to_token(i) for i in self.encode(text, add_special_tokens=False, record=record)]
 
     def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
                stats: PolicyStats | None = None) -> list[int]:
-        return self._tk.encode(text, add_special_tokens=add_special_tokens).ids
+        return self._encodings([text], add_special_tokens, None if record is None else [record])[0].ids
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
-        """HF's parallel batch encoder (byte-level: every input is representable, no policy applies)."""
-        encodings = self._tk.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
-        return [np.array(e.ids, dtype=np.int32) for e in encodings]
+        """HF's parallel batch encoder (byte-level: every valid string is representable, no policy applies)."""
+        return [np.array(e.ids, dtype=np.int32) for e in self._encodings(texts, add_special_tokens, records)]
+
+    def _encodings(self, texts: Sequence[str], add_special_tokens: bool, records: Sequence[str] | None) -> list:
+        """HF encodings of `texts`. The one string byte-level BPE cannot encode holds a lone surrogate (no
+        UTF-8 bytes; `surrogateescape` makes them of undecodable input): a TokenizationError naming it,
+        looked for only after HF refuses, so the normal path pays nothing."""
+        try:
+            return self._tk.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+        except TypeError:
+            for item, text in enumerate(texts):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as error:
+                    raise TokenizationError(text[error.start], error.start,
+                                            record=None if records is None else str(records[item]),
+                                            detail="a lone surrogate has no UTF-8 bytes for byte-level BPE") from None
+            raise
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
