@@ -56,7 +56,9 @@ def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], s
                 if status != "ok":
                     diverged.add((title, label))
                 rows.append([norm_position, warmup, f"{lr:g}", summarize([run.final(METRIC) for run in members]),
-                             summarize([run.best(METRIC) for run in members]), status])
+                             summarize([run.best(METRIC) for run in members]),
+                             summarize([run.summary["beats_baseline_by"] if run.summary else None for run in members]),
+                             status])
                 panel[label] = curve_series(members, METRIC)
         panels[title] = panel
     picture = plot_panels(panels, out_dir / "norm_placement.png", "step", "validation loss (nats/token)", diverged,
@@ -74,7 +76,10 @@ def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], s
         f"{base.optim.warmup_steps} steps then cosine decay, validation every {base.trainer.val_check_interval} "
         "steps. "
         "Validation loss in nats/token.",
-        markdown_table(["norm", "warmup", "lr", f"final {METRIC}", f"best {METRIC}", "training"], rows),
+        markdown_table(["norm", "warmup", "lr", f"final {METRIC}", f"best {METRIC}", "below unigram baseline by",
+                        "training"], rows),
+        "A run that ends near 0 below the unigram baseline learned no more than residue frequencies: it "
+        "stalled, even if its loss stayed finite.",
         "How much each placement needs warmup: final val/loss without warmup minus with warmup "
         "(positive = warmup helped).",
         markdown_table(["lr", "norm", "no-warmup minus warmup"], gaps),

@@ -9,6 +9,7 @@ A run directory is what `biotf.training.run.train` writes: `config.yaml` (the re
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.training.summary import SUMMARY_JSON  # written when training finished
 
 METRICS_FILE = "metrics.csv"
 CONFIG_FILE = "config.yaml"
@@ -37,6 +39,7 @@ class Run:
     config: dict[str, Any]
     curves: dict[str, list[tuple[int, float]]]
     error: str | None = None  # the training error, when `train_job` recorded one
+    summary: dict[str, Any] | None = None  # summary.json (final loss, unigram baseline), when training finished
 
     @property
     def seed(self) -> Any:
@@ -123,7 +126,9 @@ def read_run(directory: str | Path) -> Run:
     error = error_path.read_text(encoding="utf-8").strip() if error_path.is_file() else None
     if not curves and error is None:
         raise InputError(f"{directory} is not a training run: it has no {METRICS_FILE} and no {ERROR_FILE}")
-    return Run(directory, config, curves, error)
+    summary_path = directory / SUMMARY_JSON
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    return Run(directory, config, curves, error, summary)
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
@@ -184,7 +189,6 @@ def train_job(config, run_dir: Path) -> Run:
     in error.txt and reported as failed instead of ending the whole experiment."""
     from biotf.training.config import to_plain
     from biotf.training.run import train
-    from biotf.training.summary import SUMMARY_JSON
 
     if (run_dir / SUMMARY_JSON).is_file():
         # Keys both configs have must agree (a field added to the schema since does not void old runs).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from biotf.cli import main
@@ -24,7 +26,9 @@ def test_report_shows_warmup_gaps_and_divergence(tmp_path):
                 if (norm_position, warmup, lr) == ("post", 0, max(norm_placement.LEARNING_RATES)):
                     rows = [(10, 3.0, 2.5), (20, 2.0, 2.0), (30, 9.0, 9.0)]
                 directory = tmp_path / "runs" / f"{lr}-{norm_position}-{warmup}"
-                runs[norm_position, warmup, lr] = [read_run(write_run(directory, config("rope", 0, lr), rows))]
+                write_run(directory, config("rope", 0, lr), rows)
+                (directory / "summary.json").write_text(json.dumps({"beats_baseline_by": 0.25}))
+                runs[norm_position, warmup, lr] = [read_run(directory)]
     report = norm_placement.write_report(tmp_path, runs, (0,), base, quick=False)
     text = report.read_text()
     gaps = {tuple(line.split(" | ")[:2]): line.split(" | ")[2] for line in text.splitlines()
@@ -33,6 +37,7 @@ def test_report_shows_warmup_gaps_and_divergence(tmp_path):
     assert gaps[low, "post-LN"] == "+0.4400 |" and gaps[low, "pre-LN"] == "+0.0000 |"
     assert gaps[high, "post-LN"] == "n/a (a run diverged) |"
     assert text.count("DIVERGED 1/1: val/loss exploded") == 1 and "Seeds: 1 (0)" in text
+    assert "| pre | 0 | 0.001 | 2.2000 | 2.2000 | 0.2500 | ok |" in text
     assert (tmp_path / "norm_placement.png").read_bytes()[:4] == b"\x89PNG"
 
 
