@@ -131,7 +131,7 @@ class TrainerConfig:
         _choice("trainer.logger", self.logger, LOGGERS)
         if self.logger == "tensorboard" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
             raise ConfigError("trainer.logger", self.logger, "csv, or tensorboard once installed",
-                              reason="the tensorboard package is not installed (pip install tensorboard)")
+                              reason="the tensorboard package is not installed (pip install 'biotf[tensorboard]')")
         for key in ("num_nodes", "max_steps", "val_check_interval", "accumulate_grad_batches",
                     "checkpoint_every_n_steps", "log_every_n_steps"):
             if getattr(self, key) < 1:
