@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from biotf.errors import ConfigError, InputError
+from biotf.errors import ConfigError
 from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
 from biotf.inference.hf_checkpoint import (DTYPES, GenerationDefaults, HFCheckpoint, is_hf_directory,
                                           load_hf_checkpoint, parse_dtype)
@@ -59,14 +59,11 @@ def load_model(source: Path, dtype: str) -> HFCheckpoint:
 
 
 def read_prompts(path: Path) -> list[str]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise InputError(f"cannot read prompt file {path}: {error.strerror or error}") from None
-    prompts = [line for line in lines if line.strip()]
-    if not prompts:
-        raise InputError(f"prompt file {path} has no prompts (one per line)")
-    return prompts
+    """The non-blank lines of `path`, read by biotf's text reader: gzip and Windows line endings read
+    transparently, a non-UTF-8 byte or an empty file is one InputError naming the file and line."""
+    from biotf.data.readers import ReaderOptions, read_records
+
+    return [record.sequence for record in read_records(path, ReaderOptions(format="text"))]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,245 @@
+"""Malformed files through every CLI command that reads one: exit status 2, one line on stderr naming
+the file and the record or line, and nothing left under the output's final name.
+
+Files that only look odd (Windows line endings, gzip) must give the same result as the plain file,
+and duplicate record ids are kept and reported, never merged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from biotf.cli import main
+from biotf.inference.loading import save_pretrained
+from biotf.model import Transformer, TransformerConfig
+from biotf.tokenizers import AminoAcidTokenizer
+
+CLEAN_FASTA = b">p1 first\nMKVLAAGIVG\n>p2 second\nMSTNPKPQRK\nTKRNTNRR\n"
+
+# kind -> (file name, bytes, what the one error line must name besides the file)
+BAD_SEQUENCE_FILES = {
+    "empty": ("in.fasta", b"", "no records"),
+    "blank_lines_only": ("in.fasta", b"\n \n\t\n", "no records"),
+    "binary_garbage": ("in.fasta", bytes(range(256)) * 8, "line 2"),
+    "binary_garbage_gzipped": ("in.fa.gz", gzip.compress(bytes(range(256)) * 8), "line 2"),
+    "header_without_sequence": ("in.fasta", CLEAN_FASTA + b">p3 last\n", "record 'p3' (line 6)"),
+    "sequence_before_header": ("in.fasta", b"MKVL\n" + CLEAN_FASTA, "line 1"),
+    "non_utf8": ("in.fasta", b">p1\nMKV\n>p2 caf\xe9\nMKV\n", "line 3"),
+    "truncated_gzip": ("in.fa.gz", gzip.compress(CLEAN_FASTA * 40)[:-12], "truncated"),
+    "csv_without_column": ("in.csv", b"id,name\np1,MKV\n", "columns: id, name"),
+    "csv_quoting_error": ("in.csv", b'id,sequence\np1,"MKV\np2,MKL\n', "line 3"),
+    "csv_wrong_field_count": ("in.csv", b"id,sequence\np1,MKV\np2,MKL,extra\n", "line 3"),
+    "csv_header_only": ("in.csv", b"id,sequence\n", "no records"),
+    "bad_residue": ("in.fasta", b">p1\nMKV\n>p2\nMK1V\n", "record 'p2', position 2"),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny causal protein model: enough for embed, generate and export-model."""
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                               max_seq_len=64, causal=True, pos="rope", norm="rmsnorm", mlp="swiglu")
+    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(status: int, err: str, path: Path, fragment: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2, err
+    assert len(lines) == 1, err
+    assert str(path) in lines[0] or path.name in lines[0], lines[0]
+    assert fragment in lines[0], lines[0]
+
+
+def files_in(directory: Path) -> set[str]:
+    return {str(p.relative_to(directory)) for p in directory.rglob("*")}
+
+
+# --- sequence inputs: tokenize, embed, train ------------------------------------------------------
+def tokenize_command(path: Path, out_dir: Path, model_dir: Path) -> list[str]:
+    return ["tokenize", "--tokenizer", "protein", "--input", str(path)]
+
+
+def embed_command(path: Path, out_dir: Path, model_dir: Path) -> list[str]:
+    return ["embed", "--no-progress", "--model", str(model_dir), "--input", str(path),
+            "--output", str(out_dir / "embeddings.npz")]
+
+
+def train_command(path: Path, out_dir: Path, model_dir: Path) -> list[str]:
+    return ["train", "model=tiny", "model.max_seq_len=64", "data.max_length=64", "trainer.max_steps=1",
+            "trainer.enable_progress_bar=false", f"data.path={path}", f"data.cache_dir={out_dir / 'cache'}",
+            f"hydra.run.dir={out_dir / 'run'}"]
+
+
+SEQUENCE_COMMANDS = {"tokenize": tokenize_command, "embed": embed_command, "train": train_command}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SEQUENCE_FILES))
+@pytest.mark.parametrize("command", sorted(SEQUENCE_COMMANDS))
+def test_bad_sequence_file(capsys, tmp_path, model_dir, command, kind):
+    name, data, fragment = BAD_SEQUENCE_FILES[kind]
+    path = tmp_path / "input" / name
+    path.parent.mkdir()
+    path.write_bytes(data)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    status, _, err = run_cli(capsys, *SEQUENCE_COMMANDS[command](path, out_dir, model_dir))
+    assert_one_line_error(status, err, path, fragment)
+    leftovers = {f for f in files_in(out_dir) if not f.startswith(("cache", "run/.hydra", "run/train.log"))}
+    assert leftovers <= {"run"}, leftovers  # no embeddings file, no checkpoint, no partial cache shard
+
+
+def crlf(data: bytes) -> bytes:
+    return data.replace(b"\n", b"\r\n")
+
+
+@pytest.mark.parametrize("variant", ["crlf", "gzip", "gzip_without_suffix", "crlf_gzip"])
+def test_odd_but_valid_files_read_like_the_plain_one(capsys, tmp_path, model_dir, variant):
+    """Windows line endings and gzip (by magic bytes, with or without `.gz`) change nothing."""
+    plain = tmp_path / "plain.fasta"
+    plain.write_bytes(CLEAN_FASTA)
+    data = {"crlf": crlf(CLEAN_FASTA), "gzip": gzip.compress(CLEAN_FASTA),
+            "gzip_without_suffix": gzip.compress(CLEAN_FASTA), "crlf_gzip": gzip.compress(crlf(CLEAN_FASTA))}[variant]
+    odd = tmp_path / ("odd.fasta" if variant == "gzip_without_suffix" or variant == "crlf" else "odd.fa.gz")
+    odd.write_bytes(data)
+    expected = run_cli(capsys, "tokenize", "--tokenizer", "protein", "--input", str(plain), "--ids")
+    got = run_cli(capsys, "tokenize", "--tokenizer", "protein", "--input", str(odd), "--ids")
+    assert got[0] == expected[0] == 0 and got[1] == expected[1] and "p2\t" in got[1]
+    for path in (plain, odd):
+        status, _, err = run_cli(capsys, *embed_command(path, tmp_path, model_dir)[:-1],
+                                 str(tmp_path / f"{path.stem}.npz"))
+        assert status == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "plain.npz")["embeddings"],
+                                  np.load(tmp_path / f"{odd.stem}.npz")["embeddings"])
+
+
+# --- other commands' own input files -------------------------------------------------------------
+def valid_npz(tmp_path: Path, model_dir: Path, capsys) -> bytes:
+    fasta = tmp_path / "clean.fasta"
+    fasta.write_bytes(CLEAN_FASTA)
+    status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, model_dir))
+    assert status == 0, err
+    return (tmp_path / "embeddings.npz").read_bytes()
+
+
+EMBEDDING_FILE_KINDS = ["empty", "binary_garbage", "truncated"]
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".parquet", ".h5ad"])
+@pytest.mark.parametrize("kind", EMBEDDING_FILE_KINDS)
+@pytest.mark.parametrize("command", ["probe", "plot"])
+def test_bad_embeddings_file(request, capsys, tmp_path, model_dir, command, kind, suffix):
+    if (kind, suffix) == ("empty", ".npz"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason="found: np.load's EOFError escapes read_embeddings; "
+                                              "fix waits for biotf/export/ to be released by its owner"))
+    if kind == "truncated":
+        fasta = tmp_path / "clean.fasta"
+        fasta.write_bytes(CLEAN_FASTA)
+        assert run_cli(capsys, *embed_command(fasta, tmp_path, model_dir)[:-1], str(tmp_path / f"ok{suffix}"))[0] == 0
+        data = (tmp_path / f"ok{suffix}").read_bytes()
+        data = data[: len(data) // 2]
+    else:
+        data = {"empty": b"", "binary_garbage": bytes(range(256)) * 8}[kind]
+    path = tmp_path / f"bad{suffix}"
+    path.write_bytes(data)
+    before = files_in(tmp_path)
+    argv = (["probe", "--embeddings", str(path), "--label", "description"] if command == "probe"
+            else ["plot", str(path), "--color", "description"])
+    status, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(status, err, path, "")
+    assert files_in(tmp_path) == before  # no picture, no report
+
+
+PROMPT_FILES = {
+    "empty": (b"", "no records"),
+    "blank_lines_only": (b"\n  \n", "no records"),
+    "binary_garbage": (bytes(range(256)) * 8, "line 2"),
+    "non_utf8": (b"MKV\nMK\xe9V\n", "line 2"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PROMPT_FILES))
+def test_bad_prompt_file(capsys, tmp_path, model_dir, kind):
+    data, fragment = PROMPT_FILES[kind]
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(data)
+    status, out, err = run_cli(capsys, "generate", "--model", str(model_dir), "--prompt-file", str(path),
+                               "--max-new-tokens", "2")
+    assert_one_line_error(status, err, path, fragment)
+    assert out == ""
+
+
+def test_gzipped_crlf_prompt_file_reads_like_the_plain_one(capsys, tmp_path, model_dir):
+    plain, odd = tmp_path / "prompts.txt", tmp_path / "prompts.txt.gz"
+    plain.write_bytes(b"MKV\nMSTN\n")
+    odd.write_bytes(gzip.compress(b"MKV\r\nMSTN\r\n"))
+    outputs = [run_cli(capsys, "generate", "--model", str(model_dir), "--prompt-file", str(p), "--max-new-tokens", "3",
+                       "--temperature", "0") for p in (plain, odd)]
+    assert outputs[0][0] == 0 and outputs[0][:2] == outputs[1][:2]
+
+
+CHECKPOINT_KINDS = ["empty", "binary_garbage", "truncated", "not_a_checkpoint_zip"]
+
+
+def checkpoint_bytes(kind: str) -> bytes:
+    if kind == "truncated":
+        buffer = io.BytesIO()
+        torch.save({"state_dict": {"model.w": torch.zeros(64, 64)}, "biotf": {"format": 1}}, buffer)
+        return buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    if kind == "not_a_checkpoint_zip":
+        buffer = io.BytesIO()
+        torch.save({"weights": torch.zeros(2)}, buffer)
+        return buffer.getvalue()
+    return {"empty": b"", "binary_garbage": bytes(range(256)) * 8}[kind]
+
+
+@pytest.mark.parametrize("kind", CHECKPOINT_KINDS)
+@pytest.mark.parametrize("command", ["export-model", "embed", "generate"])
+def test_bad_checkpoint_file(capsys, tmp_path, kind, command):
+    path = tmp_path / "model.ckpt"
+    path.write_bytes(checkpoint_bytes(kind))
+    fasta = tmp_path / "clean.fasta"
+    fasta.write_bytes(CLEAN_FASTA)
+    argv = {"export-model": ["export-model", str(path), str(tmp_path / "exported")],
+            "embed": embed_command(fasta, tmp_path, path),
+            "generate": ["generate", "--model", str(path), "--prompt", "MKV", "--max-new-tokens", "2"]}[command]
+    status, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(status, err, path, "")
+    assert not (tmp_path / "exported").exists() and not (tmp_path / "embeddings.npz").exists()
+
+
+RUN_FILES = {"metrics.csv": b"step,epoch,val/loss\n1,0,2.5\n2,0,2.25\n", "config.yaml": b"model:\n  pos: rope\n",
+             "summary.json": b'{"final_val_loss": 2.25}'}
+BAD_RUN_FILES = {
+    "metrics_non_utf8": ("metrics.csv", b"step,epoch,val/loss\n1,0,2.5\n2,0,\xff\xfe\n"),
+    "metrics_not_a_number": ("metrics.csv", b"step,epoch,val/loss\n1,0,2.5\n2,0,two\n"),
+    "metrics_binary_garbage": ("metrics.csv", bytes(range(256)) * 4),
+    "config_not_yaml": ("config.yaml", b"model: [unclosed\n  pos: {\n"),
+    "summary_truncated": ("summary.json", b'{"final_val_l'),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="found: read_run lets UnicodeDecodeError/ValueError/YAML/JSON errors "
+                   "escape as tracebacks; fix waits for biotf/experiments/ to be released by its owner")
+@pytest.mark.parametrize("kind", sorted(BAD_RUN_FILES))
+def test_bad_run_directory_for_compare(capsys, tmp_path, kind):
+    run = tmp_path / "run"
+    run.mkdir()
+    name, data = BAD_RUN_FILES[kind]
+    for file, content in {**RUN_FILES, name: data}.items():
+        (run / file).write_bytes(content)
+    status, _, err = run_cli(capsys, "compare", str(run), "--out", str(tmp_path / "report.md"))
+    assert_one_line_error(status, err, run / name, "")
+    assert not (tmp_path / "report.md").exists() and not (tmp_path / "report.png").exists()
