@@ -4,8 +4,8 @@
     model = Transformer(TransformerConfig.preset("protein-small", vocab_size=tokenizer.vocab_size))
     out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
 
-Modules: config (TransformerConfig, presets), positions, norms, attention, mlp, block, transformer,
-cache (KVCache), hf (Qwen2 weight mapping both ways).
+Modules: config (TransformerConfig, presets), positions, norms, attention, mlp, block, head (the masked-LM
+head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways, ESM into biotf).
 """
 
 from biotf.model.cache import KVCache

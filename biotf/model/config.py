@@ -53,6 +53,15 @@ class TransformerConfig:
     causal          true: decoder, each position sees only itself and earlier ones, loss is next-token
                     prediction; false: bidirectional encoder, loss is masked-LM on the labelled positions.
     scale_embeddings multiply token embeddings by sqrt(d_model) (Vaswani et al. 2017, section 3.4).
+    token_dropout   ESM's masked-token dropout (HF EsmEmbeddings, `token_dropout`): embeddings of `mask_token_id`
+                    are zeroed and each sequence's embeddings scaled by (1 - 0.15 * 0.8) / (1 - its share of
+                    mask tokens among its real tokens), in training and inference alike (masked LM only).
+    mask_token_id   the id of the mask token; required by token_dropout.
+    embed_norm      normalise the embeddings (after positions are added) before the first block (ESM-1b's
+                    `emb_layer_norm_before`, BERT's embedding LayerNorm).
+    lm_head_transform dense (d_model -> d_model) -> GELU -> norm before the output projection (the masked-LM
+                    head of BERT, RoBERTa and ESM: HF `EsmLMHead`).
+    lm_head_bias    a bias vector added to the logits (HF `EsmLMHead.bias`, kept apart from a tied decoder).
     init_std        standard deviation of the normal initialisation of linear and embedding weights.
     """
 
@@ -75,6 +84,11 @@ class TransformerConfig:
     tie_embeddings: bool = True
     causal: bool = True
     scale_embeddings: bool = False
+    token_dropout: bool = False
+    mask_token_id: int | None = None
+    embed_norm: bool = False
+    lm_head_transform: bool = False
+    lm_head_bias: bool = False
     init_std: float = 0.02
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -99,7 +113,8 @@ class TransformerConfig:
         for name, allowed in self.CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, getattr(self, name), " | ".join(allowed))
-        for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings"):
+        for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
+                     "lm_head_transform", "lm_head_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "true | false")
         for name in ("dropout", "rope_theta", "norm_eps", "init_std"):
@@ -127,6 +142,15 @@ class TransformerConfig:
         if self.pos == "sinusoidal" and self.d_model % 2:
             raise ConfigError("d_model", self.d_model, "an even number",
                               reason="sinusoidal positions pair a sine and a cosine per frequency")
+        if self.mask_token_id is not None and (isinstance(self.mask_token_id, bool) or not isinstance(
+                self.mask_token_id, int) or not 0 <= self.mask_token_id < self.vocab_size):
+            raise ConfigError("mask_token_id", self.mask_token_id, f"an id in 0..{self.vocab_size - 1}, or null")
+        if self.token_dropout and self.mask_token_id is None:
+            raise ConfigError("mask_token_id", None, f"an id in 0..{self.vocab_size - 1}",
+                              reason="token_dropout zeroes the embeddings of the mask token, so it needs its id")
+        if self.token_dropout and self.causal:
+            raise ConfigError("token_dropout", True, "false", reason="token dropout rescales masked-LM inputs; "
+                                                                     "a causal model has no mask tokens")
         if self.pos == "learned" and self.max_seq_len is None:
             raise ConfigError("max_seq_len", None, "an integer >= 1",
                               reason="pos=learned needs max_seq_len rows in its position table")
@@ -174,36 +198,48 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": dict(vocab_size=151936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, d_ff=4864,
                          max_seq_len=32768, dropout=0.0, pos="rope", rope_theta=1000000.0, norm="rmsnorm",
                          norm_eps=1e-6, norm_position="pre", mlp="swiglu", qkv_bias=True, bias=False,
-                         tie_embeddings=True, causal=True, scale_embeddings=False, init_std=0.02),
+                         tie_embeddings=True, causal=True, scale_embeddings=False,
+                         token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                         lm_head_bias=False, init_std=0.02),
     # ESM-2 8M (Lin et al. 2023; facebook/esm2_t6_8M_UR50D config.json): 6 layers, d 320, 20 heads,
     # d_ff 1,280, rotary positions, LayerNorm eps 1e-5 with biases, Pre-LN, GELU, 1,026 positions,
-    # 33-token vocabulary, tied embeddings, bidirectional masked LM.
+    # 33-token vocabulary, tied embeddings, bidirectional masked LM; token dropout with <mask> = 32, and the
+    # masked-LM head dense -> GELU -> LayerNorm -> tied decoder + bias (HF EsmLMHead).
     "esm2-8m": dict(vocab_size=33, d_model=320, n_layers=6, n_heads=20, n_kv_heads=20, d_ff=1280,
                     max_seq_len=1026, dropout=0.0, pos="rope", rope_theta=10000.0, norm="layernorm",
                     norm_eps=1e-5, norm_position="pre", mlp="gelu", qkv_bias=True, bias=True,
-                    tie_embeddings=True, causal=False, scale_embeddings=False, init_std=0.02),
+                    tie_embeddings=True, causal=False, scale_embeddings=False, token_dropout=True,
+                    mask_token_id=32, embed_norm=False, lm_head_transform=True, lm_head_bias=True, init_std=0.02),
     # GPT-2 small (Radford et al. 2019; openai-community/gpt2 config.json): 12 layers, d 768, 12 heads,
     # d_ff 3,072, 1,024 learned positions, LayerNorm eps 1e-5 with biases everywhere, Pre-LN, GELU, tied.
     "gpt2-small": dict(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, d_ff=3072,
                        max_seq_len=1024, dropout=0.1, pos="learned", rope_theta=10000.0, norm="layernorm",
                        norm_eps=1e-5, norm_position="pre", mlp="gelu", qkv_bias=True, bias=True,
-                       tie_embeddings=True, causal=True, scale_embeddings=False, init_std=0.02),
+                       tie_embeddings=True, causal=True, scale_embeddings=False,
+                       token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                       lm_head_bias=False, init_std=0.02),
     # Transformer base (Vaswani et al. 2017, table 3) as a decoder-only LM: 6 layers, d 512, 8 heads,
     # d_ff 2,048, sinusoidal positions, Post-LN, ReLU, dropout 0.1, embeddings scaled by sqrt(d_model),
     # shared embedding/softmax weights, 37,000-token shared BPE vocabulary.
     "vaswani": dict(vocab_size=37000, d_model=512, n_layers=6, n_heads=8, n_kv_heads=8, d_ff=2048,
                     max_seq_len=512, dropout=0.1, pos="sinusoidal", rope_theta=10000.0, norm="layernorm",
                     norm_eps=1e-6, norm_position="post", mlp="relu", qkv_bias=True, bias=True,
-                    tie_embeddings=True, causal=True, scale_embeddings=True, init_std=0.02),
+                    tie_embeddings=True, causal=True, scale_embeddings=True,
+                    token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                    lm_head_bias=False, init_std=0.02),
     # For tests: tiny, Qwen-shaped (GQA, q/k/v bias, SwiGLU, RMSNorm, RoPE).
     "tiny": dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=128,
                  dropout=0.0, pos="rope", rope_theta=10000.0, norm="rmsnorm", norm_eps=1e-6, norm_position="pre",
                  mlp="swiglu", qkv_bias=True, bias=False, tie_embeddings=True, causal=True,
-                 scale_embeddings=False, init_std=0.02),
+                 scale_embeddings=False,
+                 token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                 lm_head_bias=False, init_std=0.02),
     # The default CPU protein masked-LM run: ESM-2-shaped (RoPE, LayerNorm, Pre-LN, GELU, bidirectional)
     # but small enough to train meaningfully on 2 CPU cores in about five minutes (~0.8M parameters).
     "protein-small": dict(vocab_size=33, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, d_ff=512,
                           max_seq_len=512, dropout=0.0, pos="rope", rope_theta=10000.0, norm="layernorm",
                           norm_eps=1e-5, norm_position="pre", mlp="gelu", qkv_bias=True, bias=True,
-                          tie_embeddings=True, causal=False, scale_embeddings=False, init_std=0.02),
+                          tie_embeddings=True, causal=False, scale_embeddings=False,
+                          token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                          lm_head_bias=False, init_std=0.02),
 }

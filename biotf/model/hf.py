@@ -1,12 +1,14 @@
 """Hugging Face checkpoints <-> biotf: one explicit weight-mapping function per direction and format.
 
-Supported format: Qwen2 (`model_type: qwen2`, `Qwen2ForCausalLM`), read from a model object or from a
-directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json), and
-written as config.json + model.safetensors. Weights are read with `safetensors` only, never pickle.
-Other model types are refused with a `CheckpointError`; new formats (ESM-2, issue 9) add a
-`<format>_config`/`<format>_to_biotf` pair here and an entry in `LOADERS`.
+Supported formats, read from a model object or from a directory of config.json + model.safetensors (or
+shards listed in model.safetensors.index.json, or a pytorch_model.bin read with `torch.load(weights_only=True)`,
+which unpickles tensors only, never code):
+- Qwen2 (`model_type: qwen2`, `Qwen2ForCausalLM`), also written as config.json + model.safetensors;
+- ESM (`model_type: esm`, `EsmForMaskedLM`: ESM-2 with rotary positions, ESM-1b with absolute ones).
+Other model types are refused with a `CheckpointError`; a new format adds a `<format>_config` /
+`<format>_to_biotf` pair here and an entry in `LOADERS`.
 
-The mapping (Qwen2 name -> biotf name), per layer i:
+The Qwen2 mapping (Qwen2 name -> biotf name), per layer i:
     model.embed_tokens.weight                     -> embed.weight
     model.layers.i.input_layernorm.weight         -> blocks.i.attn_norm.weight
     model.layers.i.self_attn.{q,k,v}_proj.weight  -> blocks.i.attn.qkv.weight  (rows stacked q, k, v)
@@ -17,6 +19,25 @@ The mapping (Qwen2 name -> biotf name), per layer i:
     model.layers.i.mlp.down_proj.weight           -> blocks.i.mlp.down.weight
     model.norm.weight                             -> final_norm.weight
     lm_head.weight                                -> lm_head.weight (absent when embeddings are tied)
+
+The ESM mapping (HF `EsmForMaskedLM` name -> biotf name); each LayerNorm is `.weight`/`.bias`, or the legacy
+`.gamma`/`.beta` that transformers still writes for the per-layer norms:
+    esm.embeddings.word_embeddings.weight                 -> embed.weight
+    esm.embeddings.position_embeddings.weight[p + 1:]     -> positions.table.weight (absolute only; p = pad id)
+    esm.embeddings.layer_norm                             -> embed_norm (emb_layer_norm_before, ESM-1b)
+    esm.encoder.layer.i.attention.LayerNorm               -> blocks.i.attn_norm
+    esm.encoder.layer.i.attention.self.{query,key,value}  -> blocks.i.attn.qkv (rows stacked q, k, v)
+    esm.encoder.layer.i.attention.output.dense            -> blocks.i.attn.out
+    esm.encoder.layer.i.LayerNorm                         -> blocks.i.mlp_norm
+    esm.encoder.layer.i.intermediate.dense                -> blocks.i.mlp.up
+    esm.encoder.layer.i.output.dense                      -> blocks.i.mlp.down
+    esm.encoder.emb_layer_norm_after                      -> final_norm (HF applies it after the last layer
+                                                             always: it is biotf's Pre-LN final norm)
+    lm_head.dense, lm_head.layer_norm                     -> head_transform.dense, head_transform.norm
+    lm_head.bias                                          -> lm_head_bias
+    lm_head.decoder.weight                                -> lm_head.weight (absent when embeddings are tied)
+Not read: the contact-prediction head, and rotary inverse frequencies, which biotf recomputes from rope_theta
+as HF's `EsmRotaryEmbedding` does.
 """
 
 from __future__ import annotations
@@ -36,6 +57,7 @@ from biotf.model.transformer import Transformer
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+PICKLE_WEIGHTS_FILE = "pytorch_model.bin"
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -75,8 +97,9 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
         return len(self._files)
 
 
-def read_safetensors(directory: Path, dtype: torch.dtype | None = None) -> SafetensorsWeights:
-    """All tensors of model.safetensors, or of the shards listed by model.safetensors.index.json (lazily)."""
+def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
+    """All tensors of model.safetensors, or of the shards listed by model.safetensors.index.json (lazily), or
+    of pytorch_model.bin (memory-mapped; `weights_only=True` refuses anything but tensors and plain values)."""
     from safetensors import safe_open
 
     def names(file: Path) -> list[str]:
@@ -97,9 +120,15 @@ def read_safetensors(directory: Path, dtype: torch.dtype | None = None) -> Safet
             raise CheckpointError(f"{directory}: tensors listed in {INDEX_FILE} but absent from the shards: "
                                   f"{missing[:5]}")
         return SafetensorsWeights(files, dtype)
+    if (directory / PICKLE_WEIGHTS_FILE).is_file():
+        try:
+            return torch.load(directory / PICKLE_WEIGHTS_FILE, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as error:  # unpickling errors come in many types; all mean "not plain tensors"
+            raise CheckpointError(f"cannot read {directory / PICKLE_WEIGHTS_FILE} as plain tensors "
+                                  f"(torch.load weights_only=True): {error}") from None
     found = sorted(p.name for p in directory.iterdir())
-    raise CheckpointError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (found: {found}); biotf reads "
-                          "safetensors only, never pickled .bin files")
+    raise CheckpointError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE}, nor a {PICKLE_WEIGHTS_FILE} "
+                          f"(found: {found})")
 
 
 def _hf_object_config_and_weights(model: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -166,6 +195,91 @@ def qwen2_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfi
     return state
 
 
+# --- ESM -> biotf ---------------------------------------------------------------------------------
+ESM_POSITIONS = {"rotary": "rope", "absolute": "learned"}
+
+
+def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
+    """A TransformerConfig that computes what this ESM config.json describes (HF `EsmForMaskedLM`).
+
+    Absolute positions (ESM-1b) load as a learned table without its first pad id + 1 rows: HF numbers the
+    real tokens from padding_idx + 1 (fairseq's `make_positions`), biotf from 0.
+    """
+
+    def refuse(key: str, value: Any, reason: str) -> CheckpointError:
+        return CheckpointError(f"ESM config {key}={value!r} is not supported: {reason}")
+
+    position_type = hf.get("position_embedding_type", "absolute")
+    if position_type not in ESM_POSITIONS:
+        raise refuse("position_embedding_type", position_type, f"biotf loads {' | '.join(ESM_POSITIONS)} positions")
+    if hf.get("is_folding_model"):
+        raise refuse("is_folding_model", True, "ESMFold's structure module is not a transformer biotf runs")
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise refuse("is_decoder", True, "biotf loads ESM as the bidirectional masked-LM encoder it was trained as")
+    d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
+    if d_model % n_heads:
+        raise refuse("hidden_size", d_model, f"not a multiple of num_attention_heads={n_heads}")
+    max_positions = hf.get("max_position_embeddings")
+    if position_type == "absolute":
+        max_positions -= hf["pad_token_id"] + 1
+    token_dropout = bool(hf.get("token_dropout", False))
+    return TransformerConfig(
+        vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["num_hidden_layers"], n_heads=n_heads,
+        n_kv_heads=n_heads, d_ff=hf["intermediate_size"], max_seq_len=max_positions,
+        dropout=float(hf.get("hidden_dropout_prob") or 0.0), pos=ESM_POSITIONS[position_type],
+        rope_theta=float(hf.get("rope_theta", 10000.0)), norm="layernorm",
+        norm_eps=float(hf.get("layer_norm_eps") or 1e-12), norm_position="pre", mlp="gelu", qkv_bias=True,
+        bias=True, tie_embeddings=bool(hf.get("tie_word_embeddings", True)), causal=False, scale_embeddings=False,
+        token_dropout=token_dropout, mask_token_id=hf.get("mask_token_id") if token_dropout else None,
+        embed_norm=bool(hf.get("emb_layer_norm_before")), lm_head_transform=True, lm_head_bias=True,
+        init_std=float(hf.get("initializer_range", 0.02)))
+
+
+def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Rename and fuse `EsmForMaskedLM` tensors into a biotf state dict (see the table in the module docstring)."""
+    prefix = "_orig_mod." if any(name.startswith("_orig_mod.") for name in weights) else ""
+    if prefix + "lm_head.dense.weight" not in weights:
+        raise CheckpointError("ESM checkpoint has no masked-LM head (lm_head.*): biotf loads EsmForMaskedLM "
+                              "checkpoints, as facebook/esm2_* ship them, not a bare EsmModel")
+
+    def take(name: str) -> torch.Tensor:
+        if prefix + name not in weights:
+            raise CheckpointError(f"ESM checkpoint lacks tensor {name!r}")
+        return weights[prefix + name]
+
+    def norm(hf_name: str, ours: str) -> dict[str, torch.Tensor]:
+        legacy = prefix + hf_name + ".gamma" in weights  # how transformers 5 still saves the per-layer norms
+        return {ours + ".weight": take(hf_name + (".gamma" if legacy else ".weight")),
+                ours + ".bias": take(hf_name + (".beta" if legacy else ".bias"))}
+
+    def linear(hf_name: str, ours: str) -> dict[str, torch.Tensor]:
+        return {ours + ".weight": take(hf_name + ".weight"), ours + ".bias": take(hf_name + ".bias")}
+
+    state = {"embed.weight": take("esm.embeddings.word_embeddings.weight"),
+             **norm("esm.encoder.emb_layer_norm_after", "final_norm"),
+             **linear("lm_head.dense", "head_transform.dense"), **norm("lm_head.layer_norm", "head_transform.norm"),
+             "lm_head_bias": take("lm_head.bias")}
+    if config.pos == "learned":
+        # The table's last max_seq_len rows: HF's rows 0..pad id serve padding only (see `esm_config`).
+        state["positions.table.weight"] = take("esm.embeddings.position_embeddings.weight")[-config.max_seq_len:]
+    if config.embed_norm:
+        state.update(norm("esm.embeddings.layer_norm", "embed_norm"))
+    for i in range(config.n_layers):
+        hf_layer, ours = f"esm.encoder.layer.{i}.", f"blocks.{i}."
+        attention = hf_layer + "attention.self."
+        state.update(norm(hf_layer + "attention.LayerNorm", ours + "attn_norm"))
+        for kind in ("weight", "bias"):
+            state[ours + f"attn.qkv.{kind}"] = torch.cat([take(attention + f"{p}.{kind}") for p in
+                                                         ("query", "key", "value")])
+        state.update(linear(hf_layer + "attention.output.dense", ours + "attn.out"))
+        state.update(norm(hf_layer + "LayerNorm", ours + "mlp_norm"))
+        state.update(linear(hf_layer + "intermediate.dense", ours + "mlp.up"))
+        state.update(linear(hf_layer + "output.dense", ours + "mlp.down"))
+    if not config.tie_embeddings:
+        state["lm_head.weight"] = take("lm_head.decoder.weight")
+    return state
+
+
 # --- biotf -> Qwen2 -------------------------------------------------------------------------------
 # The fields a biotf config must have to be a Qwen2 model (qkv_bias may be False: zero biases are written).
 QWEN2_SHAPE = dict(pos="rope", norm="rmsnorm", norm_position="pre", mlp="swiglu", bias=False, causal=True,
@@ -223,6 +337,7 @@ def biotf_to_qwen2(state: Mapping[str, torch.Tensor], config: TransformerConfig)
 LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
                          Callable[[Mapping[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]]] = {
     "qwen2": (qwen2_config, qwen2_to_biotf),
+    "esm": (esm_config, esm_to_biotf),
 }
 
 
@@ -246,7 +361,7 @@ def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Tran
     make_config, convert = LOADERS[model_type]
     config = make_config(hf_config)
     if weights is None:
-        weights = read_safetensors(directory, dtype)
+        weights = read_weights(directory, dtype)
     state = convert(weights, config)
     del weights  # the sources of fused tensors go now, not at return
     with torch.device("meta"):

@@ -34,9 +34,11 @@ def _compute_dtype(tensor: torch.Tensor) -> torch.dtype:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, needs_grad: bool):
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                needs_grad: bool):
         dtype = _compute_dtype(hidden)
         h, w = hidden.to(dtype), weight.to(dtype)
+        b = None if bias is None else bias.to(dtype)
         rows, vocab = h.shape[0], w.shape[0]
         logits = h.new_empty(rows, vocab)
         valid = targets != IGNORE_INDEX
@@ -45,10 +47,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss_dtype = torch.promote_types(dtype, torch.float32)  # float32 at least, float64 stays float64
         grad_hidden = torch.empty_like(h) if needs_grad else None
         grad_weight = torch.zeros_like(w, dtype=loss_dtype) if needs_grad else None
+        grad_bias = torch.zeros(vocab, dtype=loss_dtype, device=h.device) if needs_grad and b is not None else None
         total = torch.zeros((), dtype=loss_dtype, device=h.device)
         for start in range(0, rows, ROWS_PER_CHUNK):
             chunk = slice(start, start + ROWS_PER_CHUNK)
-            torch.mm(h[chunk], w.t(), out=logits[chunk])
+            if b is None:
+                torch.mm(h[chunk], w.t(), out=logits[chunk])
+            else:
+                torch.addmm(b, h[chunk], w.t(), out=logits[chunk])
             log_probs = torch.log_softmax(logits[chunk].to(loss_dtype), dim=-1)
             chunk_valid = valid[chunk]
             total -= log_probs.gather(1, safe_targets[chunk]).squeeze(1).masked_fill(~chunk_valid, 0.0).sum()
@@ -56,34 +62,40 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_logits = log_probs.exp_()  # softmax, in place
                 grad_logits.scatter_add_(1, safe_targets[chunk], -chunk_valid[:, None].to(grad_logits.dtype))
                 grad_logits.mul_((chunk_valid.to(grad_logits.dtype) / count)[:, None])
+                if grad_bias is not None:
+                    grad_bias.add_(grad_logits.sum(0))
                 grad_logits = grad_logits.to(dtype)
                 torch.mm(grad_logits, w, out=grad_hidden[chunk])
                 if dtype == grad_weight.dtype:
                     grad_weight.addmm_(grad_logits.t(), h[chunk])
                 else:  # accumulate the weight gradient in float32 across chunks
                     grad_weight.add_(torch.mm(grad_logits.t(), h[chunk]))
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.dtypes = (hidden.dtype, weight.dtype)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.mark_non_differentiable(logits)
         return logits, total / count
 
     @staticmethod
     def backward(ctx, _grad_logits, grad_loss):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        hidden_dtype, weight_dtype = ctx.dtypes
-        grad_h = grad_w = None
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        hidden_dtype, weight_dtype, bias_dtype = ctx.dtypes
+        grad_h = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_h = (grad_hidden * grad_loss).to(hidden_dtype)
         if ctx.needs_input_grad[1]:
             grad_w = (grad_weight * grad_loss).to(weight_dtype)
-        return grad_h, grad_w, None, None
+        if ctx.needs_input_grad[2]:
+            grad_b = (grad_bias * grad_loss).to(bias_dtype)
+        return grad_h, grad_w, grad_b, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor,
-                         targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits = hidden @ weight.T, mean cross-entropy over rows whose target is not -100).
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits = hidden @ weight.T [+ bias], mean cross-entropy over rows whose target is not -100).
 
-    hidden (N, d), weight (V, d), targets (N,); logits are returned detached (see the module docstring).
+    hidden (N, d), weight (V, d), targets (N,), bias (V,) or None; logits are returned detached (see the module
+    docstring).
     """
-    needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    return _LinearCrossEntropy.apply(hidden, weight, targets, needs_grad)
+    needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad
+                                              or (bias is not None and bias.requires_grad))
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, needs_grad)

@@ -1,9 +1,10 @@
 """`Transformer`: the one model class of biotf; every architecture is a `TransformerConfig`.
 
-    token embedding (x sqrt(d_model) if scale_embeddings)
+    token embedding (ESM token dropout if token_dropout; x sqrt(d_model) if scale_embeddings)
       -> positions (learned / sinusoidal added here; rope rotates q, k; alibi biases scores; none)
-      -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
-      -> final norm (Pre-LN only) -> LM head (tied to the embedding or its own matrix)
+      -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
+      -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
+      -> LM head (`head.py`: [dense -> GELU -> norm if lm_head_transform] -> tied or own matrix [+ lm_head_bias])
 
 Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
@@ -16,7 +17,7 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   Position ids count real tokens only (cumulative sum of the mask), so left padding does not move
   absolute positions; padded positions' outputs are unspecified but finite.
 - `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
-  block, then each block's output, the last one after the final norm (as HF).
+  block, then each block's output, the last one after the final norm and before any head transform (as HF).
 - A `KVCache` (`use_cache=True`, or pass one as `past_key_values`) serves incremental decoding of causal
   models; it is updated in place and returned as `past_key_values`.
 
@@ -40,9 +41,15 @@ from biotf.errors import ConfigError, InputError
 from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
+from biotf.model.head import HeadTransform
 from biotf.model.loss import IGNORE_INDEX, linear_cross_entropy
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
+
+
+# The share of tokens ESM's training replaced by <mask> (15% selected x 80% masked), hard-coded in every ESM
+# training run and in HF EsmEmbeddings; token dropout rescales by it.
+ESM_TRAINING_MASK_RATIO = 0.15 * 0.8
 
 
 @dataclass
@@ -61,10 +68,13 @@ class Transformer(nn.Module):
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.positions = build_positions(config)
+        self.embed_norm = build_norm(config) if config.embed_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.head_transform = HeadTransform(config) if config.lm_head_transform else nn.Identity()
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
         self.reset_parameters()
 
     # --- initialisation ------------------------------------------------------------------------
@@ -85,6 +95,8 @@ class Transformer(nn.Module):
                 nn.init.ones_(module.weight)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
+        if self.lm_head_bias is not None:
+            nn.init.zeros_(self.lm_head_bias)
 
     # --- sizes ---------------------------------------------------------------------------------
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
@@ -126,9 +138,11 @@ class Transformer(nn.Module):
 
         key_positions, query_positions = self._position_ids(attention_mask, past, total, input_ids.device)
         x = self.embed(input_ids)
+        if config.token_dropout:
+            x = self._token_dropout(x, input_ids, attention_mask)
         if config.scale_embeddings:
             x = x * math.sqrt(config.d_model)
-        x = self.dropout(self.positions.embed(x, query_positions))
+        x = self.dropout(self.embed_norm(self.positions.embed(x, query_positions)))
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
 
@@ -142,11 +156,12 @@ class Transformer(nn.Module):
             hidden_states[-1] = x
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
-            logits, loss = F.linear(x[:, -logits_to_keep:] if logits_to_keep > 0 else x, head), None
+            kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
+            logits, loss = F.linear(self.head_transform(kept), head, self.lm_head_bias), None
         elif logits_to_keep:
             raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
         else:
-            logits, loss = self._logits_and_loss(x, head, labels)
+            logits, loss = self._logits_and_loss(self.head_transform(x), head, labels)
         return TransformerOutput(logits, loss, tuple(hidden_states) if hidden_states is not None else None,
                                  cache if use_cache else None)
 
@@ -161,8 +176,20 @@ class Transformer(nn.Module):
         if self.config.causal:
             # Shift the labels, not the logits (as HF's ForCausalLMLoss): no copy of a (B, T, V) tensor.
             labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-        logits, loss = linear_cross_entropy(x.reshape(-1, x.shape[-1]), head, labels.reshape(-1))
+        logits, loss = linear_cross_entropy(x.reshape(-1, x.shape[-1]), head, labels.reshape(-1),
+                                            self.lm_head_bias)
         return logits.view(*x.shape[:-1], -1), loss
+
+    def _token_dropout(self, x: torch.Tensor, input_ids: torch.Tensor,
+                       attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """ESM's token dropout, computed as HF `EsmEmbeddings` does: mask-token embeddings are zeroed (ESM-2 was
+        trained treating masked tokens as dropped inputs) and each sequence is scaled by (1 - 0.15 * 0.8) /
+        (1 - its observed mask ratio), the ratio counted over its real tokens (specials included, padding not)."""
+        masked = input_ids == self.config.mask_token_id
+        real = attention_mask.sum(-1).clamp(min=1) if attention_mask is not None else input_ids.shape[1]
+        observed = masked.sum(-1).float() / real
+        x = x.masked_fill(masked.unsqueeze(-1), 0.0)
+        return (x * (1 - ESM_TRAINING_MASK_RATIO) / (1 - observed)[:, None, None]).to(x.dtype)
 
     @staticmethod
     def _position_ids(attention_mask: torch.Tensor | None, past: int, total: int,
@@ -206,8 +233,9 @@ class Transformer(nn.Module):
     # --- Hugging Face checkpoints ---------------------------------------------------------------
     @classmethod
     def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
-        """Load a Hugging Face Qwen2 model (a `Qwen2ForCausalLM` object or a directory with config.json and
-        safetensors, sharded or not) into a biotf Transformer; see `biotf.model.hf`."""
+        """Load a Hugging Face Qwen2 or ESM model (a `Qwen2ForCausalLM` / `EsmForMaskedLM` object, or a directory
+        with config.json and safetensors, sharded or not, or pytorch_model.bin) into a biotf Transformer; see
+        `biotf.model.hf`."""
         from biotf.model.hf import load_hf
 
         return load_hf(model_or_directory, dtype=dtype)

@@ -33,6 +33,10 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(dropout=1.5), "dropout", "0 <= dropout < 1"),
     (dict(causal="yes"), "causal", "true | false"),
     (dict(norm_eps=0), "norm_eps", "> 0"),
+    (dict(causal=False, token_dropout=True), "mask_token_id", "an id in 0..31"),
+    (dict(causal=False, token_dropout=True, mask_token_id=32), "mask_token_id", "an id in 0..31"),
+    (dict(causal=True, token_dropout=True, mask_token_id=3), "token_dropout", "false"),
+    (dict(lm_head_bias=1), "lm_head_bias", "true | false"),
 ])
 def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
     with pytest.raises(ConfigError) as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import pytest
 import torch
@@ -143,8 +144,11 @@ def test_unsupported_checkpoints_are_refused_clearly(tmp_path):
         Transformer.from_hf(tmp_path)
     hf = random_qwen2(True, layers=1)
     hf.config.save_pretrained(tmp_path)
-    (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
-    with pytest.raises(CheckpointError, match="safetensors only"):
+    with pytest.raises(CheckpointError, match="no model.safetensors or model.safetensors.index.json, nor a "
+                                              "pytorch_model.bin"):
+        Transformer.from_hf(tmp_path)
+    torch.save({"model.norm.weight": Fraction(1, 3)}, tmp_path / "pytorch_model.bin")  # a pickled non-tensor object
+    with pytest.raises(CheckpointError, match="cannot read .*pytorch_model.bin as plain tensors"):
         Transformer.from_hf(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     config["use_sliding_window"] = True

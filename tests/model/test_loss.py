@@ -10,32 +10,36 @@ from biotf.model import loss as loss_module
 from biotf.model.loss import linear_cross_entropy
 
 
-def reference(hidden, weight, targets):
-    logits = hidden @ weight.t()
+def reference(hidden, weight, targets, bias=None):
+    logits = hidden @ weight.t() if bias is None else hidden @ weight.t() + bias
     return logits, F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
                                    ignore_index=-100)
 
 
+@pytest.mark.parametrize("with_bias", [False, True])  # ESM's logit bias (lm_head_bias)
 @pytest.mark.parametrize("rows", [1, 7, 130])
-def test_value_and_gradients_match_plain_cross_entropy(rows, monkeypatch):
+def test_value_and_gradients_match_plain_cross_entropy(rows, with_bias, monkeypatch):
     monkeypatch.setattr(loss_module, "ROWS_PER_CHUNK", 16)  # several chunks, a ragged last one
     torch.manual_seed(0)
     hidden = torch.randn(rows, 24, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(50, 24, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(50, dtype=torch.float64, requires_grad=True) if with_bias else None
     targets = torch.randint(0, 50, (rows,))
     targets[::3] = -100
     if rows == 1:
         targets[0] = 4
-    logits, loss = linear_cross_entropy(hidden, weight, targets)
+    parameters = [hidden, weight] + ([bias] if with_bias else [])
+    logits, loss = linear_cross_entropy(hidden, weight, targets, bias)
     (2.5 * loss).backward()
-    grads = hidden.grad.clone(), weight.grad.clone()
-    hidden.grad = weight.grad = None
-    ref_logits, ref_loss = reference(hidden, weight, targets)
+    grads = [p.grad.clone() for p in parameters]
+    for p in parameters:
+        p.grad = None
+    ref_logits, ref_loss = reference(hidden, weight, targets, bias)
     (2.5 * ref_loss).backward()
     torch.testing.assert_close(logits, ref_logits.detach())
     torch.testing.assert_close(loss, ref_loss)
-    torch.testing.assert_close(grads[0], hidden.grad)
-    torch.testing.assert_close(grads[1], weight.grad)
+    for ours, p in zip(grads, parameters):
+        torch.testing.assert_close(ours, p.grad)
     assert not logits.requires_grad
 
 

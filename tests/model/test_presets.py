@@ -37,11 +37,11 @@ def test_qwen25_05b_parameter_count_on_meta_device():
 
 def test_esm2_8m_shape_matches_hf_esm():
     # transformers.EsmForMaskedLM at facebook/esm2_t6_8M_UR50D's config has 7,512,474 parameters; of those,
-    # biotf's preset lacks the contact head (6*20 + 1) and the MLM head's dense + LayerNorm + decoder bias
-    # (320*320 + 320, 2*320, 33), which ESM-2 loading (issue 9) adds as config switches.
+    # biotf's preset lacks only the contact head (6*20 + 1): the MLM head's dense + LayerNorm + decoder bias
+    # are the switches lm_head_transform and lm_head_bias.
     with torch.device("meta"):
         model = Transformer(TransformerConfig.preset("esm2-8m"))
-    assert model.num_parameters() == 7_512_474 - (6 * 20 + 1) - (320 * 320 + 320) - 2 * 320 - 33
+    assert model.num_parameters() == 7_512_474 - (6 * 20 + 1)
 
 
 def test_gpt2_small_parameter_count_matches_hf():
