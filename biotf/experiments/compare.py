@@ -15,6 +15,11 @@ from biotf.experiments.runs import (EXPLODED_FACTOR, curve_series, find_runs, gr
                                    metric_column, read_run)
 
 
+def shown(path: Path) -> Path:
+    """A run directory as the user would type it: relative to the working directory when inside it."""
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+
+
 def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path, Path]:
     """Write the markdown report `out` and its plot (`out` with .png); returns both paths."""
     out = Path(out)
@@ -38,7 +43,7 @@ def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path
                           out.with_suffix(".png"), "step", column, diverged)
     text = "\n\n".join([
         f"# Comparison of {len(runs)} runs: {column}",
-        "Runs: " + ", ".join(f"`{run.directory}`" for run in runs),
+        "Runs: " + ", ".join(f"`{shown(run.directory)}`" for run in runs),
         markdown_table(["setting", "runs", "last step", f"final {column}", f"best {column}", "status"], rows),
         seed_note(seeds) if seeds else "Seeds: not recorded (runs without config.yaml).",
         f"Diverged: a training error, a non-finite loss, or a final val/loss above {EXPLODED_FACTOR:g}x its "

@@ -53,3 +53,9 @@ def test_command_writes_report_and_refuses_bad_metric_in_one_line(sweep, tmp_pat
     assert main(["compare", str(sweep), "--metric", "bleu", "--out", str(tmp_path / "x.md")]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "--metric='bleu'" in error and "val/loss" in error
+
+
+def test_run_paths_are_shown_relative_to_the_working_directory(sweep, tmp_path, monkeypatch):
+    monkeypatch.chdir(sweep.parent)
+    text = compare(["multirun"], "val_loss", tmp_path / "r.md")[0].read_text()
+    assert "`multirun/0`" in text and str(tmp_path) not in text.split("Runs:")[1].split("\n")[0]
