@@ -41,3 +41,47 @@ def qwen_tokenizer_dir(tmp_path_factory) -> Path:
         else:
             shutil.copy(item, target / item.name)
     return target
+
+
+def build_random_esm(token_dropout: bool = True, tied: bool = True, position: str = "rotary",
+                     embed_norm: bool = False, seed: int = 0):
+    """A tiny random transformers `EsmForMaskedLM` (3 layers, ESM-2's 33-token vocabulary, <pad> 1, <mask> 32)."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    config = transformers.EsmConfig(
+        vocab_size=33, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+        position_embedding_type=position, token_dropout=token_dropout, mask_token_id=32, pad_token_id=1,
+        layer_norm_eps=1e-5, emb_layer_norm_before=embed_norm, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, tie_word_embeddings=tied, max_position_embeddings=66)
+    model = transformers.EsmForMaskedLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    with torch.no_grad():  # HF initialises biases to 0 and norm gains to 1: randomise them so that they count
+        for name, parameter in model.named_parameters():
+            is_norm = "norm" in name.lower()
+            if name.endswith("bias") or is_norm:
+                parameter.normal_(1.0 if is_norm and name.endswith("weight") else 0.0, 0.2)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def random_esm():
+    """`build_random_esm`, for tests that build ESM models of several shapes."""
+    return build_random_esm
+
+
+@pytest.fixture(scope="session")
+def esm2_checkpoint(tmp_path_factory) -> tuple[Path, object]:
+    """(directory, model): a tiny random ESM-2 (rotary, token dropout) saved as a hub download looks, with the
+    vocab.txt that transformers' EsmTokenizer writes for HF's own default ESM-2 vocabulary."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.esm.configuration_esm import get_default_vocab_list
+
+    directory = tmp_path_factory.mktemp("esm2-tiny")
+    model = build_random_esm(seed=5)
+    model.save_pretrained(directory)
+    vocab = directory / "source-vocab.txt"
+    vocab.write_text("\n".join(get_default_vocab_list()) + "\n")
+    transformers.EsmTokenizer(str(vocab)).save_pretrained(directory)
+    vocab.unlink()
+    return directory, model

@@ -1,14 +1,17 @@
-"""A Hugging Face text checkpoint directory (Qwen2 / Qwen2.5) as (model, tokenizer, generation defaults).
+"""A Hugging Face checkpoint directory as (model, tokenizer), and a text one (Qwen2) with generation defaults.
 
+    model, tokenizer = load_hf_model("esm2_t6_8M_UR50D")           # Qwen2 or ESM
     checkpoint = load_hf_checkpoint("Qwen2.5-0.5B-Instruct", dtype=torch.bfloat16)
-    model, tokenizer, defaults = checkpoint
+    model, tokenizer, defaults = checkpoint                           # causal LMs only
 
 The directory is what `transformers`' `save_pretrained` writes (or a hub download holds):
-- `config.json` with `model_type` qwen2 (others are refused, naming theirs and the supported ones);
-- `model.safetensors`, or shards `model-0000x-of-0000y.safetensors` with `model.safetensors.index.json`,
-  read by `Transformer.from_hf` straight into a model built on the meta device (see `biotf.model.hf`);
-- `tokenizer.json` + `tokenizer_config.json` (special tokens, chat template; or `chat_template.jinja`);
-- `generation_config.json` (optional): eos ids and sampling defaults, read as `transformers` reads them.
+- `config.json` with a `model_type` of `ARCHITECTURES` (others are refused, naming theirs and the supported ones);
+- `model.safetensors`, or shards `model-0000x-of-0000y.safetensors` with `model.safetensors.index.json`, or
+  `pytorch_model.bin`, read by `Transformer.from_hf` into a model built on the meta device (`biotf.model.hf`);
+- the tokenizer, by model_type (`TOKENIZER_READERS`): Qwen2's `tokenizer.json` + `tokenizer_config.json`
+  (special tokens, chat template; or `chat_template.jinja`), ESM's `vocab.txt` (mapped onto biotf's protein
+  tokenizer, refused unless the ids agree);
+- `generation_config.json` (optional, text models): eos ids and sampling defaults, read as `transformers` does.
 Nothing is downloaded and no code from the directory is run.
 """
 
@@ -27,12 +30,30 @@ from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer
 from biotf.model.hf import CONFIG_FILE, LOADERS, read_hf_config
 from biotf.tokenizers import load_tokenizer
+from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# What biotf runs, by model_type: the architectures (config.json "architectures") it has an LM head for.
+ESM_VOCAB_FILE = "vocab.txt"
+# What biotf loads, by model_type: the architecture (config.json "architectures") whose head it computes; and of
+# those, the ones that generate text.
+ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "esm": "EsmForMaskedLM"}
 CAUSAL_LM_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM"}
+
+
+def read_text_tokenizer(directory: Path) -> Tokenizer:
+    if not (directory / TOKENIZER_FILE).is_file():
+        raise CheckpointError(f"{directory} has no {TOKENIZER_FILE}: copy the checkpoint's tokenizer files "
+                              f"({TOKENIZER_FILE}, tokenizer_config.json) into it")
+    return load_tokenizer(directory)
+
+
+def read_esm_tokenizer(directory: Path) -> Tokenizer:
+    return AminoAcidTokenizer.from_esm_vocab(directory / ESM_VOCAB_FILE)
+
+
+TOKENIZER_READERS = {"qwen2": read_text_tokenizer, "esm": read_esm_tokenizer}
 
 
 @dataclass(frozen=True)
@@ -94,17 +115,18 @@ def is_hf_directory(path: str | PathLike) -> bool:
         return False
 
 
-def check_architecture(directory: Path, config: Mapping[str, Any]) -> None:
-    """Refuse, before reading any weights, what biotf cannot run as a causal LM, naming what it can."""
-    supported = ", ".join(f"{kind} ({arch})" for kind, arch in CAUSAL_LM_ARCHITECTURES.items())
+def check_architecture(directory: Path, config: Mapping[str, Any], supported: Mapping[str, str] = ARCHITECTURES,
+                       purpose: str = "load") -> None:
+    """Refuse, before reading any weights, what biotf cannot run for `purpose`, naming what it can."""
+    names = ", ".join(f"{kind} ({arch})" for kind, arch in supported.items())
     model_type = config.get("model_type")
-    if model_type not in LOADERS or model_type not in CAUSAL_LM_ARCHITECTURES:
-        raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot run "
-                              f"for text generation (supported: {supported})")
+    if model_type not in LOADERS or model_type not in supported:
+        raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot "
+                              f"{purpose} (supported: {names})")
     architectures = config.get("architectures") or []
-    if architectures and CAUSAL_LM_ARCHITECTURES[model_type] not in architectures:
-        raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}: not a causal LM "
-                              f"head (supported: {supported})")
+    if architectures and supported[model_type] not in architectures:
+        raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}, not "
+                              f"{supported[model_type]}: biotf cannot {purpose} it (supported: {names})")
 
 
 def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,21 +140,31 @@ def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[s
         raise CheckpointError(f"{path} is not valid JSON: {error}") from None
 
 
-def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
-    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory."""
-    directory = Path(directory)
-    dtype = parse_dtype(dtype)
+def _read_checked_config(directory: Path, supported: Mapping[str, str], purpose: str) -> dict[str, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"model directory {directory} does not exist")
     config = read_hf_config(directory)
-    check_architecture(directory, config)
-    if not (directory / TOKENIZER_FILE).is_file():
-        raise CheckpointError(f"{directory} has no {TOKENIZER_FILE}: copy the checkpoint's tokenizer files "
-                              f"({TOKENIZER_FILE}, tokenizer_config.json) into it")
-    tokenizer = load_tokenizer(directory)
+    check_architecture(directory, config, supported, purpose)
+    return config
+
+
+def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> tuple[Transformer, Tokenizer]:
+    """Model (eval mode, CPU, `dtype`) and tokenizer of a Qwen2 or ESM checkpoint directory, by its model_type."""
+    directory = Path(directory)
+    dtype = parse_dtype(dtype)
+    config = _read_checked_config(directory, ARCHITECTURES, "load")
+    tokenizer = TOKENIZER_READERS[config["model_type"]](directory)
     model = Transformer.from_hf(directory, dtype=dtype)
     if tokenizer.vocab_size > model.config.vocab_size:
-        raise CheckpointError(f"{directory / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the model's "
+        raise CheckpointError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but the model's "
                               f"embedding only {model.config.vocab_size} rows: tokenizer and weights do not match")
+    return model, tokenizer
+
+
+def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory."""
+    directory = Path(directory)
+    config = _read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
+    model, tokenizer = load_hf_model(directory, dtype)
     defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
     return HFCheckpoint(model, tokenizer, defaults)

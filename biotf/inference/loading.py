@@ -2,11 +2,12 @@
 
     model, tokenizer = biotf.load_pretrained("outputs/protein_mlm/2026-11-29_18-00-00")
 
-Sources, tried in order (`LOADERS`; later issues add Hugging Face Qwen2 and ESM directories):
+Sources, tried in order (`LOADERS`):
 - a training run directory (holds `checkpoints/`): its `best.ckpt` (lowest validation loss), else
   `last.ckpt`;
 - a Lightning checkpoint file `*.ckpt` written by biotf training;
-- an exported directory (`biotf export-model`): `config.json`, `model.safetensors`, `tokenizer.json`.
+- an exported directory (`biotf export-model`): `config.json`, `model.safetensors`, `tokenizer.json`;
+- a Hugging Face checkpoint directory (Qwen2, or ESM with its vocab.txt; `hf_checkpoint.load_hf_model`).
 
 The format, in one place: a checkpoint holds `checkpoint["biotf"]` = {"format": 1, "model": the
 TransformerConfig fields, "tokenizer": {"kind", "fingerprint", "config": its `to_config()`, vocabulary
@@ -205,11 +206,10 @@ def _is_exported(path: Path) -> bool:
 
 
 def load_hf_directory(directory: str | Path) -> Pretrained:
-    """Model (float32) and tokenizer of a Hugging Face Qwen2 checkpoint directory (`hf_checkpoint`)."""
-    from biotf.inference.hf_checkpoint import load_hf_checkpoint
+    """Model (float32) and tokenizer of a Hugging Face Qwen2 or ESM checkpoint directory (`hf_checkpoint`)."""
+    from biotf.inference.hf_checkpoint import load_hf_model
 
-    model, tokenizer, _ = load_hf_checkpoint(directory)
-    return Pretrained(model, tokenizer)
+    return Pretrained(*load_hf_model(directory))
 
 
 def _is_hf_directory(path: Path) -> bool:
@@ -223,7 +223,7 @@ LOADERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Pretrained]]] 
     ("run directory", _is_run_dir, load_run),
     ("checkpoint", _is_checkpoint, load_checkpoint),
     ("exported directory", _is_exported, load_exported),
-    ("Hugging Face Qwen2 directory", _is_hf_directory, load_hf_directory),
+    ("Hugging Face directory (Qwen2, ESM)", _is_hf_directory, load_hf_directory),
 ]
 
 

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from biotf.errors import ConfigError
+from biotf.errors import CheckpointError, ConfigError
 from biotf.tokenizers._arrays import NON_ASCII, CharTable, refuse
 from biotf.tokenizers.base import PolicyStats, register_tokenizer
 from biotf.tokenizers.vocabulary import VocabularyTokenizer
@@ -61,6 +63,24 @@ class AminoAcidTokenizer(VocabularyTokenizer):
         self.unk_id, self.mask_id = self._vocab["<unk>"], self._vocab["<mask>"]
         self._skip_ids = frozenset(self._vocab[t] for t in SPECIAL_TOKENS) - {self.unk_id}
         self._table = self._build_table()
+
+    @classmethod
+    def from_esm_vocab(cls, path: str | PathLike) -> AminoAcidTokenizer:
+        """The tokenizer of a Hugging Face ESM checkpoint, from its vocab.txt (token of id i on line i + 1, read as
+        HF `EsmTokenizer` reads it). Refused unless the ids are ESM-2's layout, the one this class encodes: any
+        other layout would give the model's embedding rows other tokens' meaning."""
+        path = Path(path)
+        if not path.is_file():
+            raise CheckpointError(f"{path} does not exist: an ESM checkpoint directory needs its vocab.txt")
+        tokens = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        for token_id, (theirs, ours) in enumerate(zip(tokens, ESM2_TOKENS)):
+            if theirs != ours:
+                raise CheckpointError(f"{path}: id {token_id} is {theirs!r}, biotf's protein tokenizer (ESM-2's "
+                                      f"layout) has {ours!r} there; this vocabulary cannot be mapped onto it")
+        if len(tokens) != len(ESM2_TOKENS):
+            raise CheckpointError(f"{path} has {len(tokens)} tokens, ESM-2's layout (biotf's protein tokenizer) "
+                                  f"has {len(ESM2_TOKENS)}; this vocabulary cannot be mapped onto it")
+        return cls()
 
     def _build_table(self) -> CharTable:
         """Per character code: its id, or why it is refused, and which stats it counts in."""

@@ -72,7 +72,7 @@ def test_other_architectures_and_missing_files_are_named(tied_checkpoint, tmp_pa
     classifier = copy_checkpoint(tied_checkpoint, tmp_path / "classifier")
     config = json.loads((classifier / "config.json").read_text())
     (classifier / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen2ForSequenceClassification"]}))
-    with pytest.raises(CheckpointError, match="Qwen2ForSequenceClassification.*not a causal LM"):
+    with pytest.raises(CheckpointError, match="Qwen2ForSequenceClassification.*not Qwen2ForCausalLM"):
         load_hf_checkpoint(classifier)
     no_tokenizer = copy_checkpoint(tied_checkpoint, tmp_path / "no-tokenizer")
     (no_tokenizer / "tokenizer.json").unlink()

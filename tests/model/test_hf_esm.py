@@ -15,10 +15,10 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model import Transformer
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 TOLERANCE = 1e-4  # max abs difference of float32 logits and hidden states
-PAD, MASK = 1, 32  # ESM-2's <pad> and <mask> ids
+PAD, MASK = 1, 32  # ESM-2's <pad> and <mask> ids (as in `build_random_esm`, tests/conftest.py)
 
 
 @pytest.fixture(autouse=True)
@@ -27,23 +27,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def random_esm(token_dropout: bool, tied: bool = True, position: str = "rotary", embed_norm: bool = False,
-               seed: int = 0):
-    torch.manual_seed(seed)
-    config = transformers.EsmConfig(
-        vocab_size=33, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-        position_embedding_type=position, token_dropout=token_dropout, mask_token_id=MASK, pad_token_id=PAD,
-        layer_norm_eps=1e-5, emb_layer_norm_before=embed_norm, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, tie_word_embeddings=tied, max_position_embeddings=66)
-    model = transformers.EsmForMaskedLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
-    with torch.no_grad():  # HF initialises biases to 0 and norm gains to 1: randomise them so that they are tested
-        for name, parameter in model.named_parameters():
-            is_norm = "norm" in name.lower()
-            if name.endswith("bias") or is_norm:
-                parameter.normal_(1.0 if is_norm and name.endswith("weight") else 0.0, 0.2)
-    return model.eval()
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +61,7 @@ def assert_parity(model: Transformer, hf) -> None:
 
 
 @pytest.mark.parametrize("token_dropout, tied", [(True, True), (False, True), (True, False)])
-def test_saved_esm2_directory_matches_hf(token_dropout, tied, tmp_path):
+def test_saved_esm2_directory_matches_hf(token_dropout, tied, tmp_path, random_esm):
     hf = random_esm(token_dropout, tied)
     hf.save_pretrained(tmp_path)
     model = Transformer.from_hf(tmp_path)
@@ -91,7 +74,7 @@ def test_saved_esm2_directory_matches_hf(token_dropout, tied, tmp_path):
     assert_parity(model, hf)
 
 
-def test_model_object_and_pickled_bin_directory_load_alike(tmp_path):
+def test_model_object_and_pickled_bin_directory_load_alike(tmp_path, random_esm):
     hf = random_esm(token_dropout=True, seed=3)
     hf.config.save_pretrained(tmp_path)
     torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")  # the older hub layout, read weights_only=True
@@ -99,7 +82,7 @@ def test_model_object_and_pickled_bin_directory_load_alike(tmp_path):
     assert_parity(Transformer.from_hf(hf), hf)
 
 
-def test_esm1b_absolute_positions_load_as_a_learned_table(tmp_path):
+def test_esm1b_absolute_positions_load_as_a_learned_table(tmp_path, random_esm):
     # ESM-1b: absolute positions numbered from pad id + 1, a LayerNorm on the embeddings, token dropout.
     hf = random_esm(token_dropout=True, position="absolute", embed_norm=True, seed=4)
     hf.save_pretrained(tmp_path)
@@ -108,7 +91,7 @@ def test_esm1b_absolute_positions_load_as_a_learned_table(tmp_path):
     assert_parity(model, hf)
 
 
-def test_token_dropout_zeroes_masks_and_rescales_by_the_observed_ratio():
+def test_token_dropout_zeroes_masks_and_rescales_by_the_observed_ratio(random_esm):
     model = Transformer.from_hf(random_esm(token_dropout=True))
     ids, mask = batch()
     with torch.no_grad():
@@ -127,7 +110,7 @@ def edit_config(directory: Path, **changes) -> None:
     (directory / "config.json").write_text(json.dumps({**config, **changes}))
 
 
-def test_what_biotf_cannot_compute_is_refused_clearly(tmp_path):
+def test_what_biotf_cannot_compute_is_refused_clearly(tmp_path, random_esm):
     hf = random_esm(token_dropout=False)
     hf.save_pretrained(tmp_path / "relative")
     edit_config(tmp_path / "relative", position_embedding_type="relative_key")

@@ -1,0 +1,63 @@
+"""Hugging Face ESM directories through `load_pretrained`: the model, and vocab.txt mapped onto the protein tokenizer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from biotf import load_pretrained
+from biotf.errors import CheckpointError
+from biotf.inference.hf_checkpoint import load_hf_checkpoint
+from biotf.tokenizers import AminoAcidTokenizer
+
+PROTEINS = ["MKTAYIAKQRQISFVKSHFSRQ", "MA<mask>LLK", "GSHMSEQ<mask>VRWAAL"]
+
+
+def test_load_pretrained_reads_model_and_vocab_txt(esm2_checkpoint):
+    transformers = pytest.importorskip("transformers")
+    directory, hf = esm2_checkpoint
+    model, tokenizer = load_pretrained(directory)
+    assert isinstance(tokenizer, AminoAcidTokenizer)
+    reference = transformers.EsmTokenizer.from_pretrained(directory)
+    encoded = reference(PROTEINS, padding=True, return_tensors="pt")
+    ids = [tokenizer.encode(protein) for protein in PROTEINS]
+    assert ids == [row[row != reference.pad_token_id].tolist() for row in encoded["input_ids"]]
+    with torch.no_grad():
+        ours = model(encoded["input_ids"], attention_mask=encoded["attention_mask"]).logits
+        theirs = hf(**encoded).logits
+    assert (ours - theirs)[encoded["attention_mask"].bool()].abs().max().item() <= 1e-4
+
+
+def copy_with_vocab(source, target, tokens):
+    shutil.copytree(source, target)
+    (target / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    return target
+
+
+def test_a_vocabulary_with_other_ids_is_refused(esm2_checkpoint, tmp_path):
+    directory, _ = esm2_checkpoint
+    tokens = (directory / "vocab.txt").read_text().split()
+    swapped = tokens.copy()
+    swapped[4], swapped[5] = swapped[5], swapped[4]  # L and A exchanged
+    with pytest.raises(CheckpointError, match=r"id 4 is 'A', biotf's protein tokenizer .* has 'L'"):
+        load_pretrained(copy_with_vocab(directory, tmp_path / "swapped", swapped))
+    with pytest.raises(CheckpointError, match="has 34 tokens, ESM-2's layout .* has 33"):
+        load_pretrained(copy_with_vocab(directory, tmp_path / "longer", tokens + ["<extra>"]))
+    missing = shutil.copytree(directory, tmp_path / "missing")
+    (missing / "vocab.txt").unlink()
+    with pytest.raises(CheckpointError, match="vocab.txt does not exist"):
+        load_pretrained(missing)
+
+
+def test_other_heads_and_generation_are_refused(esm2_checkpoint, tmp_path):
+    directory, _ = esm2_checkpoint
+    with pytest.raises(CheckpointError, match=r"model_type 'esm'.*text generation \(supported: qwen2"):
+        load_hf_checkpoint(directory)
+    classifier = shutil.copytree(directory, tmp_path / "classifier")
+    config = json.loads((classifier / "config.json").read_text())
+    (classifier / "config.json").write_text(json.dumps({**config, "architectures": ["EsmForSequenceClassification"]}))
+    with pytest.raises(CheckpointError, match="EsmForSequenceClassification.*not EsmForMaskedLM"):
+        load_pretrained(classifier)
