@@ -7,8 +7,8 @@ naming the field and the allowed values.
 
 Presets (`PRESETS`, `TransformerConfig.preset(name)`) cite where their numbers come from and are
 mirrored one to one by `conf/model/<name>.yaml` (a test checks that they agree). The `vocab_size`
-of the biological presets is a placeholder: training replaces it with the tokenizer's vocab size
-at build time (`dataclasses.replace(config, vocab_size=tokenizer.vocab_size)`).
+of the biological presets (and `mask_token_id` where token dropout uses it) is a placeholder:
+training replaces it with the tokenizer's at build time (`config.for_tokenizer(...)`).
 """
 
 from __future__ import annotations
@@ -180,6 +180,11 @@ class TransformerConfig:
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with some fields changed, validated again."""
         return dataclasses.replace(self, **changes)
+
+    def for_tokenizer(self, vocab_size: int, mask_id: int | None) -> TransformerConfig:
+        """A copy sized for a tokenizer: its vocabulary size and, where token dropout needs it, its mask id (both
+        are placeholders in the presets; a token dropout aimed at another token's id would zero the wrong rows)."""
+        return self.replace(vocab_size=vocab_size, mask_token_id=mask_id if self.token_dropout else self.mask_token_id)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:

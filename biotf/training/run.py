@@ -110,7 +110,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
     tokenizer = build_run_tokenizer(config)
     prepared = prepare_data(config, tokenizer)
-    model_config = config.model.replace(vocab_size=tokenizer.vocab_size)
+    model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
     task = LanguageModelTask(model_config, tokenizer, config.optim, config.trainer.max_steps,
                              compile=config.trainer.compile, train_config=to_plain(config))
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)

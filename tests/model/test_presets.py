@@ -52,3 +52,10 @@ def test_gpt2_small_parameter_count_matches_hf():
 
 def test_preset_overrides_replace_vocab_size():
     assert TransformerConfig.preset("protein-small", vocab_size=29).vocab_size == 29
+
+
+def test_for_tokenizer_takes_its_mask_id_only_where_token_dropout_uses_it():
+    esm2 = TransformerConfig.preset("esm2-8m").for_tokenizer(40, mask_id=39)
+    assert (esm2.vocab_size, esm2.mask_token_id) == (40, 39)
+    small = TransformerConfig.preset("protein-small").for_tokenizer(29, mask_id=28)
+    assert (small.vocab_size, small.mask_token_id) == (29, None)
