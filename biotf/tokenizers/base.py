@@ -105,6 +105,17 @@ class Tokenizer(ABC):
         check_options(cls, options)
         return cls(**options)
 
+    @classmethod
+    def config_options(cls) -> list[str] | None:
+        """The option names `build` accepts (a config's keys besides `kind`); None when it takes any.
+
+        The default is the constructor's parameters; schemes whose `build` takes others override it.
+        Training checks a config's options with this before any data is read."""
+        parameters = inspect.signature(cls.__init__).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return None
+        return [name for name in parameters if name != "self"]
+
     def save(self, directory: str | Path) -> Path:
         """Write `tokenizer.json` into `directory` (created if needed); returns its path."""
         directory = Path(directory)
@@ -135,12 +146,11 @@ class Tokenizer(ABC):
         return self.vocab_size
 
 
-def check_options(cls: type, options: Mapping[str, Any], extra: Iterable[str] = ()) -> None:
-    """ConfigError for any option `cls`'s constructor (or `extra`) does not take, naming the allowed ones."""
-    parameters = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+def check_options(cls: type[Tokenizer], options: Mapping[str, Any]) -> None:
+    """ConfigError for any option `cls.build` does not take (`config_options`), naming the allowed ones."""
+    allowed = cls.config_options()
+    if allowed is None:
         return
-    allowed = [name for name in parameters if name != "self"] + list(extra)
     for key, value in options.items():
         if key not in allowed:
             raise ConfigError(f"tokenizer.{key}", value, reason=f"not an option of tokenizer {cls.kind!r}",

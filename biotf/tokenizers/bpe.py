@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import ConfigError, InputError, TokenizationError
-from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, register_tokenizer
+from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -187,15 +187,15 @@ class BPETokenizer(Tokenizer):
         return cls(backend, special_tokens=roles, chat_template=chat_template)
 
     @classmethod
+    def config_options(cls) -> list[str]:
+        return ["path", "vocab_size", "min_frequency", "special_tokens"]
+
+    @classmethod
     def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
               files: Sequence[str | Path] | None = None) -> Tokenizer:
         """From config: load `path` when set; else train (`vocab_size`, `min_frequency`,
         `special_tokens`) on `files`, or on `texts`. The training options are unused when loading."""
-        allowed = ["path", "vocab_size", "min_frequency", "special_tokens"]
-        for key, value in options.items():
-            if key not in allowed:
-                raise ConfigError(f"tokenizer.{key}", value, reason="not an option of tokenizer 'bpe'",
-                                  allowed=", ".join(allowed))
+        check_options(cls, options)
         if options.get("path"):
             from biotf.tokenizers.loading import load_tokenizer
 

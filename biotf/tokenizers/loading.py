@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from biotf.errors import ConfigError, InputError
-from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, tokenizer_class, registered_tokenizers
+from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, check_options, registered_tokenizers, tokenizer_class
 
 
 def _plain(value: Any) -> Any:
@@ -47,6 +47,13 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
     Training code passes its training split's texts (or files) every time; kinds with a fixed
     vocabulary ignore them.
     """
+    cls, options = check_tokenizer_config(config)
+    return cls.build(options, texts=texts, files=files)
+
+
+def check_tokenizer_config(config: Mapping[str, Any]) -> tuple[type[Tokenizer], dict[str, Any]]:
+    """The scheme class and plain options of `config`, after refusing an unknown kind or option
+    (ConfigError naming the key and the allowed values). Reads no data: training calls it at startup."""
     options = _plain(config)
     if not isinstance(options, dict):
         raise ConfigError("tokenizer", config, reason="expected a mapping with a 'kind' key")
@@ -57,7 +64,8 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
         cls = tokenizer_class(kind)
     except ConfigError as error:
         raise ConfigError("tokenizer.kind", kind, allowed=error.allowed) from None
-    return cls.build(options, texts=texts, files=files)
+    check_options(cls, options)
+    return cls, options
 
 
 def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:

@@ -111,10 +111,14 @@ class SmilesTokenizer(VocabularyTokenizer):
         return cls(vocab=kept, **options)
 
     @classmethod
+    def config_options(cls) -> list[str]:
+        return [*super().config_options(), "min_frequency"]
+
+    @classmethod
     def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
               files: Sequence[str] | None = None) -> "SmilesTokenizer":
         """From config: `vocab` when given; else learned from `texts` (with `min_frequency`); else `BASE_TOKENS`."""
-        check_options(cls, options, extra=["min_frequency"])
+        check_options(cls, options)
         options = dict(options)
         min_frequency = options.pop("min_frequency", 1)
         if options.get("vocab") is None and texts is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -22,7 +23,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from biotf.data import LONG_POLICIES
 from biotf.errors import ConfigError, InputError
 from biotf.model.config import TransformerConfig
-from biotf.tokenizers.base import tokenizer_class
+from biotf.tokenizers.loading import check_tokenizer_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -186,16 +187,26 @@ def _section(cfg: DictConfig, name: str) -> Any:
         raise ConfigError(f"{name}.{error.key}", error.value, error.allowed, error.reason) from None
 
 
+def check_keys(values: dict[str, Any], schema: type, prefix: str = "") -> None:
+    """ConfigError for a key `schema` lacks. Hydra refuses unknown keys in overrides, but `+key=value`
+    appends one past that check, and the dataclass conversion would then drop it silently (a typo such
+    as `+trainer.max_step=10`, or a `_target_` that suggests something gets instantiated)."""
+    fields = typing.get_type_hints(schema)
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if key not in fields:
+            raise ConfigError(name, value, ", ".join(fields),
+                              reason="not a config key (a `+` override adds keys the schema does not have)")
+        if dataclasses.is_dataclass(fields[key]) and isinstance(value, dict):
+            check_keys(value, fields[key], f"{name}.")
+
+
 def validate(cfg: DictConfig) -> TrainConfig:
     """The composed config as validated dataclasses; raises ConfigError/InputError before any data is read."""
+    check_keys(OmegaConf.to_container(cfg, resolve=False), TrainConfig)
     sections = {name: _section(cfg, name) for name in ("model", "data", "trainer", "optim")}
     tokenizer = OmegaConf.to_container(cfg.tokenizer, resolve=True)
-    if "kind" not in tokenizer:
-        raise ConfigError("tokenizer.kind", None, "a registered tokenizer name")
-    try:
-        tokenizer_class(tokenizer["kind"])
-    except ConfigError as error:
-        raise ConfigError("tokenizer.kind", error.value, error.allowed) from None
+    check_tokenizer_config(tokenizer)
     config = TrainConfig(experiment=cfg.experiment, seed=cfg.seed, ckpt_path=cfg.ckpt_path, tokenizer=tokenizer,
                          **sections)
     model, data = config.model, config.data
