@@ -149,8 +149,11 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
-    """Config keys whose value differs between runs (seed and paths excluded): what the runs compare."""
-    keys = sorted({key for run in runs for key in run.config} - NOT_SETTINGS)
+    """Config keys whose value differs between runs (seed and paths excluded): what the runs compare.
+    Only keys every configured run has count: a key missing from older runs is a field added to the
+    schema since, not a setting someone chose."""
+    configs = [set(run.config) for run in runs if run.config]
+    keys = sorted(set.intersection(*configs) - NOT_SETTINGS) if configs else []
     return [key for key in keys if len({repr(run.config.get(key)) for run in runs}) > 1]
 
 

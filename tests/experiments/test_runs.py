@@ -84,3 +84,10 @@ def test_a_finished_run_is_reused_only_for_the_same_config(tmp_path):
     with pytest.raises(InputError, match=r"another optim.lr \(0.001, now 0.01\)"):
         train_job(other, run_dir)
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["optim"]["lr"] == 0.001
+
+
+def test_keys_missing_from_older_runs_are_not_settings(tmp_path):
+    old = read_run(write_run(tmp_path / "old", config("rope", 0), [(10, 2.0, 2.0)]))
+    newer = {**config("alibi", 0), "model": {**config("alibi", 0)["model"], "token_dropout": False}}
+    new = read_run(write_run(tmp_path / "new", newer, [(10, 2.0, 2.0)]))
+    assert varying_keys([old, new]) == ["model.pos"]
