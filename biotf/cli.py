@@ -33,7 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse's REMAINDER does not start at a leading flag (`biotf train -m ...`, `--help`, `--cfg job`):
+        # a command that forwards its arguments (`forwards_flags`) gets them back in front, in order.
+        if not getattr(args, "forwards_flags", False):
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.overrides = [*unknown, *args.overrides]
     try:
         result = args.run(args)
     except BiotfError as error:

@@ -13,7 +13,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Train with Hydra overrides, exactly as `python train.py` does; see conf/config.yaml.",
         add_help=False)  # --help goes to Hydra, which lists the config groups
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides and flags (-m, --cfg job, ...)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, forwards_flags=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -106,6 +106,14 @@ class Tokenizer(ABC):
         return cls(**options)
 
     @classmethod
+    def check_config(cls, options: dict[str, Any]) -> None:
+        """Refuse a bad option value without training data (training calls this at startup).
+
+        The default builds the tokenizer without data (cheap for a fixed or base vocabulary) and drops
+        it; schemes whose build is costly or needs the data override it."""
+        cls.build(options)
+
+    @classmethod
     def config_options(cls) -> list[str] | None:
         """The option names `build` accepts (a config's keys besides `kind`); None when it takes any.
 

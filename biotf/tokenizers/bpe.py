@@ -187,6 +187,14 @@ class BPETokenizer(Tokenizer):
         return cls(backend, special_tokens=roles, chat_template=chat_template)
 
     @classmethod
+    def check_config(cls, options: dict[str, Any]) -> None:
+        """A `path` must load now; the training options are HF's to check once the data is there."""
+        if options.get("path"):
+            from biotf.tokenizers.loading import load_tokenizer
+
+            load_tokenizer(options["path"])
+
+    @classmethod
     def config_options(cls) -> list[str]:
         return ["path", "vocab_size", "min_frequency", "special_tokens"]
 

@@ -86,14 +86,7 @@ class KmerTokenizer(VocabularyTokenizer):
     def __init__(self, k: int = 6, stride: int | None = None, lowercase: str = "fold", uracil: str = "error",
                  iupac: str = "to_n", unknown: str = "error"):
         stride = k if stride is None else stride
-        if not isinstance(k, int) or not 1 <= k <= 12:
-            raise ConfigError("tokenizer.k", k, allowed="an integer from 1 to 12")
-        if not isinstance(stride, int) or not 1 <= stride <= k:
-            raise ConfigError("tokenizer.stride", stride, allowed=f"an integer from 1 to k={k}")
-        check_choice("tokenizer.lowercase", lowercase, LOWERCASE_POLICIES)
-        check_choice("tokenizer.uracil", uracil, URACIL_POLICIES)
-        check_choice("tokenizer.iupac", iupac, IUPAC_POLICIES)
-        check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
+        self._check(k, stride, lowercase, uracil, iupac, unknown)
         self.k, self.stride = k, stride
         self.lowercase, self.uracil, self.iupac, self.unknown = lowercase, uracil, iupac, unknown
 
@@ -106,6 +99,24 @@ class KmerTokenizer(VocabularyTokenizer):
         self._table = self._build_table()
         self._is_lower = np.zeros(len(self._table.values), dtype=bool)
         self._is_lower[ord("a"):ord("z") + 1] = True
+
+    @staticmethod
+    def _check(k: int = 6, stride: int | None = None, lowercase: str = "fold", uracil: str = "error",
+               iupac: str = "to_n", unknown: str = "error") -> None:
+        if not isinstance(k, int) or not 1 <= k <= 12:
+            raise ConfigError("tokenizer.k", k, allowed="an integer from 1 to 12")
+        stride = k if stride is None else stride
+        if not isinstance(stride, int) or not 1 <= stride <= k:
+            raise ConfigError("tokenizer.stride", stride, allowed=f"an integer from 1 to k={k}")
+        check_choice("tokenizer.lowercase", lowercase, LOWERCASE_POLICIES)
+        check_choice("tokenizer.uracil", uracil, URACIL_POLICIES)
+        check_choice("tokenizer.iupac", iupac, IUPAC_POLICIES)
+        check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
+
+    @classmethod
+    def check_config(cls, options: dict[str, Any]) -> None:
+        """The checks alone: building would list all 4^k k-mers (16.8M at k=12) only to drop them."""
+        cls._check(**options)
 
     def _build_table(self) -> CharTable:
         table = CharTable()

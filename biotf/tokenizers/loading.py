@@ -47,13 +47,19 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
     Training code passes its training split's texts (or files) every time; kinds with a fixed
     vocabulary ignore them.
     """
-    cls, options = check_tokenizer_config(config)
+    cls, options = _scheme(config)
     return cls.build(options, texts=texts, files=files)
 
 
-def check_tokenizer_config(config: Mapping[str, Any]) -> tuple[type[Tokenizer], dict[str, Any]]:
-    """The scheme class and plain options of `config`, after refusing an unknown kind or option
-    (ConfigError naming the key and the allowed values). Reads no data: training calls it at startup."""
+def check_tokenizer_config(config: Mapping[str, Any]) -> None:
+    """Refuse an unknown kind, option or option value (ConfigError naming the key and the allowed
+    values) without reading any data: what training calls at startup."""
+    cls, options = _scheme(config)
+    cls.check_config(options)
+
+
+def _scheme(config: Mapping[str, Any]) -> tuple[type[Tokenizer], dict[str, Any]]:
+    """The scheme class and plain options of `config`, after refusing an unknown kind or option name."""
     options = _plain(config)
     if not isinstance(options, dict):
         raise ConfigError("tokenizer", config, reason="expected a mapping with a 'kind' key")
