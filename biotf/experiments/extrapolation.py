@@ -27,7 +27,7 @@ from biotf.data import read_records
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
-from biotf.training.config import REPO_ROOT
+from biotf.training.config import REPO_ROOT, TrainConfig
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 TRAIN_LENGTH = 128
@@ -79,7 +79,7 @@ def chunk_corpus(corpus: Corpus, target: Path) -> Path:
 
 
 @torch.no_grad()
-def evaluate_lengths(config, run_dir: Path, lengths: tuple[int, ...] = EVAL_LENGTHS) -> dict[int, float | None]:
+def evaluate_lengths(config: TrainConfig, run_dir: Path, lengths: tuple[int, ...] = EVAL_LENGTHS) -> dict[int, float | None]:
     """Mean next-token loss at each evaluation length over the same validation tokens (None: the model
     cannot take that length). The validation stream is cut into blocks of the longest length, and each
     of those into blocks of every shorter one, so every length scores the same tokens."""
@@ -133,7 +133,7 @@ def relative_change(losses: dict[int, list[float | None]]) -> float | None:
 
 
 def write_report(out_dir: Path, results: dict[str, dict[str, list[tuple[Run, dict[int, float | None]]]]],
-                 seeds: tuple[int, ...], base, quick: bool) -> Path:
+                 seeds: tuple[int, ...], base: TrainConfig, quick: bool) -> Path:
     """report.md and extrapolation.png in `out_dir`: loss per evaluation length, one line per encoding.
     `base` is the config every run starts from (before corpus, encoding and seed)."""
     header = ["corpus", "pos", *(f"loss @ {length}" for length in EVAL_LENGTHS),

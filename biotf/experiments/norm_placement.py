@@ -11,9 +11,13 @@ Gradient clipping stays at the training default (trainer.gradient_clip_val = 1.0
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize
 from biotf.experiments.runs import Run, compose_config, curve_series, group_status, train_job
+
+if TYPE_CHECKING:
+    from biotf.training.config import TrainConfig
 
 NORM_POSITIONS = ("pre", "post")
 LEARNING_RATES = (1e-3, 5e-3)
@@ -43,7 +47,7 @@ def warmup_gap(runs: dict[tuple[str, int, float], list[Run]], norm_position: str
 
 
 def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], seeds: tuple[int, ...],
-                 base, quick: bool) -> Path:
+                 base: TrainConfig, quick: bool) -> Path:
     """report.md and norm_placement.png in `out_dir`; `base` is the grid's config before per-run changes."""
     warmups = (0, base.optim.warmup_steps)
     rows, panels, diverged = [], {}, set()

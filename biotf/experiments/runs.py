@@ -13,12 +13,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.training.summary import SUMMARY_JSON  # written when training finished
+
+if TYPE_CHECKING:
+    from biotf.training.config import TrainConfig
 
 METRICS_FILE = "metrics.csv"
 CONFIG_FILE = "config.yaml"
@@ -168,7 +171,7 @@ def group_by_setting(runs: list[Run]) -> dict[str, list[Run]]:
     return groups
 
 
-def compose_config(overrides: list[str]):
+def compose_config(overrides: list[str]) -> TrainConfig:
     """A validated `TrainConfig` for Hydra `overrides` (as `python train.py overrides` would run);
     a bad override is one ConfigError line."""
     from hydra import compose, initialize_config_dir
@@ -186,7 +189,7 @@ def compose_config(overrides: list[str]):
         raise ConfigError("overrides", " ".join(overrides), reason=describe(error)) from None
 
 
-def train_job(config, run_dir: Path) -> Run:
+def train_job(config: TrainConfig, run_dir: Path) -> Run:
     """Train `config` into `run_dir` with biotf's training, unless a finished run is already there
     (an interrupted experiment restarts where it stopped). A run whose training raises is recorded
     in error.txt and reported as failed instead of ending the whole experiment."""
