@@ -7,7 +7,8 @@ import math
 import pytest
 import yaml
 
-from biotf.errors import ConfigError, InputError
+import biotf.training.run
+from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.experiments.runs import (ERROR_FILE, compose_config, find_runs, group_by_setting, metric_column, read_run,
                                     train_job, varying_keys)
 from biotf.training.config import to_plain
@@ -91,3 +92,14 @@ def test_keys_missing_from_older_runs_are_not_settings(tmp_path):
     newer = {**config("alibi", 0), "model": {**config("alibi", 0)["model"], "token_dropout": False}}
     new = read_run(write_run(tmp_path / "new", newer, [(10, 2.0, 2.0)]))
     assert varying_keys([old, new]) == ["model.pos"]
+
+
+def test_a_training_error_is_recorded_not_raised(tmp_path, monkeypatch):
+    """A run stopped by a non-finite loss (or any training error) is reported as failed; the grid goes on."""
+    def stopped(config, run_dir):
+        raise BiotfError("non-finite training loss nan at step 3")
+
+    monkeypatch.setattr(biotf.training.run, "train", stopped)
+    run = train_job(compose_config(["experiment=norm_placement"]), tmp_path / "run")
+    assert run.divergence == "failed: BiotfError: non-finite training loss nan at step 3"
+    assert (tmp_path / "run" / ERROR_FILE).is_file()
