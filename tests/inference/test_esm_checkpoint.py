@@ -1,4 +1,4 @@
-"""Hugging Face ESM directories through `load_pretrained`: the model, and vocab.txt mapped onto the protein tokenizer."""
+"""Hugging Face ESM directories via `load_pretrained`: the model, and vocab.txt mapped onto the protein tokenizer."""
 
 from __future__ import annotations
 

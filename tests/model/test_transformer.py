@@ -85,3 +85,20 @@ def test_logits_to_keep_computes_the_last_positions_only():
     torch.testing.assert_close(model(ids, logits_to_keep=3).logits, full[:, -3:])
     with pytest.raises(InputError, match="logits_to_keep"):
         model(ids, labels=ids, logits_to_keep=1)
+
+
+def test_esm_switches_train_and_the_head_bias_is_learned():
+    # token dropout, embedding norm, MLM head transform and logit bias: every parameter gets a finite gradient
+    # through the fused head + loss, and the fused loss equals cross-entropy over the plain logits.
+    model = tiny(causal=False, mlp="gelu", norm="layernorm", bias=True, token_dropout=True, mask_token_id=63,
+                 embed_norm=True, lm_head_transform=True, lm_head_bias=True).train()
+    ids = torch.randint(0, 63, (3, 9))
+    ids[:, 2] = 63
+    labels = torch.full_like(ids, -100)
+    labels[:, 2] = 5
+    out = model(ids, labels=labels)
+    out.loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert model.lm_head_bias.grad.abs().sum() > 0
+    plain = model(ids).logits
+    torch.testing.assert_close(out.loss, F.cross_entropy(plain.flatten(0, 1), labels.flatten()))
