@@ -32,6 +32,7 @@ PRECISIONS = ("32", "32-true", "bf16-mixed")
 STRATEGIES = ("auto", "ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 LOGGERS = ("csv", "tensorboard")
+NONFINITE_POLICIES = ("stop", "skip")
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -107,6 +108,9 @@ class TrainerConfig:
 
     devices: a count, a list of device indices or "auto". val_check_interval: training batches
     between validations. limit_val_batches: validation batches per check (a count, or a fraction).
+    nonfinite: a NaN/inf training loss "stop"s the run (an error naming the step; checkpoints/last.ckpt
+    keeps the last good weights) or is "skip"ped (no update from that batch, counted in
+    train/nonfinite_skipped and the run summary).
     """
 
     accelerator: str = "auto"
@@ -124,9 +128,11 @@ class TrainerConfig:
     compile: bool = False
     logger: str = "csv"
     enable_progress_bar: bool = True
+    nonfinite: str = "stop"
 
     def __post_init__(self) -> None:
         _choice("trainer.accelerator", self.accelerator, ACCELERATORS)
+        _choice("trainer.nonfinite", self.nonfinite, NONFINITE_POLICIES)
         _choice("trainer.strategy", self.strategy, STRATEGIES)
         _choice("trainer.precision", self.precision, PRECISIONS)
         _choice("trainer.logger", self.logger, LOGGERS)

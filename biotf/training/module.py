@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from biotf.errors import BiotfError
 from biotf.inference.loading import CHECKPOINT_KEY, check_tokenizer, checkpoint_payload
 from biotf.model import IGNORE_INDEX, Transformer, TransformerConfig
 from biotf.tokenizers.base import Tokenizer
@@ -26,6 +27,7 @@ from biotf.training.config import OptimConfig
 from biotf.training.optim import build_optimizer
 
 RNG_KEY = "biotf_rng"
+SKIPPED_KEY = "biotf_nonfinite_skipped"
 
 
 def target_counts(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,14 +43,16 @@ class LanguageModelTask(L.LightningModule):
     """Trains a Transformer with masked-LM (bidirectional config) or causal-LM (causal config) loss."""
 
     def __init__(self, model_config: TransformerConfig, tokenizer: Tokenizer, optim: OptimConfig, total_steps: int,
-                 compile: bool = False, train_config: dict[str, Any] | None = None):
+                 compile: bool = False, train_config: dict[str, Any] | None = None, nonfinite: str = "stop"):
         super().__init__()
         self.model = Transformer(model_config)
         self.tokenizer, self.optim_config, self.total_steps = tokenizer, optim, total_steps
         self.train_config = train_config
         if compile:
             self.model.compile()  # in place: state_dict keys stay those of the plain model
+        self.nonfinite = nonfinite
         self.tokens_seen = 0
+        self.nonfinite_skipped = 0  # batches whose loss was NaN/inf, under nonfinite="skip"
         self._last_batch_end: float | None = None
         self._val_sums: torch.Tensor | None = None
 
@@ -57,9 +61,12 @@ class LanguageModelTask(L.LightningModule):
                 labels: torch.Tensor | None = None):
         return self.model(input_ids, attention_mask=attention_mask, labels=labels)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
         loss = out.loss
+        # Decided on all ranks together: one rank skipping alone would leave the others waiting in backward.
+        if not self.trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss.detach())), all=True):
+            return self._nonfinite(loss, batch_idx)
         with torch.no_grad():
             scored, correct = target_counts(out.logits, batch["labels"], self.model.config.causal)
             self.log("train/loss", loss, prog_bar=True)
@@ -67,6 +74,18 @@ class LanguageModelTask(L.LightningModule):
             self.log("train/acc", correct / scored.clamp(min=1))
             self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
+
+    def _nonfinite(self, loss: torch.Tensor, batch_idx: int) -> None:
+        """The `trainer.nonfinite` policy for a NaN/inf loss: stop with an error, or skip the batch (counted).
+
+        Returning None makes Lightning skip backward and the optimizer step for this batch."""
+        if self.nonfinite == "stop":
+            raise BiotfError(f"non-finite training loss {float(loss):g} at step {self.global_step + 1} (batch "
+                             f"{batch_idx} of epoch {self.current_epoch}); stopped, checkpoints/last.ckpt keeps the "
+                             "last good weights (set trainer.nonfinite=skip to skip such batches, counted)")
+        self.nonfinite_skipped += 1
+        self.log("train/nonfinite_skipped", float(self.nonfinite_skipped))
+        return None
 
     def on_train_batch_end(self, outputs: Any, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         mask = batch.get("attention_mask")
@@ -104,11 +123,13 @@ class LanguageModelTask(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = checkpoint_payload(self.model.config, self.tokenizer, self.train_config)
         checkpoint[RNG_KEY] = {"torch": torch.get_rng_state()}
+        checkpoint[SKIPPED_KEY] = self.nonfinite_skipped
         if torch.cuda.is_available():
             checkpoint[RNG_KEY]["cuda"] = torch.cuda.get_rng_state_all()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_tokenizer(checkpoint.get(CHECKPOINT_KEY), self.tokenizer, source="the resumed checkpoint")
+        self.nonfinite_skipped = checkpoint.get(SKIPPED_KEY, 0)
         state = checkpoint.get(RNG_KEY)
         if state is not None:
             torch.set_rng_state(state["torch"])

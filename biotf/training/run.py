@@ -112,7 +112,8 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     prepared = prepare_data(config, tokenizer)
     model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
     task = LanguageModelTask(model_config, tokenizer, config.optim, config.trainer.max_steps,
-                             compile=config.trainer.compile, train_config=to_plain(config))
+                             compile=config.trainer.compile, train_config=to_plain(config),
+                             nonfinite=config.trainer.nonfinite)
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir)
     write_run_files(run_dir, config, tokenizer)
@@ -127,7 +128,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     summary = RunSummary(
         experiment=config.experiment, run_dir=str(run_dir), objective=config.objective,
         parameters=task.model.num_parameters(), steps=trainer.global_step, train_seconds=train_seconds,
-        tokens_seen=task.tokens_seen, final_val_loss=float(final["val/loss"]), final_val_ppl=float(final["val/ppl"]),
+        tokens_seen=task.tokens_seen, nonfinite_skipped=task.nonfinite_skipped, final_val_loss=float(final["val/loss"]), final_val_ppl=float(final["val/ppl"]),
         final_val_acc=float(final["val/acc"]), best_val_loss=float(best_score) if best_score is not None else None,
         unigram_baseline=prepared.unigram_baseline("validation"), data=prepared.summary())
     if trainer.is_global_zero:

@@ -24,6 +24,7 @@ class RunSummary:
     steps: int
     train_seconds: float
     tokens_seen: int
+    nonfinite_skipped: int  # batches skipped for a NaN/inf loss (trainer.nonfinite=skip)
     final_val_loss: float
     final_val_ppl: float
     final_val_acc: float
@@ -47,7 +48,7 @@ class RunSummary:
         return "\n".join([
             f"biotf run summary: {self.experiment} ({self.objective}, {self.parameters:,} parameters)",
             f"  steps {self.steps}, {self.train_seconds:.0f} s, {self.tokens_seen:,} tokens "
-            f"({self.tokens_per_second:,.0f} tokens/s)",
+            f"({self.tokens_per_second:,.0f} tokens/s), {self.nonfinite_skipped} batches skipped for a non-finite loss",
             f"  final validation loss  {self.final_val_loss:.4f} nats/token (perplexity {self.final_val_ppl:.2f}, "
             f"{accuracy} accuracy {self.final_val_acc:.3f})",
             f"  unigram baseline       {self.unigram_baseline:.4f} nats/token -> {verdict} the baseline by "
