@@ -65,7 +65,7 @@ def esm_pair():
     ours = Transformer(TransformerConfig(**PRESETS["esm2-8m"])).eval()
     config = EsmConfig(vocab_size=33, hidden_size=320, num_hidden_layers=6, num_attention_heads=20,
                        intermediate_size=1280, max_position_embeddings=1026, position_embedding_type="rotary",
-                       pad_token_id=1, mask_token_id=32, token_dropout=False, attn_implementation="sdpa")
+                       pad_token_id=1, mask_token_id=32, token_dropout=True, attn_implementation="sdpa")
     theirs = EsmModel(config, add_pooling_layer=False).eval()
     return ours, theirs
 

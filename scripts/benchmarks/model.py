@@ -144,11 +144,11 @@ def run(bench, quick: bool) -> None:
     del hf, ours
 
     # --- masked-LM training step, ESM-shaped -----------------------------------------------------------
-    # ESM-2's shape (RoPE, LayerNorm, Pre-LN, GELU, biases, d_ff = 4 d, 33 tokens) at d 320, 6 layers
-    # (esm2_t6_8M). token_dropout is off on the HF side because biotf does not rescale embeddings yet.
+    # ESM-2's shape (RoPE, LayerNorm, Pre-LN, GELU, biases, d_ff = 4 d, 33 tokens, token dropout, MLM head
+    # transform and logit bias) at d 320, 6 layers (esm2_t6_8M): the esm2-8m preset on both sides.
     esm_config = EsmConfig(vocab_size=33, hidden_size=320, num_hidden_layers=6, num_attention_heads=20,
                            intermediate_size=1280, position_embedding_type="rotary", max_position_embeddings=1026,
-                           token_dropout=False, emb_layer_norm_before=False, pad_token_id=1, mask_token_id=32,
+                           token_dropout=True, emb_layer_norm_before=False, pad_token_id=1, mask_token_id=32,
                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     hf_esm = EsmForMaskedLM._from_config(esm_config, attn_implementation="sdpa").train()
     ours_esm = Transformer(TransformerConfig.preset("esm2-8m")).train()
