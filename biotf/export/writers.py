@@ -287,8 +287,8 @@ def read_embeddings(path: str | Path) -> EmbeddingTable:
         return {".npz": _read_npz, ".parquet": _read_parquet, ".h5ad": _read_h5ad}[suffix](path)
     except InputError:
         raise
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        raise InputError(f"{path}: not an embedding file written by biotf embed ({error})") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:  # EOFError: np.load of an empty file
+        raise InputError(f"{path}: not an embedding file written by biotf embed ({error or type(error).__name__})") from None
 
 
 def _pooled(info: dict[str, Any], path: Path) -> dict[str, Any]:

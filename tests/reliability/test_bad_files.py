@@ -140,10 +140,7 @@ EMBEDDING_FILE_KINDS = ["empty", "binary_garbage", "truncated"]
 @pytest.mark.parametrize("suffix", [".npz", ".parquet", ".h5ad"])
 @pytest.mark.parametrize("kind", EMBEDDING_FILE_KINDS)
 @pytest.mark.parametrize("command", ["probe", "plot"])
-def test_bad_embeddings_file(request, capsys, tmp_path, model_dir, command, kind, suffix):
-    if (kind, suffix) == ("empty", ".npz"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="found: np.load's EOFError escapes read_embeddings; "
-                                              "fix waits for biotf/export/ to be released by its owner"))
+def test_bad_embeddings_file(capsys, tmp_path, model_dir, command, kind, suffix):
     if kind == "truncated":
         fasta = tmp_path / "clean.fasta"
         fasta.write_bytes(CLEAN_FASTA)
