@@ -76,4 +76,4 @@ def test_tensorboard_logger_needs_its_package_or_works(capsys, monkeypatch, tmp_
         assert composed("trainer.logger=tensorboard").trainer.logger == "tensorboard"
     else:
         assert entry.main(["trainer.logger=tensorboard"]) == 2
-        assert "pip install tensorboard" in capsys.readouterr().err
+        assert "pip install 'biotf[tensorboard]'" in capsys.readouterr().err
