@@ -16,7 +16,7 @@ import numpy as np
 from biotf.data.cache import ShardCache, TokenShard, tokenize_to_cache
 from biotf.data.datasets import LongSequenceStats, PackedBlockDataset, SequenceDataset
 from biotf.data.readers import ReaderOptions
-from biotf.errors import ConfigError
+from biotf.errors import ConfigError, InputError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 OBJECTIVES = ("mlm", "clm")
@@ -98,4 +98,9 @@ def prepare_dataset(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Pat
                                              special_ids=tokenizer.special_ids, name=name)
                              for name in ("train", "validation"))
         long_sequences = {"train": train.stats, "validation": validation.stats}
+    for name, dataset in (("train", train), ("validation", validation)):
+        if len(dataset) == 0:  # training reports validation loss, so both sides need items
+            raise InputError(f"{path}: the {name} split is empty ({len(shards['train'])} train and "
+                             f"{len(shards['validation'])} validation records with validation_fraction="
+                             f"{validation_fraction}); use more records or another validation_fraction")
     return PreparedData(train, validation, shards, cache, objective, long_sequences, tokenizer.special_ids)

@@ -9,7 +9,9 @@ file without the suffix both work. The format comes from the extension (`.gz` ig
 A non-UTF-8 byte, a header without a sequence, a CSV row with the wrong number of fields or a
 missing column is one `InputError` naming the file and the line or record. Text is decoded by a
 TextIOWrapper (C speed); the rare error paths rescan the file to name the exact line. Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace
-are counted in the `PolicyStats` the caller passes in.
+are counted in the `PolicyStats` the caller passes in, and so are records whose id an earlier record
+already had (`duplicate_ids`): both are kept, never merged, and every summary that prints the policy
+counts (`biotf tokenize`, `biotf embed`, the training run's data summary) reports them.
 """
 
 from __future__ import annotations
@@ -149,10 +151,17 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
     reader = {"fasta": _read_fasta, "genbank": _read_genbank, "csv": _read_table, "tsv": _read_table,
               "smi": _read_smi, "text": _read_text}[fmt]
     count = 0
+    # Hashes of the ids seen so far (an int each, not the id strings): duplicates are counted in one pass.
+    seen_ids: set[int] = set()
     with open_binary(path) as handle:
         try:
             for record in reader(handle, path, options, stats, fmt):
                 count += 1
+                id_hash = hash(record.id)
+                if id_hash in seen_ids:
+                    stats["duplicate_ids"] += 1
+                else:
+                    seen_ids.add(id_hash)
                 yield record
         except UnicodeDecodeError:
             raise InputError(f"{path}: {_bad_utf8(path)}") from None

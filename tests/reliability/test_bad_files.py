@@ -240,3 +240,38 @@ def test_bad_run_directory_for_compare(capsys, tmp_path, kind):
     status, _, err = run_cli(capsys, "compare", str(run), "--out", str(tmp_path / "report.md"))
     assert_one_line_error(status, err, run / name, "")
     assert not (tmp_path / "report.md").exists() and not (tmp_path / "report.png").exists()
+
+
+# --- duplicate record ids: kept and reported -----------------------------------------------------
+DUPLICATES = b">p1 a\nMKV\n>p2\nMKL\n>p1 b\nMKA\n>p3\nMKC\n>p2\nMKD\n"
+
+
+def test_duplicate_ids_kept_and_reported_by_tokenize_and_embed(capsys, tmp_path, model_dir):
+    fasta = tmp_path / "dups.fasta"
+    fasta.write_bytes(DUPLICATES)
+    status, out, err = run_cli(capsys, "tokenize", "--tokenizer", "protein", "--input", str(fasta))
+    assert status == 0 and [line.split("\t")[0] for line in out.splitlines()] == ["p1", "p2", "p1", "p3", "p2"]
+    assert "5 records" in err and "duplicate_ids=2" in err, err
+    status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, model_dir))
+    assert status == 0 and "duplicate_ids=2" in err, err
+    saved = np.load(tmp_path / "embeddings.npz")
+    assert saved["ids"].tolist() == ["p1", "p2", "p1", "p3", "p2"]
+    assert saved["sequences"].tolist() == ["MKV", "MKL", "MKA", "MKC", "MKD"]
+
+
+def test_duplicate_ids_reported_in_the_training_summary(capsys, tmp_path, model_dir):
+    rng = np.random.default_rng(0)
+    fasta = tmp_path / "dups.fasta"  # 40 distinct sequences under 10 ids: 30 records repeat an earlier id
+    fasta.write_text("".join(f">p{i % 10}\n{''.join(rng.choice(list('ACDEFGHIKLMNPQRSTVWY'), 30))}\n" for i in range(40)))
+    status, out, err = run_cli(capsys, *train_command(fasta, tmp_path, model_dir), "data.validation_fraction=0.3")
+    assert status == 0, err
+    assert "duplicate_ids=30" in out, out
+
+
+def test_a_file_too_small_for_a_validation_split_is_one_line(capsys, tmp_path, model_dir):
+    """Found by the duplicate-id test: an empty validation split crashed after training (IndexError)."""
+    fasta = tmp_path / "two.fasta"
+    fasta.write_bytes(b">p1\nMKVLA\n>p2\nMSTNP\n")
+    status, _, err = run_cli(capsys, *train_command(fasta, tmp_path, model_dir))
+    assert_one_line_error(status, err, fasta, "split is empty")
+    assert not (tmp_path / "run" / "checkpoints").exists()
