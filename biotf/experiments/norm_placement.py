@@ -25,7 +25,8 @@ METRIC = "val/loss"
 
 
 # --quick: a smoke test of the whole pipeline (minutes), not a result.
-QUICK_OVERRIDES = ("trainer.max_steps=12", "optim.warmup_steps=4", "trainer.val_check_interval=4")
+QUICK_OVERRIDES = ("trainer.max_steps=8", "optim.warmup_steps=4", "trainer.val_check_interval=4",
+                   "trainer.limit_val_batches=2")
 
 
 def run_one(out_dir: Path, base: list[str], norm_position: str, warmup: int, lr: float, seed: int) -> Run:
