@@ -98,12 +98,26 @@ def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
     (training logs the final validation once more after fit)."""
     by_metric: dict[str, dict[int, float]] = {}
     with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            step = int(row["step"])
-            for name, value in row.items():
-                if name not in ("step", "epoch") and value not in ("", None):
-                    by_metric.setdefault(name, {})[step] = float(value)  # "nan"/"inf" parse as such
+        reader = csv.DictReader(handle)
+        try:
+            for row in reader:
+                step = int(row["step"])
+                for name, value in row.items():
+                    if name not in ("step", "epoch") and value not in ("", None):
+                        by_metric.setdefault(name, {})[step] = float(value)  # "nan"/"inf" parse as such
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, csv.Error) as error:
+            raise InputError(f"{path}: line {reader.line_num}: not a metrics file written by training "
+                             f"({type(error).__name__}: {error})") from None
     return {name: sorted(points.items()) for name, points in by_metric.items()}
+
+
+def read_run_file(path: Path, parse: Any) -> Any:
+    """`parse(text)` of a run's YAML/JSON file; a damaged one is an InputError naming it, not a traceback."""
+    try:
+        return parse(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as error:  # json's decode error is a ValueError
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"{path}: damaged run file ({reason})") from None
 
 
 def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -122,15 +136,15 @@ def read_run(directory: str | Path) -> Run:
     """The run in `directory`; a missing metrics.csv (training never logged) is an empty curve set."""
     directory = Path(directory)
     config_path = directory / CONFIG_FILE
-    config = flatten(yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}) if config_path.is_file() else {}
+    config = flatten(read_run_file(config_path, yaml.safe_load) or {}) if config_path.is_file() else {}
     metrics_path = directory / METRICS_FILE
     curves = read_metrics(metrics_path) if metrics_path.is_file() else {}
     error_path = directory / ERROR_FILE
-    error = error_path.read_text(encoding="utf-8").strip() if error_path.is_file() else None
+    error = read_run_file(error_path, str.strip) if error_path.is_file() else None
     if not curves and error is None:
         raise InputError(f"{directory} is not a training run: it has no {METRICS_FILE} and no {ERROR_FILE}")
     summary_path = directory / SUMMARY_JSON
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    summary = read_run_file(summary_path, json.loads) if summary_path.is_file() else None
     return Run(directory, config, curves, error, summary)
 
 

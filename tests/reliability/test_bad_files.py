@@ -228,8 +228,6 @@ BAD_RUN_FILES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="found: read_run lets UnicodeDecodeError/ValueError/YAML/JSON errors "
-                   "escape as tracebacks; fix waits for biotf/experiments/ to be released by its owner")
 @pytest.mark.parametrize("kind", sorted(BAD_RUN_FILES))
 def test_bad_run_directory_for_compare(capsys, tmp_path, kind):
     run = tmp_path / "run"
