@@ -89,14 +89,13 @@ def lightning_overhead(bench, quick: bool) -> None:
     tokens = BATCH * LENGTH
     bench.record(f"plain PyTorch step (protein-small, {BATCH} x {LENGTH})", tokens / statistics.median(plain),
                  "tokens/s")
-    bench.record(f"LightningModule step in Trainer.fit (same model and batch)", tokens / statistics.median(lightning),
+    bench.record("LightningModule step in Trainer.fit (same model and batch)", tokens / statistics.median(lightning),
                  "tokens/s")
     bench.record("Lightning speed relative to plain loop (plain time / Lightning time)", ratio, "x",
                  target=">= 0.97 (at most 3% slower)", note=f"median of {len(lightning)} alternating pairs")
 
 
 def loader_vs_step(bench, quick: bool) -> None:
-    import torch
     from hydra import compose, initialize_config_dir
 
     from biotf.training.config import CONF_DIR, register_configs, validate

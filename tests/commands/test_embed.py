@@ -16,14 +16,6 @@ from biotf.tokenizers import AminoAcidTokenizer
 FASTA = ">P1 Nucleus-S test\nMKVLAAGIVG\n>P2 Cytoplasm-U test\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n>P3 Nucleus-M test\nMA\n"
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: a second thread only spins on a shared machine
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     torch.manual_seed(0)

@@ -11,14 +11,6 @@ from biotf.cli import main
 PROTEINS = {"P1": "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "P2": "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "P3": "MA"}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_embed_mean_pools_hf_last_hidden_state_over_residues(esm2_checkpoint, tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     directory, hf = esm2_checkpoint

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from experiment_helpers import config, healthy, write_run
 
@@ -20,12 +19,3 @@ def sweep(tmp_path) -> Path:
     write_run(root / "3", config("alibi", 1), healthy(0.95))
     write_run(root / "4", config("sinusoidal", 0), [(10, 3.0, None), (20, 2.5, 2.4), (30, 9.0, 8.0)])
     return root
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """A shared 2-core machine: one intra-op thread avoids contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

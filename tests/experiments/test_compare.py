@@ -7,7 +7,7 @@ import pytest
 from biotf.cli import main
 from biotf.errors import InputError
 from biotf.experiments.compare import compare
-from experiment_helpers import config, write_run
+from experiment_helpers import write_run
 
 
 def table_rows(report: str) -> dict[str, list[str]]:

@@ -17,12 +17,3 @@ TINY_ENCODER = dict(vocab_size=33, d_model=16, n_layers=2, n_heads=2, n_kv_heads
 def tiny_encoder() -> tuple[Transformer, AminoAcidTokenizer]:
     torch.manual_seed(0)
     return Transformer(TransformerConfig(**TINY_ENCODER)).eval(), AminoAcidTokenizer()
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread; on a shared 2-core machine two threads spin against other work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

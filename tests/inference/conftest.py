@@ -59,13 +59,3 @@ def untied(untied_checkpoint):
     from biotf.inference.hf_checkpoint import load_hf_checkpoint
 
     return load_hf_checkpoint(untied_checkpoint)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine every parallel region waits for a
-    descheduled worker (SDPA on 40 keys: 15 ms with 2 threads, 15 us with 1). Restored after each test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -21,14 +21,6 @@ TOLERANCE = 1e-4  # max abs difference of float32 logits and hidden states
 PAD, MASK = 1, 32  # ESM-2's <pad> and <mask> ids (as in `build_random_esm`, tests/conftest.py)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
     """<cls> residues <eos> <pad>..., right-padded as EsmTokenizer pads, with <mask> tokens in two rows."""
     generator = torch.Generator().manual_seed(1)
