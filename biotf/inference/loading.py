@@ -201,7 +201,7 @@ def _is_exported(path: Path) -> bool:
         return False
     try:
         return "biotf_format" in json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # unreadable, not UTF-8 or not JSON: not ours (UnicodeDecodeError is a ValueError)
         return False
 
 

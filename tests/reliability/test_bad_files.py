@@ -273,3 +273,30 @@ def test_a_file_too_small_for_a_validation_split_is_one_line(capsys, tmp_path, m
     status, _, err = run_cli(capsys, *train_command(fasta, tmp_path, model_dir))
     assert_one_line_error(status, err, fasta, "split is empty")
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# --- exported model directories (biotf.load_pretrained) -------------------------------------------
+EXPORTED_FILES = ["model.safetensors", "config.json", "tokenizer.json"]
+
+
+@pytest.mark.parametrize("kind", ["empty", "binary_garbage", "truncated"])
+@pytest.mark.parametrize("file", EXPORTED_FILES)
+def test_damaged_exported_directory(capsys, tmp_path, model_dir, file, kind):
+    """Each file of an exported model damaged: load_pretrained raises a BiotfError, `biotf embed` exits 2."""
+    import shutil
+
+    from biotf.errors import BiotfError
+    from biotf.inference.loading import load_pretrained
+
+    exported = tmp_path / "exported"
+    shutil.copytree(model_dir, exported)
+    data = (exported / file).read_bytes()
+    (exported / file).write_bytes({"empty": b"", "binary_garbage": bytes(range(256)) * 8,
+                                   "truncated": data[: len(data) // 2]}[kind])
+    with pytest.raises(BiotfError):
+        load_pretrained(exported)
+    fasta = tmp_path / "clean.fasta"
+    fasta.write_bytes(CLEAN_FASTA)
+    status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, exported))
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "embeddings.npz").exists()
