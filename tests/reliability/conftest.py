@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -15,11 +14,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("fuzz"):
             item.add_marker(skip)
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread avoids contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
