@@ -134,5 +134,5 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     if trainer.is_global_zero:
         summary.write(run_dir)
         print(summary.text())
-        print(next_steps(run_dir))
+        print(next_steps(run_dir, config.data.path, config.data.column, config.data.id_column))
     return summary

@@ -64,10 +64,11 @@ class RunSummary:
         (run_dir / SUMMARY_TEXT).write_text(self.text() + "\n", encoding="utf-8")
 
 
-def next_steps(run_dir: Path) -> str:
-    """What to do with the run: where it is, how to export it, how to load it for embeddings."""
+def next_steps(run_dir: Path, data_path: str, column: str | None = None, id_column: str | None = None) -> str:
+    """What to do with the run: where it is, how to export it, how to embed its data with it."""
+    reader = "".join(f" --{flag} {value}" for flag, value in (("column", column), ("id-column", id_column)) if value)
     return "\n".join([
         f"run directory: {run_dir}",
         f"export it:     biotf export-model {run_dir} {run_dir / 'export'}",
-        f"embed with it: python -c \"import biotf; model, tokenizer = biotf.load_pretrained('{run_dir}')\"",
+        f"embed with it: biotf embed --model {run_dir} --input {data_path}{reader} --output {run_dir / 'embeddings.h5ad'}",
     ])

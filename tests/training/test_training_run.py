@@ -112,3 +112,22 @@ def test_bad_data_stops_with_one_line(content, overrides, expected, tmp_path, mo
     err = capsys.readouterr().err.strip()
     assert expected in err and str(path) in err and "Traceback" not in err
     assert not list((tmp_path / "outputs").rglob("*.ckpt"))
+
+
+def test_printed_embed_command_runs(run_dir, tmp_path):
+    """The command a finished run prints to embed its data is one a user can paste as it is."""
+    import shlex
+
+    from biotf.training.summary import next_steps
+
+    sequences = tmp_path / "seqs.csv"
+    sequences.write_text("name,seq\np1,MKTAYIAKQR\np2,GAVLIPFW\n")
+    line = next(x for x in next_steps(run_dir, str(sequences), "seq", "name").splitlines() if x.startswith("embed"))
+    command = shlex.split(line.split(":", 1)[1])
+    assert command[:2] == ["biotf", "embed"]
+    assert biotf_cli([*command[1:], "--no-progress"]) == 0
+    output = run_dir / "embeddings.h5ad"
+    import anndata
+
+    assert list(anndata.read_h5ad(output).obs_names) == ["p1", "p2"]
+    output.unlink()
