@@ -16,8 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.data.readers import FORMATS as INPUT_FORMATS
-from biotf.data.readers import ReaderOptions
+from biotf.commands.input_options import add_input_arguments, reader_options
 from biotf.errors import ConfigError
 
 
@@ -29,12 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, metavar="PATH",
                         help="run directory, .ckpt, exported directory (biotf export-model) or any source "
                              "biotf.load_pretrained reads")
-    parser.add_argument("--input", required=True, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
+    add_input_arguments(parser)
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(FORMATS)}")
-    parser.add_argument("--format", choices=INPUT_FORMATS, help="input format (default: from the extension)")
-    parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
-    parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")
-    parser.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row; columns are 0, 1, ...")
     parser.add_argument("--pool", choices=POOLS, default="mean",
                         help="mean / max over content tokens, the <cls> token, or none: every token (default mean)")
     parser.add_argument("--layer", default="-1", metavar="-1|N|all",
@@ -72,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
     options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                            max_length=args.max_length, long=args.long, overlap=args.overlap)
-    reader = ReaderOptions(format=args.format, column=args.column, id_column=args.id_column, header=not args.no_header)
+    reader = reader_options(args)
     stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
                        progress=not args.no_progress and sys.stderr.isatty())
     print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)

@@ -20,7 +20,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
-from biotf.data.readers import FORMATS, ReaderOptions, read_records, with_source
+from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.data.readers import ReaderOptions, read_records, with_source
 from biotf.errors import ConfigError, TokenizationError
 from biotf.tokenizers.base import PolicyStats, Tokenizer, tokenizer_class
 
@@ -35,11 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "(directory or tokenizer.json)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a constructor option of a named scheme, e.g. k=6, unknown=to_unk (repeatable)")
-    parser.add_argument("--input", required=True, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
-    parser.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
-    parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
-    parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")
-    parser.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row; columns are 0, 1, ...")
+    add_input_arguments(parser)
     parser.add_argument("--ids", action="store_true", help="print token ids instead of token strings")
     parser.add_argument("--no-special-tokens", action="store_true", help="leave out <cls>, <eos> and the like")
     parser.add_argument("--limit", type=int, metavar="N",
@@ -103,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 0:
         raise ConfigError("--limit", args.limit, allowed="an integer >= 0")
     tokenizer = resolve_tokenizer(args.tokenizer, parse_options(args.option))
-    options = ReaderOptions(format=args.format, column=args.column, id_column=args.id_column, header=not args.no_header)
+    options = reader_options(args)
     try:
         n_records, n_tokens, stats = tokenize_file(tokenizer, args.input, options, sys.stdout, args.ids,
                                                    not args.no_special_tokens, args.limit)
