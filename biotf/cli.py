@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="biotf", description="Tokenize, train, export and run sequence transformers.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"biotf.commands.{name}")
-        except ModuleNotFoundError as error:  # a command whose module has not landed yet
-            if error.name != f"biotf.commands.{name}":
-                raise
-            continue
-        module.add_parser(subparsers)
+        importlib.import_module(f"biotf.commands.{name}").add_parser(subparsers)
     return parser
 
 
