@@ -196,7 +196,7 @@ class Embedder:
         device = self.model.device
         attention_mask = None if mask.all() else torch.from_numpy(mask).to(device)  # unpadded: SDPA's fast path
         with torch.inference_mode():
-            out = self.model(torch.from_numpy(ids).to(device), attention_mask=attention_mask, output_hidden_states=True)
+            out = self.model.encode(torch.from_numpy(ids).to(device), attention_mask, output_hidden_states=True)
             hidden = torch.stack([out.hidden_states[i] for i in self.layers])
         return hidden.float().cpu().numpy()
 

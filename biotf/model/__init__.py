@@ -10,6 +10,6 @@ head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both way
 
 from biotf.model.cache import KVCache
 from biotf.model.config import PRESETS, TransformerConfig
-from biotf.model.transformer import IGNORE_INDEX, Transformer, TransformerOutput
+from biotf.model.transformer import IGNORE_INDEX, Transformer, TransformerOutput, TrunkOutput
 
-__all__ = ["IGNORE_INDEX", "KVCache", "PRESETS", "Transformer", "TransformerConfig", "TransformerOutput"]
+__all__ = ["IGNORE_INDEX", "KVCache", "PRESETS", "Transformer", "TransformerConfig", "TransformerOutput", "TrunkOutput"]

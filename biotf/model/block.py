@@ -27,13 +27,17 @@ class Block(nn.Module):
         self.attn = Attention(config)
         self.mlp_norm = build_norm(config)
         self.mlp = build_mlp(config)
-        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
                 layer: int = 0) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.dropout(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer))
-            return x + self.dropout(self.mlp(self.mlp_norm(x)))
-        x = self.attn_norm(x + self.dropout(self.attn(x, rotary, mask, is_causal, cache, layer)))
-        return self.mlp_norm(x + self.dropout(self.mlp(x)))
+            x = x + self._branch(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer))
+            return x + self._branch(self.mlp(self.mlp_norm(x)))
+        x = self.attn_norm(x + self._branch(self.attn(x, rotary, mask, is_causal, cache, layer)))
+        return self.mlp_norm(x + self._branch(self.mlp(x)))
+
+    def _branch(self, y: torch.Tensor) -> torch.Tensor:
+        """A residual branch's output, after dropout when there is any (no module call otherwise)."""
+        return y if self.dropout is None else self.dropout(y)

@@ -60,6 +60,15 @@ class TransformerOutput:
     past_key_values: KVCache | None = None
 
 
+@dataclass
+class TrunkOutput:
+    """What `Transformer.encode` returns: the input of the LM head, and optionally every layer's output."""
+
+    last_hidden_state: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    past_key_values: KVCache | None = None
+
+
 class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -68,11 +77,13 @@ class Transformer(nn.Module):
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.positions = build_positions(config)
-        self.embed_norm = build_norm(config) if config.embed_norm else nn.Identity()
-        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
+        # Optional stages are None when absent (not Identity): decoding one token runs this forward hundreds of
+        # times, and each skipped module call saves a few microseconds of Python.
+        self.embed_norm = build_norm(config) if config.embed_norm else None
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.head_transform = HeadTransform(config) if config.lm_head_transform else nn.Identity()
+        self.final_norm = build_norm(config) if config.norm_position == "pre" else None
+        self.head_transform = HeadTransform(config) if config.lm_head_transform else None
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
         self.reset_parameters()
@@ -118,6 +129,23 @@ class Transformer(nn.Module):
                 logits_to_keep: int = 0) -> TransformerOutput:
         """See the module docstring. `logits_to_keep` > 0 computes logits for the last that many positions only
         (HF's argument of that name; generation's prefill needs the last position's alone)."""
+        if labels is not None and logits_to_keep:
+            raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
+        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache)
+        x = trunk.last_hidden_state
+        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        if labels is None:
+            kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
+            logits, loss = F.linear(self._head_input(kept), head, self.lm_head_bias), None
+        else:
+            logits, loss = self._logits_and_loss(self._head_input(x), head, labels)
+        return TransformerOutput(logits, loss, trunk.hidden_states, trunk.past_key_values)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               output_hidden_states: bool = False, past_key_values: KVCache | None = None,
+               use_cache: bool = False) -> TrunkOutput:
+        """Everything but the LM head: the final hidden states (after the final norm), and every layer's on request.
+        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -142,7 +170,11 @@ class Transformer(nn.Module):
             x = self._token_dropout(x, input_ids, attention_mask)
         if config.scale_embeddings:
             x = x * math.sqrt(config.d_model)
-        x = self.dropout(self.embed_norm(self.positions.embed(x, query_positions)))
+        x = self.positions.embed(x, query_positions)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        if self.dropout is not None:
+            x = self.dropout(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
 
@@ -151,19 +183,15 @@ class Transformer(nn.Module):
             x = block(x, rotary, mask, is_causal, cache, layer)
             if hidden_states is not None:
                 hidden_states.append(x)
-        x = self.final_norm(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
         if hidden_states is not None:
             hidden_states[-1] = x
-        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        if labels is None:
-            kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
-            logits, loss = F.linear(self.head_transform(kept), head, self.lm_head_bias), None
-        elif logits_to_keep:
-            raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
-        else:
-            logits, loss = self._logits_and_loss(self.head_transform(x), head, labels)
-        return TransformerOutput(logits, loss, tuple(hidden_states) if hidden_states is not None else None,
-                                 cache if use_cache else None)
+        return TrunkOutput(x, tuple(hidden_states) if hidden_states is not None else None,
+                           cache if use_cache else None)
+
+    def _head_input(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.head_transform is None else self.head_transform(x)
 
     def _logits_and_loss(self, x: torch.Tensor, head: torch.Tensor,
                          labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -79,7 +79,7 @@ def test_post_ln_block_outputs_are_normalized_per_position(norm):
     model = build(norm=norm, norm_position="post", n_layers=3)
     with torch.no_grad():
         hidden = model(torch.randint(0, 50, (2, 9)), output_hidden_states=True).hidden_states
-    assert isinstance(model.final_norm, torch.nn.Identity)  # Post-LN has no final norm
+    assert model.final_norm is None  # Post-LN has no final norm
     for h in hidden[1:]:  # every block's output (gains 1, biases 0 at initialisation)
         if norm == "layernorm":
             torch.testing.assert_close(h.mean(-1), torch.zeros(h.shape[:-1]), rtol=0, atol=1e-5)
