@@ -7,7 +7,11 @@
 Records are read in blocks of about `block_tokens` tokens. Inside a block, windows are sorted by length
 and packed into batches of at most `batch_tokens` (padded) tokens, so padding stays small; the model
 runs under `torch.inference_mode`; the block's records then leave in their input order. Memory is
-bounded by the block, whatever the file size. A record's vectors do not depend on its batch mates:
+bounded by the block, whatever the file size. After every batch freed heap pages go back to the OS
+(`release_free_heap`): glibc raises its mmap threshold once torch frees a large activation, so later
+activations come from the heap, where the block's small long-lived arrays fragment it; without the trim
+RSS grew from 250 MiB at 2k records to 610 MiB at 30k (tiny model, every layer) while live memory
+stayed under 40 MiB. A record's vectors do not depend on its batch mates:
 padding is masked out of attention and out of pooling (tests check <= 1e-5).
 
 Records longer than the model (`max_length`, default the model's `max_seq_len`, special tokens
@@ -17,6 +21,7 @@ included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.exp
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -34,6 +39,16 @@ from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 LONG_POLICIES = ("chunk", "truncate", "error")
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
+try:
+    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc only; elsewhere (macOS, musl) the trim is skipped
+except (OSError, AttributeError):
+    _MALLOC_TRIM = None
+
+
+def release_free_heap() -> None:
+    """Return the heap's free pages to the OS (glibc `malloc_trim`), so RSS follows live memory."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 @dataclass(frozen=True)
@@ -254,6 +269,8 @@ class Embedder:
                     partials[piece.slot].append((piece, partial))
                 if progress is not None:
                     progress.update(sum(len(p.ids) for p in batch))
+                del hidden  # it holds the batch's activations: free them before the trim
+                release_free_heap()
             stats.windows += len(pieces)
             for record, content, parts in zip(block, contents, partials):
                 parts.sort(key=lambda item: item[0].order)
