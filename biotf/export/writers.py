@@ -1,9 +1,10 @@
 """Embedding files: .npz (numpy), .parquet (pandas / pyarrow) and .h5ad (AnnData / scanpy), and reading them back.
 
-While records stream in, vectors go to raw spool files in a hidden directory beside the output; ids,
-sequences and metadata (small) stay in memory. `close()` assembles the chosen format from the spools a
-chunk at a time, under a temporary name renamed into place at the end, so memory stays bounded and a
-failed run leaves nothing under the output name.
+While records stream in, vectors go to raw spool files in a hidden directory beside the output, and
+sequences and metadata to a JSON-lines spool; only ids and (per token) record lengths stay in memory,
+tens of bytes a record. `close()` assembles the chosen format from the spools a chunk of rows at a time
+(.h5ad's obs too, written with h5py in AnnData's layout), under a temporary name renamed into place at
+the end, so memory stays bounded and a failed run leaves nothing under the output name.
 
 Layout, every format (N records, D dimensions):
 - ids, the input sequences and every metadata column, as strings exactly as read;
@@ -26,7 +27,9 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -74,16 +77,14 @@ class _Spool:
         self.handle.write(np.ascontiguousarray(rows, self.dtype).tobytes())
         self.rows += len(rows)
 
-    def chunks(self, size: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The rows, CHUNK_ROWS at a time."""
         self.handle.flush()
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape))
         with open(self.path, "rb") as handle:
-            for start in range(0, self.rows, size):
-                count = min(size, self.rows - start)
+            for start in range(0, self.rows, CHUNK_ROWS):
+                count = min(CHUNK_ROWS, self.rows - start)
                 yield np.frombuffer(handle.read(count * row_bytes), self.dtype).reshape(count, *self.shape)
-
-    def read(self) -> np.ndarray:
-        return np.concatenate(list(self.chunks())) if self.rows else np.zeros((0, *self.shape), self.dtype)
 
 
 class EmbeddingWriter:
@@ -94,12 +95,12 @@ class EmbeddingWriter:
         self.path, self.format = Path(path), output_format(path)
         self.array_names, self.per_token, self.info = array_names, per_token, info
         self.ids: list[str] = []
-        self.sequences: list[str] = []
-        self.metadata: list[dict[str, str]] = []
-        self.lengths: list[int] = []
+        self.lengths = array("q")  # per-token: content tokens of each record
+        self.widths: dict[str, int] = {"sequence": 1}  # longest text per column (.npz's fixed-width strings)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.spool_dir = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".spool", dir=self.path.parent))
         self.spools: dict[str, _Spool] = {}
+        self.text = open(self.spool_dir / "text.jsonl", "w", encoding="utf-8")  # [sequence, metadata] per line
 
     def _spool(self, name: str, rows: np.ndarray) -> None:
         if name not in self.spools:
@@ -113,8 +114,9 @@ class EmbeddingWriter:
             raise InputError(f"record {record.id!r}: metadata column {sorted(clash)[0]!r} clashes with an output "
                              f"column (reserved: {', '.join(sorted(RESERVED))}); rename it in the input")
         self.ids.append(record.id)
-        self.sequences.append(record.sequence)
-        self.metadata.append(record.metadata)
+        self.text.write(json.dumps([record.sequence, record.metadata], ensure_ascii=False) + "\n")
+        for column, text in (("sequence", record.sequence), *record.metadata.items()):
+            self.widths[column] = max(self.widths.get(column, 1), len(text))
         vectors = item.vectors if self.per_token else item.vectors[:, None]  # (layers, rows, D)
         for name, layer in zip(self.array_names, vectors):
             self._spool(name, layer)
@@ -126,10 +128,15 @@ class EmbeddingWriter:
 
     def columns(self) -> list[str]:
         """Metadata column names in order of first appearance (records lacking one get "")."""
-        return list(dict.fromkeys(key for row in self.metadata for key in row))
+        return [column for column in self.widths if column != "sequence"]
 
-    def metadata_column(self, name: str) -> np.ndarray:
-        return np.array([row.get(name, "") for row in self.metadata], dtype=str)
+    def text_chunks(self, column: str) -> Iterator[list[str]]:
+        """One text column ("sequence" or a metadata column), CHUNK_ROWS records at a time, from the spool."""
+        self.text.flush()
+        with open(self.text.name, encoding="utf-8") as handle:
+            while lines := list(islice(handle, CHUNK_ROWS)):
+                rows = [json.loads(line) for line in lines]
+                yield [row[0] for row in rows] if column == "sequence" else [row[1].get(column, "") for row in rows]
 
     def offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)])
@@ -145,6 +152,7 @@ class EmbeddingWriter:
             self.abort()
 
     def abort(self) -> None:
+        self.text.close()
         for spool in self.spools.values():
             spool.handle.close()
         shutil.rmtree(self.spool_dir, ignore_errors=True)
@@ -158,48 +166,52 @@ class EmbeddingWriter:
 
 
 # --- formats ------------------------------------------------------------------------------------
-def _npz_entry(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
-    with archive.open(f"{name}.npy", "w", force_zip64=True) as handle:
-        np.lib.format.write_array(handle, array, allow_pickle=False)
+def _chunks(rows: list[Any]) -> Iterator[list[Any]]:
+    """An in-memory list (ids) cut like the spools, CHUNK_ROWS at a time."""
+    return (rows[start:start + CHUNK_ROWS] for start in range(0, len(rows), CHUNK_ROWS))
 
 
-def _npz_spool(archive: zipfile.ZipFile, name: str, spool: _Spool) -> None:
-    """An .npy entry streamed from a spool: header, then the raw rows, never the whole array in memory."""
-    header = {"descr": np.lib.format.dtype_to_descr(spool.dtype), "fortran_order": False,
-              "shape": (spool.rows, *spool.shape)}
+def _npz_entry(archive: zipfile.ZipFile, name: str, dtype: np.dtype, shape: tuple[int, ...],
+               chunks: Iterable[np.ndarray]) -> None:
+    """An .npy entry written chunk by chunk: header, then the raw rows, never the whole array in memory."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
     with archive.open(f"{name}.npy", "w", force_zip64=True) as handle:
         np.lib.format.write_array_header_2_0(handle, header)
-        spool.handle.flush()
-        with open(spool.path, "rb") as source:
-            shutil.copyfileobj(source, handle, 1 << 20)
+        for chunk in chunks:
+            handle.write(np.ascontiguousarray(chunk, dtype).tobytes())
 
 
 def write_npz(path: Path, writer: EmbeddingWriter) -> None:
+    rows = len(writer.ids)
+    texts = {"ids": (max(map(len, writer.ids), default=0), _chunks(writer.ids)),
+             "sequences": (writer.widths["sequence"], writer.text_chunks("sequence")),
+             **{f"metadata/{c}": (writer.widths[c], writer.text_chunks(c)) for c in writer.columns()}}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        _npz_entry(archive, "ids", np.array(writer.ids, dtype=str))
-        _npz_entry(archive, "sequences", np.array(writer.sequences, dtype=str))
-        for column in writer.columns():
-            _npz_entry(archive, f"metadata/{column}", writer.metadata_column(column))
-        _npz_entry(archive, "info", np.array(json.dumps(writer.info)))
+        for name, (width, chunks) in texts.items():  # fixed-width unicode, as np.array(strings, dtype=str)
+            _npz_entry(archive, name, np.dtype(f"<U{max(width, 1)}"), (rows,), chunks)
+        info = np.array(json.dumps(writer.info))
+        _npz_entry(archive, "info", info.dtype, (), [info])
         if writer.per_token:
-            _npz_entry(archive, "offsets", writer.offsets())
+            _npz_entry(archive, "offsets", np.int64, (rows + 1,), [writer.offsets()])
         for name, spool in writer.spools.items():
-            _npz_spool(archive, name, spool)
+            _npz_entry(archive, name, spool.dtype, (spool.rows, *spool.shape), spool.chunks())
 
 
 def _row_tables(writer: EmbeddingWriter) -> Iterator[dict[str, Any]]:
     """Per chunk of rows: the plain columns (ids, metadata or token columns) and the vector arrays."""
-    ids = np.array(writer.ids, dtype=object)
     names = list(writer.spools)
-    for start, arrays in zip(range(0, 1 << 62, CHUNK_ROWS), zip(*(writer.spools[n].chunks() for n in names))):
-        chunk = dict(zip(names, arrays))
-        if writer.per_token:
-            plain = {"id": ids[chunk["record_index"]], **{c: chunk.pop(c) for c in TOKEN_COLUMNS}}
-        else:
-            rows = slice(start, start + len(arrays[0]))
-            plain = {"id": ids[rows], "sequence": writer.sequences[rows],
-                     **{c: [row.get(c, "") for row in writer.metadata[rows]] for c in writer.columns()}}
-        yield {"plain": plain, "vectors": chunk}
+    vectors = zip(*(writer.spools[n].chunks() for n in names))
+    if writer.per_token:
+        ids = np.array(writer.ids, dtype=object)
+        for arrays in vectors:
+            chunk = dict(zip(names, arrays))
+            yield {"plain": {"id": ids[chunk["record_index"]], **{c: chunk.pop(c) for c in TOKEN_COLUMNS}},
+                   "vectors": chunk}
+        return
+    columns = writer.columns()
+    texts = zip(_chunks(writer.ids), *(writer.text_chunks(c) for c in ["sequence", *columns]))
+    for arrays, text in zip(vectors, texts):
+        yield {"plain": dict(zip(["id", "sequence", *columns], text)), "vectors": dict(zip(names, arrays))}
 
 
 def write_parquet(path: Path, writer: EmbeddingWriter) -> None:
@@ -222,43 +234,59 @@ def write_parquet(path: Path, writer: EmbeddingWriter) -> None:
             parquet.close()
 
 
+def _h5_stream(handle, where: str, encoding: str, dtype: Any, shape: tuple[int, ...],
+               chunks: Iterable[Any]) -> None:
+    """One h5py dataset filled chunk by chunk, with the encoding attributes anndata's `write_elem` gives it
+    ("array" for numbers, "string-array" for text)."""
+    dataset = handle.create_dataset(where, shape=shape, dtype=dtype, chunks=(min(CHUNK_ROWS, max(shape[0], 1)), *shape[1:]))
+    dataset.attrs.update({"encoding-type": encoding, "encoding-version": "0.2.0"})
+    start = 0
+    for chunk in chunks:
+        dataset[start:start + len(chunk)] = np.asarray(chunk, dtype=object) if encoding == "string-array" else chunk
+        start += len(chunk)
+
+
+def _per_token_obs(writer: EmbeddingWriter) -> dict[str, Iterator[Any]]:
+    """obs columns of a per-token file, one chunk of token rows at a time: index "<id>/<position>", id, token columns."""
+    ids = np.array(writer.ids, dtype=object)
+    streams = {c: writer.spools[c].chunks() for c in TOKEN_COLUMNS}
+    index = ([f"{i}/{p}" for i, p in zip(ids[r], q)] for r, q in zip(writer.spools["record_index"].chunks(),
+                                                                     writer.spools["position"].chunks()))
+    return {"_index": index, "id": (ids[r] for r in writer.spools["record_index"].chunks()), **streams}
+
+
 def write_h5ad(path: Path, writer: EmbeddingWriter) -> None:
-    """AnnData's on-disk layout written piecewise: obs/var/uns by anndata's own `write_elem`, X and obsm
-    streamed into h5py datasets carrying the same encoding attributes anndata gives dense arrays."""
+    """AnnData's on-disk layout written piecewise: var/uns by anndata's own `write_elem`; obs, X and obsm
+    streamed from the spools into h5py datasets carrying the encoding attributes anndata writes."""
     import h5py
     import pandas as pd
     from anndata.io import write_elem
 
     if writer.per_token:
-        record_index = writer.spools["record_index"].read()
-        position = writer.spools["position"].read()
-        ids = np.array(writer.ids, dtype=object)[record_index]
-        obs = pd.DataFrame({"id": ids, "record_index": record_index, "position": position,
-                            "token_id": writer.spools["token_id"].read()},
-                           index=[f"{i}/{p}" for i, p in zip(ids, position)])
+        rows, index, obs = writer.spools["record_index"].rows, "_index", _per_token_obs(writer)
     else:
-        obs = pd.DataFrame({"sequence": writer.sequences, **{c: writer.metadata_column(c) for c in writer.columns()}},
-                           index=pd.Index(writer.ids, name="id"))
-    vectors = [n for n in writer.spools if n not in TOKEN_COLUMNS]
+        rows, index = len(writer.ids), "id"
+        obs = {"id": _chunks(writer.ids), **{c: writer.text_chunks(c) for c in ["sequence", *writer.columns()]}}
     dim = writer.spools["embeddings"].shape[0]
     with h5py.File(path, "w") as handle:
         handle.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
-        write_elem(handle, "obs", obs)
+        frame = handle.create_group("obs")
+        frame.attrs.update({"_index": index, "column-order": np.array([c for c in obs if c != index], dtype=object),
+                            "encoding-type": "dataframe", "encoding-version": "0.2.0"})
+        for column, chunks in obs.items():
+            if column in TOKEN_COLUMNS:
+                _h5_stream(frame, column, "array", writer.spools[column].dtype, (rows,), chunks)
+            else:
+                _h5_stream(frame, column, "string-array", h5py.string_dtype(), (rows,), chunks)
         write_elem(handle, "var", pd.DataFrame(index=[f"dim_{i}" for i in range(dim)]))
         write_elem(handle, "uns", {"biotf": json.dumps(writer.info),
                                    **({"offsets": writer.offsets()} if writer.per_token else {})})
         for group in ("obsm", "varm", "layers", "obsp", "varp"):
             write_elem(handle, group, {})
-        for name in vectors:
+        for name in (n for n in writer.spools if n not in TOKEN_COLUMNS):
             spool = writer.spools[name]
-            where = "X" if name == "embeddings" else f"obsm/{name}"
-            dataset = handle.create_dataset(where, shape=(spool.rows, *spool.shape), dtype=spool.dtype,
-                                            chunks=(min(CHUNK_ROWS, max(spool.rows, 1)), *spool.shape))
-            dataset.attrs.update({"encoding-type": "array", "encoding-version": "0.2.0"})
-            start = 0
-            for chunk in spool.chunks():
-                dataset[start:start + len(chunk)] = chunk
-                start += len(chunk)
+            _h5_stream(handle, "X" if name == "embeddings" else f"obsm/{name}", "array", spool.dtype,
+                       (spool.rows, *spool.shape), spool.chunks())
 
 
 WRITERS: dict[str, Callable[[Path, EmbeddingWriter], None]] = {
