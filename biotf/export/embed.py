@@ -7,7 +7,9 @@
 Records are read in blocks of about `block_tokens` tokens. Inside a block, windows are sorted by length
 and packed into batches of at most `batch_tokens` (padded) tokens, so padding stays small; the model
 runs under `torch.inference_mode`; the block's records then leave in their input order. Memory is
-bounded by the block, whatever the file size. After every batch freed heap pages go back to the OS
+bounded by the block, whatever the file size; since the block's vectors wait for its last batch, a block
+also ends at `BLOCK_BATCHES` batches' worth of them (with pool "none", 4 x `batch_tokens` tokens), so
+per-token vectors of wide models with every layer hold a few batches, not 2^19 tokens. After every batch freed heap pages go back to the OS
 (`release_free_heap`): glibc raises its mmap threshold once torch frees a large activation, so later
 activations come from the heap, where the block's small long-lived arrays fragment it; without the trim
 RSS grew from 250 MiB at 2k records to 610 MiB at 30k (tiny model, every layer) while live memory
@@ -39,6 +41,7 @@ from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 LONG_POLICIES = ("chunk", "truncate", "error")
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
+BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
 try:
     _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc only; elsewhere (macOS, musl) the trim is skipped
 except (OSError, AttributeError):
@@ -229,23 +232,26 @@ class Embedder:
     # --- the pipeline -----------------------------------------------------------------------------
     def _blocks(self, records: Iterable[Record], stats: EmbedStats, source: str | Path | None
                 ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
-        """Records with their content token ids, about `block_tokens` tokens at a time."""
+        """Records with their content token ids, up to `block_tokens` tokens and `BLOCK_BATCHES` batches'
+        worth of output vectors (`held`, in float32 rows of layers x D) at a time."""
         records = iter(records)
         block: list[Record] = []
         contents: list[np.ndarray] = []
-        size = 0
+        size = held = 0
         while chunk := list(islice(records, ENCODE_RECORDS)):
             try:
                 encoded = self.tokenizer.encode_batch([r.sequence for r in chunk], False,
                                                       records=[r.id for r in chunk], stats=stats.policies)
             except TokenizationError as error:
                 raise (with_source(error, source) if source is not None else error) from None
-            block.extend(chunk)
-            contents.extend(encoded)
-            size += sum(len(ids) for ids in encoded)
-            if size >= self.options.block_tokens:
-                yield block, contents
-                block, contents, size = [], [], 0
+            for record, ids in zip(chunk, encoded):
+                block.append(record)
+                contents.append(ids)
+                size += len(ids)
+                held += len(ids) if self.options.pool == "none" else 2  # pooled partials are float64
+                if size >= self.options.block_tokens or held >= BLOCK_BATCHES * self.options.batch_tokens:
+                    yield block, contents
+                    block, contents, size, held = [], [], 0, 0
         if block:
             yield block, contents
 

@@ -8,6 +8,7 @@ import torch
 
 from biotf.data.readers import Record
 from biotf.errors import ConfigError, InputError
+from biotf.export import embed as embed_module
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 
 RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
@@ -42,6 +43,21 @@ def test_blocks_do_not_change_results(tiny_encoder):
     large, _ = embed(tiny_encoder, records())
     assert [e.record.id for e in small] == [e.record.id for e in large]
     np.testing.assert_allclose(np.stack([e.vectors for e in small]), np.stack([e.vectors for e in large]), atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", ["none", "mean"])
+def test_blocks_hold_a_few_batches_of_vectors(tiny_encoder, pool):
+    """A block's vectors wait for its last batch, so a block ends at BLOCK_BATCHES batches' worth of them
+    (token rows for "none", two float32 rows per pooled record), however large `block_tokens` is."""
+    model, tokenizer = tiny_encoder
+    items = records([5, 40, 3, 17, 22, 9, 60, 1, 12] * 40)
+    embedder = Embedder(model, tokenizer, EmbedOptions(pool=pool, batch_tokens=16))
+    blocks = list(embedder._blocks(items, EmbedStats(), None))
+    limit = embed_module.BLOCK_BATCHES * 16
+    held = [[len(ids) if pool == "none" else 2 for ids in contents] for _, contents in blocks]
+    assert len(blocks) > 1 and sum(len(block) for block, _ in blocks) == len(items)
+    assert all(sum(rows[:-1]) < limit <= sum(rows) for rows in held[:-1])  # each ends at the first record over it
+    assert sum(held[-1]) <= limit
 
 
 def test_pooling_skips_special_tokens(tiny_encoder):
