@@ -234,11 +234,12 @@ def write_parquet(path: Path, writer: EmbeddingWriter) -> None:
             parquet.close()
 
 
-def _h5_stream(handle, where: str, encoding: str, dtype: Any, shape: tuple[int, ...],
+def _h5_stream(group: Any, where: str, encoding: str, dtype: Any, shape: tuple[int, ...],
                chunks: Iterable[Any]) -> None:
-    """One h5py dataset filled chunk by chunk, with the encoding attributes anndata's `write_elem` gives it
-    ("array" for numbers, "string-array" for text)."""
-    dataset = handle.create_dataset(where, shape=shape, dtype=dtype, chunks=(min(CHUNK_ROWS, max(shape[0], 1)), *shape[1:]))
+    """One h5py dataset of `group` filled chunk by chunk, with the encoding attributes anndata's `write_elem`
+    gives it ("array" for numbers, "string-array" for text)."""
+    dataset = group.create_dataset(where, shape=shape, dtype=dtype,
+                                   chunks=(min(CHUNK_ROWS, max(shape[0], 1)), *shape[1:]))
     dataset.attrs.update({"encoding-type": encoding, "encoding-version": "0.2.0"})
     start = 0
     for chunk in chunks:
