@@ -49,3 +49,17 @@ def test_unknown_experiment_and_empty_seeds_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["experiment", "attention"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "seeds"), [([], (0, 1, 2)), (["--quick"], (0,)), (["--seeds", "4", "5"], (4, 5)),
+                                             (["--quick", "--seeds", "7"], (7,))])
+def test_default_seeds_show_a_spread_and_quick_runs_one(argv, seeds, tmp_path, monkeypatch):
+    called = {}
+
+    def fake_run(name, out, run_seeds, quick):
+        called.update(name=name, seeds=run_seeds, quick=quick)
+        return out / "report.md"
+
+    monkeypatch.setattr("biotf.experiments.run_experiment", fake_run)
+    assert main(["experiment", "norm-placement", "--out", str(tmp_path), *argv]) == 0
+    assert called == {"name": "norm-placement", "seeds": seeds, "quick": "--quick" in argv}
