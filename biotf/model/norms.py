@@ -22,6 +22,32 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
 
+class _RMSNormFunction(torch.autograd.Function):
+    """float32 RMSNorm with a hand-written backward: 5 passes over the activations where autograd of the
+    composite (pow, mean, add, rsqrt, two muls) takes about twice as many. Saves x / rms rather than x.
+
+    d/dx of w * x * r, r = (mean(x^2) + eps)^-1/2:  r * (g w - x_hat * mean(g w * x_hat)),  x_hat = x r.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
+        normalized = x * rstd
+        ctx.save_for_backward(normalized, weight, rstd)
+        return normalized * weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        normalized, weight, rstd = ctx.saved_tensors
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad * normalized).flatten(0, -2).sum(0)
+        grad_normalized = grad * weight
+        projection = (grad_normalized * normalized).mean(-1, keepdim=True)
+        grad_x = grad_normalized.sub_(normalized * projection).mul_(rstd)
+        return grad_x, grad_weight, None
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back before the gain, as HF Qwen2RMSNorm."""
 
@@ -32,6 +58,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
+            if torch.is_grad_enabled() and self.weight.dtype == torch.float32 and (x.requires_grad
+                                                                                    or self.weight.requires_grad):
+                return _RMSNormFunction.apply(x, self.weight, self.eps)
             return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
         normalized = F.rms_norm(x.float(), x.shape[-1:], None, self.eps).to(x.dtype)
         return self.weight * normalized
