@@ -219,7 +219,7 @@ def test_damaged_cache_shard_is_rebuilt_never_read(tmp_path, file, kind):
 
 
 # --- interrupted embed -----------------------------------------------------------------------------
-RECORDS = 1500  # about two seconds of embedding: long enough to be caught mid-run
+RECORDS = 4000  # with --batch-tokens 128, vectors spool from ~2.5 s and the run ends at ~6.5 s: caught mid-run
 @pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGINT])
 def test_interrupted_embed_leaves_nothing_then_rerun_completes(tmp_path, signal_number):
     torch.manual_seed(0)
@@ -229,7 +229,7 @@ def test_interrupted_embed_leaves_nothing_then_rerun_completes(tmp_path, signal_
     fasta = write_proteins(tmp_path / "many.fasta", n=RECORDS)
     output = tmp_path / "out" / "embeddings.parquet"
     command = [sys.executable, "-m", "biotf", "embed", "--no-progress", "--model", str(model), "--input", str(fasta),
-               "--output", str(output), "--batch-tokens", "512"]
+               "--output", str(output), "--batch-tokens", "128"]  # small blocks: vectors spool early
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:  # wait until vectors are being spooled
