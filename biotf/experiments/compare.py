@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from biotf.errors import InputError
-from biotf.experiments.report import markdown_table, plot_panels, seed_note, summarize
+from biotf.experiments.report import markdown_table, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import (EXPLODED_FACTOR, curve_series, find_runs, group_by_setting, group_status,
                                    metric_column, read_run)
 
@@ -41,7 +41,7 @@ def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path
     seeds = sorted({run.seed for run in runs if run.seed is not None}, key=str)
     picture = plot_panels({title: {label: curve_series(members, column) for label, members in groups.items()}},
                           out.with_suffix(".png"), "step", column, diverged)
-    text = "\n\n".join([
+    write_markdown(out, [
         f"# Comparison of {len(runs)} runs: {column}",
         "Runs: " + ", ".join(f"`{shown(run.directory)}`" for run in runs),
         markdown_table(["setting", "runs", "last step", f"final {column}", f"best {column}", "status"], rows),
@@ -50,6 +50,4 @@ def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path
         "own minimum.",
         f"![{column} curves]({picture.name})",
     ])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n", encoding="utf-8")
     return out, picture

@@ -25,7 +25,7 @@ import torch
 
 from biotf.data import read_records
 from biotf.errors import InputError
-from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize
+from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
 from biotf.training.config import REPO_ROOT, TrainConfig
 
@@ -157,7 +157,7 @@ def write_report(out_dir: Path, results: dict[str, dict[str, list[tuple[Run, dic
     picture = plot_panels(panels, out_dir / "extrapolation.png", "evaluation length (tokens)",
                           "validation loss (nats/token)", diverged, log2_x=True)
     title = "# Train short, test long" + (" (QUICK setting: smoke test, not a result)" if quick else "")
-    text = "\n\n".join([
+    return write_markdown(out_dir / "report.md", [
         title,
         f"A causal model (conf/experiment/extrapolation.yaml) trained for {base.trainer.max_steps} steps on "
         f"{TRAIN_LENGTH}-token blocks with each position encoding, evaluated on the same validation tokens "
@@ -170,9 +170,6 @@ def write_report(out_dir: Path, results: dict[str, dict[str, list[tuple[Run, dic
         "holds its loss. `change` is the loss at the longest length relative to the training length.",
         f"![loss vs evaluation length]({picture.name})",
     ])
-    report = out_dir / "report.md"
-    report.write_text(text + "\n", encoding="utf-8")
-    return report
 
 
 def run(out_dir: Path, seeds: tuple[int, ...], quick: bool = False) -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize
+from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, curve_series, group_status, train_job
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], s
             gaps.append([f"{lr:g}", f"{norm_position}-LN", "n/a (a run diverged)" if gap is None else f"{gap:+.4f}"])
     title = "# Pre-LN vs Post-LN, with and without warmup" + (
         " (QUICK setting: smoke test, not a result)" if quick else "")
-    text = "\n\n".join([
+    return write_markdown(out_dir / "report.md", [
         title,
         f"Protein masked-LM (conf/experiment/norm_placement.yaml), {base.trainer.max_steps} steps, warmup 0 or "
         f"{base.optim.warmup_steps} steps then cosine decay, validation every {base.trainer.val_check_interval} "
@@ -93,9 +93,6 @@ def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], s
         "Pre-LN trains about as well without warmup.",
         f"![validation loss curves]({picture.name})",
     ])
-    report = out_dir / "report.md"
-    report.write_text(text + "\n", encoding="utf-8")
-    return report
 
 
 def run(out_dir: Path, seeds: tuple[int, ...], quick: bool = False) -> Path:

@@ -44,6 +44,13 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines)
 
 
+def write_markdown(path: Path, sections: Sequence[str]) -> Path:
+    """Write a report: its sections (title, paragraphs, tables, image links) separated by blank lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+    return path
+
+
 def seed_note(seeds: Sequence[object]) -> str:
     """The sentence every report states: how many seeds stand behind each number."""
     count = len(seeds)
