@@ -32,6 +32,24 @@ def test_last_hidden_state_is_after_the_final_norm_and_feeds_the_head():
     torch.testing.assert_close(model.lm_head(out.hidden_states[-1]), out.logits)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_encode_is_forward_without_the_head(causal):
+    """`encode` (what embedding export calls) returns forward's hidden states exactly, padded batches included,
+    and refuses bad input the same way."""
+    model = tiny(causal=causal)
+    ids = torch.randint(0, 64, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, output_hidden_states=True)
+        trunk = model.encode(ids, mask, output_hidden_states=True)
+    assert torch.equal(trunk.last_hidden_state, full.hidden_states[-1])
+    assert all(torch.equal(a, b) for a, b in zip(trunk.hidden_states, full.hidden_states, strict=True))
+    assert model.encode(ids).hidden_states is None and model.encode(ids).past_key_values is None
+    with pytest.raises(InputError, match="attention_mask must have shape"):
+        model.encode(ids, mask[:, :5])
+
+
 def test_causal_loss_is_shifted_next_token_cross_entropy():
     model = tiny()
     ids = torch.randint(0, 64, (2, 7))
