@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import zipfile
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,13 +130,19 @@ class EmbeddingWriter:
         """Metadata column names in order of first appearance (records lacking one get "")."""
         return [column for column in self.widths if column != "sequence"]
 
-    def text_chunks(self, column: str) -> Iterator[list[str]]:
-        """One text column ("sequence" or a metadata column), CHUNK_ROWS records at a time, from the spool."""
+    def text_chunks(self, columns: Sequence[str]) -> Iterator[list[list[str]]]:
+        """Text columns ("sequence" and metadata columns), CHUNK_ROWS records at a time, one list per column:
+        one pass over the spool, however many columns are read together."""
         self.text.flush()
         with open(self.text.name, encoding="utf-8") as handle:
             while lines := list(islice(handle, CHUNK_ROWS)):
                 rows = [json.loads(line) for line in lines]
-                yield [row[0] for row in rows] if column == "sequence" else [row[1].get(column, "") for row in rows]
+                yield [[row[0] for row in rows] if column == "sequence" else [row[1].get(column, "") for row in rows]
+                       for column in columns]
+
+    def text_column(self, column: str) -> Iterator[list[str]]:
+        """One text column, CHUNK_ROWS records at a time (formats that write a column whole, one after another)."""
+        return (chunk for (chunk,) in self.text_chunks([column]))
 
     def offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)])
@@ -184,8 +190,8 @@ def _npz_entry(archive: zipfile.ZipFile, name: str, dtype: np.dtype, shape: tupl
 def write_npz(path: Path, writer: EmbeddingWriter) -> None:
     rows = len(writer.ids)
     texts = {"ids": (max(map(len, writer.ids), default=0), _chunks(writer.ids)),
-             "sequences": (writer.widths["sequence"], writer.text_chunks("sequence")),
-             **{f"metadata/{c}": (writer.widths[c], writer.text_chunks(c)) for c in writer.columns()}}
+             "sequences": (writer.widths["sequence"], writer.text_column("sequence")),
+             **{f"metadata/{c}": (writer.widths[c], writer.text_column(c)) for c in writer.columns()}}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, (width, chunks) in texts.items():  # fixed-width unicode, as np.array(strings, dtype=str)
             _npz_entry(archive, name, np.dtype(f"<U{max(width, 1)}"), (rows,), chunks)
@@ -209,9 +215,9 @@ def _row_tables(writer: EmbeddingWriter) -> Iterator[dict[str, Any]]:
                    "vectors": chunk}
         return
     columns = writer.columns()
-    texts = zip(_chunks(writer.ids), *(writer.text_chunks(c) for c in ["sequence", *columns]))
-    for arrays, text in zip(vectors, texts):
-        yield {"plain": dict(zip(["id", "sequence", *columns], text)), "vectors": dict(zip(names, arrays))}
+    texts = zip(_chunks(writer.ids), writer.text_chunks(["sequence", *columns]))
+    for arrays, (ids, text) in zip(vectors, texts):
+        yield {"plain": dict(zip(["id", "sequence", *columns], [ids, *text])), "vectors": dict(zip(names, arrays))}
 
 
 def write_parquet(path: Path, writer: EmbeddingWriter) -> None:
@@ -248,7 +254,8 @@ def _h5_stream(group: Any, where: str, encoding: str, dtype: Any, shape: tuple[i
 
 
 def _per_token_obs(writer: EmbeddingWriter) -> dict[str, Iterator[Any]]:
-    """obs columns of a per-token file, one chunk of token rows at a time: index "<id>/<position>", id, token columns."""
+    """obs columns of a per-token file, one chunk of token rows at a time: index "<id>/<position>", id, and the
+    token columns."""
     ids = np.array(writer.ids, dtype=object)
     streams = {c: writer.spools[c].chunks() for c in TOKEN_COLUMNS}
     index = ([f"{i}/{p}" for i, p in zip(ids[r], q)] for r, q in zip(writer.spools["record_index"].chunks(),
@@ -267,7 +274,7 @@ def write_h5ad(path: Path, writer: EmbeddingWriter) -> None:
         rows, index, obs = writer.spools["record_index"].rows, "_index", _per_token_obs(writer)
     else:
         rows, index = len(writer.ids), "id"
-        obs = {"id": _chunks(writer.ids), **{c: writer.text_chunks(c) for c in ["sequence", *writer.columns()]}}
+        obs = {"id": _chunks(writer.ids), **{c: writer.text_column(c) for c in ["sequence", *writer.columns()]}}
     dim = writer.spools["embeddings"].shape[0]
     with h5py.File(path, "w") as handle:
         handle.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
