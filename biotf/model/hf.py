@@ -52,6 +52,7 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
+from biotf.model.layout import decode_layout, decode_matrix_names
 from biotf.model.transformer import Transformer
 
 CONFIG_FILE = "config.json"
@@ -341,8 +342,9 @@ LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
 }
 
 
-def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
-    """A biotf Transformer with the weights of a HF model object or model directory (see module docstring)."""
+def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32, for_decoding: bool = False) -> Transformer:
+    """A biotf Transformer with the weights of a HF model object or model directory (see module docstring);
+    `for_decoding` stores its matrices in their decoding layout (`layout.py`) as they are read."""
     if isinstance(model_or_directory, (str, PathLike)):
         directory = Path(model_or_directory)
         if not directory.is_dir():
@@ -371,11 +373,15 @@ def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Tran
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise CheckpointError(f"tensor for {name} has shape {tuple(tensor.shape)}, the config implies "
                                   f"{tuple(expected[name].shape)}")
-    # One tensor at a time, each source dropped as it goes. Tensors read from files are fresh (memory-mapped
-    # copy-on-write) and are used as they are; those of a model object are copied so that the two never share.
+    # One tensor at a time, each source dropped as it goes (with `for_decoding`, matrices are copied into their
+    # decoding layout here rather than rearranged later, which would hold two copies of the largest). Tensors
+    # read from files are fresh (memory-mapped copy-on-write); those of a model object are copied so that the
+    # two never share.
+    matrices = decode_matrix_names(model) if for_decoding else set()
     for name in list(state):
-        tensor = state.pop(name).detach().to(dtype=dtype)
-        state[name] = tensor.clone() if directory is None else tensor
+        source = state.pop(name).detach()
+        tensor = decode_layout(source, dtype) if name in matrices else source.to(dtype=dtype)
+        state[name] = tensor.clone() if directory is None and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 

@@ -1,8 +1,8 @@
 """Generation section: loading and running a Hugging Face Qwen2 checkpoint directory (issue 6).
 
-1. Peak RSS of loading (`Transformer.from_hf`, the weights part of `load_hf_checkpoint`) a random checkpoint
-   of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in bf16 without ever building a
-   model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
+1. Peak RSS of loading (`Transformer.from_hf(for_decoding=True)`, the weights part of `load_hf_checkpoint`) a
+   random checkpoint of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in bf16 without ever
+   building a model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
    the weights' size in memory; target <= 1.3x (the interpreter + torch share is printed beside it).
 2. Prefill and decode tokens/s of `biotf.inference.generation.generate_ids` against `transformers`'
    `generate` on the same checkpoint, dtype and prompt, timed alternately: greedy, one prompt of 128
@@ -115,7 +115,7 @@ with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")
 baseline = status("VmRSS")
 start = time.perf_counter()
-model = Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]))
+model = Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]), for_decoding=True)
 seconds = time.perf_counter() - start
 with torch.inference_mode():
     model(torch.tensor([[1, 2, 3]]))
@@ -145,7 +145,7 @@ def speed(bench, directory: Path, dtype: torch.dtype, label: str, prompt_length:
     from biotf.inference.generation import generate_ids
     from biotf.model import Transformer
 
-    ours = Transformer.from_hf(directory, dtype=dtype)
+    ours = Transformer.from_hf(directory, dtype=dtype, for_decoding=True)  # as load_pretrained
     theirs = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa").eval()
     vocab = ours.config.vocab_size
     prompt = torch.randint(0, min(vocab, 151643), (1, prompt_length), generator=torch.Generator().manual_seed(0))

@@ -4,7 +4,7 @@
   with the model FLOPs utilisation of both against this machine's fp32 matmul peak (measured here);
 - the same step with bf16-mixed autocast vs HF fp32;
 - masked-LM training step, ESM-shaped tiny config, vs EsmForMaskedLM (sdpa);
-- prefill (1 x 512) and greedy decoding with the KV cache vs HF `generate`.
+- prefill (1 x 512), and greedy decoding with the KV cache (`generate_ids`) vs HF `generate`.
 Each side uses its own best everyday settings: biotf its fused AdamW, HF torch's default AdamW (foreach).
 """
 
@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from biotf.model import KVCache, Transformer, TransformerConfig
+from biotf.inference.generation import generate_ids
+from biotf.model import Transformer, TransformerConfig
 
 VOCAB = 8192
 
@@ -56,17 +57,6 @@ def train_step(model, optimizer, batch, autocast: bool = False):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return step
-
-
-def greedy_decode(model: Transformer, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    cache = KVCache(model.config.n_layers, initial_capacity=ids.shape[1] + new_tokens)
-    logits = model(ids, past_key_values=cache, use_cache=True).logits[:, -1]
-    out = []
-    for _ in range(new_tokens):
-        token = logits.argmax(-1, keepdim=True)
-        out.append(token)
-        logits = model(token, past_key_values=cache, use_cache=True).logits[:, -1]
-    return torch.cat(out, dim=1)
 
 
 def run(bench, quick: bool) -> None:
@@ -127,12 +117,11 @@ def run(bench, quick: bool) -> None:
     with torch.no_grad():
         expected = hf.generate(start_ids, attention_mask=torch.ones_like(start_ids), max_new_tokens=new_tokens,
                                min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[:, 16:]
-        same = torch.equal(greedy_decode(ours, start_ids, new_tokens), expected)
+        same = generate_ids(ours, start_ids.tolist(), max_new_tokens=new_tokens) == expected.tolist()
     bench.record("greedy decode tokens identical to HF generate", float(same), "bool")
 
-    @torch.no_grad()
     def our_decode():
-        return greedy_decode(ours, start_ids, new_tokens)
+        return generate_ids(ours, start_ids.tolist(), max_new_tokens=new_tokens)
 
     @torch.no_grad()
     def hf_decode():

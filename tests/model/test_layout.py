@@ -1,0 +1,71 @@
+"""The decoding layout (`biotf.model.layout`): only strides change, where measured faster, and the model still trains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from biotf.model import Transformer, TransformerConfig
+from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
+
+
+def is_transposed(tensor: torch.Tensor) -> bool:
+    return tensor.t().is_contiguous() and not tensor.is_contiguous()
+
+
+def tiny(tied: bool) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48,
+                                         pos="rope", norm="rmsnorm", mlp="swiglu", qkv_bias=True, bias=False,
+                                         tie_embeddings=tied, causal=True, max_seq_len=64))
+
+
+def test_float32_cpu_matrices_are_stored_transposed_once():
+    weight = torch.randn(6, 4)
+    arranged = decode_layout(weight)
+    assert arranged.shape == (6, 4) and is_transposed(arranged) and torch.equal(arranged, weight)
+    assert decode_layout(arranged) is arranged  # already there: no copy
+
+
+def test_bfloat16_stays_row_major_and_dtype_converts_in_the_same_call():
+    transposed = torch.randn(4, 6).t()
+    assert decode_layout(transposed, torch.bfloat16).is_contiguous()
+    converted = decode_layout(torch.randn(6, 4, dtype=torch.bfloat16), torch.float32)
+    assert converted.dtype == torch.float32 and is_transposed(converted)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_arranging_changes_strides_not_values(tied):
+    model = tiny(tied).eval()
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        before = model(ids).logits
+    parameters = dict(model.named_parameters())
+    identities = {name: id(p) for name, p in parameters.items()}
+    arrange_for_decoding(model)
+    names = decode_matrix_names(model)
+    assert ("embed.weight" in names) is tied and "blocks.0.attn.qkv.weight" in names
+    for name, parameter in model.named_parameters():
+        assert id(parameter) == identities[name]
+        assert is_transposed(parameter) if name in names else parameter.is_contiguous(), name
+    pointers = [p.data_ptr() for p in model.parameters()]
+    arrange_for_decoding(model)
+    assert [p.data_ptr() for p in model.parameters()] == pointers  # idempotent, no copies
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, before, rtol=0, atol=1e-5)  # summation order only
+
+
+def test_model_arranged_under_inference_mode_still_trains_and_moves_back_for_bfloat16():
+    model = tiny(tied=True)
+    with torch.inference_mode():  # as generate_ids calls it
+        arrange_for_decoding(model)
+    assert not any(p.is_inference() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, 97, (2, 9))
+    first = model(ids, labels=ids).loss
+    first.backward()
+    assert model.embed.weight.grad is not None and model.blocks[0].attn.qkv.weight.grad.shape == (64, 32)
+    optimizer.step()
+    assert model(ids, labels=ids).loss.item() < first.item()
+    arrange_for_decoding(model.to(torch.bfloat16))
+    assert all(p.is_contiguous() for p in model.parameters())
