@@ -73,10 +73,12 @@ def read_hf_config(directory: Path) -> dict[str, Any]:
 
 
 class SafetensorsWeights(Mapping[str, torch.Tensor]):
-    """The tensors of safetensors files, each read (memory-mapped, converted to `dtype`) only when looked up.
+    """The tensors of safetensors files, each read (memory-mapped) only when looked up.
 
     Lazy so that a mapping function which fuses tensors (q/k/v, gate/up) drops each source right after
     use: loading never holds a second full copy of the weights (issue 6: peak RSS <= 1.3x their size).
+    A conversion to `dtype` that shrinks a tensor happens here, before fusing; one that grows it is left
+    to the loader, which makes it in the same copy as the layout (`load_hf`).
     """
 
     def __init__(self, files: Mapping[str, Path], dtype: torch.dtype | None = None):
@@ -89,7 +91,9 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
         # of every fused (freed) source would stay resident as long as any unfused tensor lives.
         with safe_open(self._files[name], framework="pt") as handle:
             tensor = handle.get_tensor(name)
-        return tensor if self._dtype is None else tensor.to(self._dtype)
+        if self._dtype is None or tensor.element_size() < torch.empty((), dtype=self._dtype).element_size():
+            return tensor
+        return tensor.to(self._dtype)
 
     def __iter__(self):
         return iter(self._files)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from biotf.model.config import TransformerConfig
+from biotf.model.linear import Linear
 
 
 class FeedForward(nn.Module):
@@ -20,8 +21,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.up = Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.down = Linear(config.d_ff, config.d_model, bias=config.bias)
         self.activation = F.gelu if config.mlp == "gelu" else F.relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -34,8 +35,8 @@ class SwiGLU(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.d_ff = config.d_ff
-        self.gate_up = nn.Linear(config.d_model, 2 * config.d_ff, bias=config.bias)
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.gate_up = Linear(config.d_model, 2 * config.d_ff, bias=config.bias)
+        self.down = Linear(config.d_ff, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).split(self.d_ff, dim=-1)

@@ -42,10 +42,10 @@ from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.head import HeadTransform
+from biotf.model.linear import Linear, linear
 from biotf.model.loss import IGNORE_INDEX, linear_cross_entropy
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
-
 
 # The share of tokens ESM's training replaced by <mask> (15% selected x 80% masked), hard-coded in every ESM
 # training run and in HF EsmEmbeddings; token dropout rescales by it.
@@ -84,7 +84,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.final_norm = build_norm(config) if config.norm_position == "pre" else None
         self.head_transform = HeadTransform(config) if config.lm_head_transform else None
-        self.lm_head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = None if config.tie_embeddings else Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
         self.reset_parameters()
 
@@ -136,7 +136,7 @@ class Transformer(nn.Module):
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
             kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
-            logits, loss = F.linear(self._head_input(kept), head, self.lm_head_bias), None
+            logits, loss = linear(self._head_input(kept), head, self.lm_head_bias), None
         else:
             logits, loss = self._logits_and_loss(self._head_input(x), head, labels)
         return TransformerOutput(logits, loss, trunk.hidden_states, trunk.past_key_values)

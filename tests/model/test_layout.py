@@ -69,3 +69,45 @@ def test_model_arranged_under_inference_mode_still_trains_and_moves_back_for_bfl
     assert model(ids, labels=ids).loss.item() < first.item()
     arrange_for_decoding(model.to(torch.bfloat16))
     assert all(p.is_contiguous() for p in model.parameters())
+
+
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("rows, bias", [(1, True), (3, False)])
+def test_split_product_equals_f_linear(two_threads, monkeypatch, rows, bias):
+    from biotf.model import linear as linear_module
+
+    calls = []
+    monkeypatch.setattr(linear_module.torch, "bmm", lambda *a: calls.append(1) or torch.ops.aten.bmm(*a))
+    weight = decode_layout(torch.randn(4096, linear_module.SPLIT_MIN_ELEMENTS // 4096 + 1))
+    b = torch.randn(4096) if bias else None
+    x = torch.randn(rows, 1, weight.shape[1]) / weight.shape[1] ** 0.5  # outputs of order 1
+    with torch.inference_mode():
+        split = linear_module.linear(x, weight, b)
+    assert calls, "a large transposed float32 matrix times few rows is split over the threads"
+    # the same dot products, perhaps summed in another order: float32 rounding only
+    torch.testing.assert_close(split, torch.nn.functional.linear(x, weight, b), rtol=0, atol=1e-5)
+    assert split.shape == (rows, 1, 4096)
+
+
+def test_split_product_is_left_to_f_linear_where_it_does_not_pay(two_threads, monkeypatch):
+    from biotf.model import linear as linear_module
+
+    calls = []
+    monkeypatch.setattr(linear_module.torch, "bmm", lambda *a: calls.append(1) or torch.ops.aten.bmm(*a))
+    large = linear_module.SPLIT_MIN_ELEMENTS // 4096 + 1
+    transposed = decode_layout(torch.randn(4096, large))
+    x = torch.randn(1, large)
+    linear_module.linear(x.requires_grad_(), transposed)  # gradients needed
+    with torch.inference_mode():
+        linear_module.linear(torch.randn(linear_module.SPLIT_MAX_ROWS + 1, large), transposed)  # prefill-sized
+        linear_module.linear(torch.randn(1, large), transposed.contiguous())  # row-major
+        linear_module.linear(torch.randn(1, 64), decode_layout(torch.randn(64, 64)))  # small, cache-resident
+        linear_module.linear(torch.randn(1, large), decode_layout(torch.randn(4095, large)))  # odd split
+    assert not calls
