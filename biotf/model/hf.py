@@ -52,7 +52,7 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
-from biotf.model.layout import decode_layout, decode_matrix_names
+from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
 from biotf.model.transformer import Transformer
 
 CONFIG_FILE = "config.json"
@@ -387,6 +387,8 @@ def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32, for_dec
         tensor = decode_layout(source, dtype) if name in matrices else source.to(dtype=dtype)
         state[name] = tensor.clone() if directory is None and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
+    if for_decoding:
+        arrange_for_decoding(model)  # the layout is in place already; this sets how products run
     return model.eval()
 
 

@@ -20,6 +20,8 @@ and state-dict keys do not, and files are written `.contiguous()`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -51,14 +53,32 @@ def decode_matrix_names(model: nn.Module) -> set[str]:
     return names
 
 
+def last_level_cache_bytes() -> int:
+    """Size of CPU 0's largest cache (Linux sysfs); 32 MiB where it cannot be read."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=32 * 2**20)
+
+
 def arrange_for_decoding(model: nn.Module) -> nn.Module:
-    """Put `model`'s decode matrices into `decode_layout` in place (values unchanged; a no-op when they are);
+    """Put `model`'s decode matrices into `decode_layout` in place (values unchanged; a no-op when they are), and
+    have few-row products split over the threads (`linear.py`) when the matrices outgrow the last-level cache;
     returns the model. Call it again after moving the model to another device or dtype."""
     parameters = dict(model.named_parameters())
+    matrices = [parameters[name] for name in decode_matrix_names(model)]
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, trainable afterwards
-        for name in decode_matrix_names(model):
-            parameter = parameters[name]
+        for parameter in matrices:
             arranged = decode_layout(parameter.data)
             if arranged is not parameter.data:
                 parameter.data = arranged
+    streamed = sum(p.nbytes for p in matrices) > last_level_cache_bytes()
+    for module in model.modules():
+        if hasattr(module, "split_products"):
+            module.split_products = streamed
     return model

@@ -6,11 +6,11 @@ and one core cannot draw a matrix from memory at the rate the machine can. A mat
 are strided views of it, no copy; `torch.bmm` over the slices runs one on each thread. Each output is the
 same dot product as before, perhaps summed in another order (float32 rounding, about 1e-7 relative).
 
-Only matrices of at least `SPLIT_MIN_ELEMENTS` are split: on the 2-core CPU this was measured on, the 0.5B
-Qwen2 shape's MLP and head matrices (4-136M elements, 1.7 of its 1.9 GB) decode 1.15-1.2x faster per token
-split; the small benchmark shape (every matrix <= 2M elements, 20 MB in all, resident in the L3 cache) is 4%
-slower, as one thread already keeps up with the cache. Products with more than `SPLIT_MAX_ROWS` rows
-(prefill, training) and those that need gradients take F.linear.
+Splitting pays only when the weights stream from memory: `arrange_for_decoding` turns it on (`split_products`)
+when the model's decode matrices outgrow the last-level cache. Measured per decoded token on the 2-core CPU
+(32 MB L3): the 0.5B Qwen2 shape (1.9 GB) 132 ms unsplit, 109 ms split (1.21x); the small benchmark shape
+(20 MB, cache-resident) 4% slower with its largest matrix split, so it is not. Products with more than
+`SPLIT_MAX_ROWS` rows (prefill, training) and those that need gradients always take F.linear.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SPLIT_MIN_ELEMENTS = 4_000_000  # 16 MB in float32
 SPLIT_MAX_ROWS = 16
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias, as F.linear computes it; see the module docstring for when it is split."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           split: bool = False) -> torch.Tensor:
+    """x @ weight.T + bias, as F.linear computes it; with `split`, few rows run split (see the module docstring)."""
     out_features, in_features = weight.shape
     parts = torch.get_num_threads()
     rows = x.numel() // in_features if in_features else 0
-    if (parts < 2 or rows > SPLIT_MAX_ROWS or weight.numel() < SPLIT_MIN_ELEMENTS or out_features % parts
+    if (not split or parts < 2 or rows > SPLIT_MAX_ROWS or out_features % parts
             or x.device.type != "cpu" or weight.stride() != (1, out_features) or x.dtype != weight.dtype
             or torch.is_autocast_enabled("cpu")
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
@@ -43,5 +43,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 class Linear(nn.Linear):
     """nn.Linear (same parameters and state-dict keys) whose forward is `linear`."""
 
+    split_products = False  # set by `arrange_for_decoding`
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.split_products)

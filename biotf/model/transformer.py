@@ -70,6 +70,8 @@ class TrunkOutput:
 
 
 class Transformer(nn.Module):
+    split_products = False  # for the tied LM head, as `Linear.split_products` (set by `arrange_for_decoding`)
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         if not isinstance(config, TransformerConfig):
@@ -136,7 +138,7 @@ class Transformer(nn.Module):
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
             kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
-            logits, loss = linear(self._head_input(kept), head, self.lm_head_bias), None
+            logits, loss = linear(self._head_input(kept), head, self.lm_head_bias, self.split_products), None
         else:
             logits, loss = self._logits_and_loss(self._head_input(x), head, labels)
         return TransformerOutput(logits, loss, trunk.hidden_states, trunk.past_key_values)

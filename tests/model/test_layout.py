@@ -1,11 +1,12 @@
-"""The decoding layout (`biotf.model.layout`): only strides change, where measured faster, and the model still trains."""
+"""Decoding layout (`layout.py`) and split products (`linear.py`): strides and speed change, values only by rounding."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from biotf.model import Transformer, TransformerConfig
+from biotf.model import Transformer, TransformerConfig, layout
+from biotf.model import linear as linear_module
 from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
 
 
@@ -81,33 +82,38 @@ def two_threads():
 
 @pytest.mark.parametrize("rows, bias", [(1, True), (3, False)])
 def test_split_product_equals_f_linear(two_threads, monkeypatch, rows, bias):
-    from biotf.model import linear as linear_module
-
     calls = []
     monkeypatch.setattr(linear_module.torch, "bmm", lambda *a: calls.append(1) or torch.ops.aten.bmm(*a))
-    weight = decode_layout(torch.randn(4096, linear_module.SPLIT_MIN_ELEMENTS // 4096 + 1))
+    weight = decode_layout(torch.randn(4096, 300))
     b = torch.randn(4096) if bias else None
-    x = torch.randn(rows, 1, weight.shape[1]) / weight.shape[1] ** 0.5  # outputs of order 1
+    x = torch.randn(rows, 1, 300) / 300 ** 0.5  # outputs of order 1
     with torch.inference_mode():
-        split = linear_module.linear(x, weight, b)
-    assert calls, "a large transposed float32 matrix times few rows is split over the threads"
+        split = linear_module.linear(x, weight, b, split=True)
+    assert calls, "a transposed float32 matrix times few rows is split over the threads"
     # the same dot products, perhaps summed in another order: float32 rounding only
     torch.testing.assert_close(split, torch.nn.functional.linear(x, weight, b), rtol=0, atol=1e-5)
     assert split.shape == (rows, 1, 4096)
 
 
 def test_split_product_is_left_to_f_linear_where_it_does_not_pay(two_threads, monkeypatch):
-    from biotf.model import linear as linear_module
-
     calls = []
     monkeypatch.setattr(linear_module.torch, "bmm", lambda *a: calls.append(1) or torch.ops.aten.bmm(*a))
-    large = linear_module.SPLIT_MIN_ELEMENTS // 4096 + 1
-    transposed = decode_layout(torch.randn(4096, large))
-    x = torch.randn(1, large)
-    linear_module.linear(x.requires_grad_(), transposed)  # gradients needed
+    transposed = decode_layout(torch.randn(64, 48))
+    x = torch.randn(1, 48)
+    linear_module.linear(x.requires_grad_(), transposed, split=True)  # gradients needed
     with torch.inference_mode():
-        linear_module.linear(torch.randn(linear_module.SPLIT_MAX_ROWS + 1, large), transposed)  # prefill-sized
-        linear_module.linear(torch.randn(1, large), transposed.contiguous())  # row-major
-        linear_module.linear(torch.randn(1, 64), decode_layout(torch.randn(64, 64)))  # small, cache-resident
-        linear_module.linear(torch.randn(1, large), decode_layout(torch.randn(4095, large)))  # odd split
+        linear_module.linear(torch.randn(linear_module.SPLIT_MAX_ROWS + 1, 48), transposed, split=True)  # prefill
+        linear_module.linear(torch.randn(1, 48), transposed.contiguous(), split=True)  # row-major
+        linear_module.linear(torch.randn(1, 48), decode_layout(torch.randn(63, 48)), split=True)  # odd split
+        linear_module.linear(torch.randn(1, 48), transposed)  # not asked to
     assert not calls
+
+
+def test_products_are_split_only_when_the_matrices_outgrow_the_cache(monkeypatch):
+    model = tiny(tied=True)
+    arrange_for_decoding(model)
+    assert not model.split_products and not model.blocks[0].mlp.gate_up.split_products  # a few kB: cache-resident
+    monkeypatch.setattr(layout, "last_level_cache_bytes", lambda: 1024)
+    arrange_for_decoding(model)
+    linears = [m for m in model.modules() if isinstance(m, linear_module.Linear)]
+    assert model.split_products and all(m.split_products for m in linears)
