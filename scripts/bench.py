@@ -4,6 +4,7 @@
     python scripts/bench.py                       # every section
     python scripts/bench.py tokenizers model      # some sections
     python scripts/bench.py --quick --json out.json
+    python scripts/bench.py model generation --device cuda   # both sides on the GPU
 
 Each section lives in `scripts/benchmarks/<section>.py` and defines `run(bench, quick)`, calling
 `bench.compare(...)` for paired timings and `bench.record(...)` for single figures (RSS, MFU).
@@ -58,7 +59,18 @@ class Comparison:
 @dataclass
 class Bench:
     quick: bool = False
+    device: str = "cpu"  # where the model and generation sections run (`--device`)
     results: list[dict] = field(default_factory=list)
+
+    def _seconds(self, fn: Callable[[], object]) -> float:
+        """Wall time of one call, waiting for queued GPU work to finish before the clock stops."""
+        start = time.perf_counter()
+        fn()
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
 
     def compare(self, name: str, biotf: Callable[[], object], anchor: Callable[[], object], *, anchor_name: str,
                 unit: str, work: float, repeats: int = 7, warmup: int = 2, target: float | None = None) -> Comparison:
@@ -71,9 +83,7 @@ class Bench:
         for i in range(repeats):
             order = [(biotf, ours), (anchor, theirs)]
             for fn, sink in order if i % 2 == 0 else reversed(order):
-                start = time.perf_counter()
-                fn()
-                sink.append(time.perf_counter() - start)
+                sink.append(self._seconds(fn))
         comparison = Comparison(name, unit, work, ours, theirs, anchor_name, target=target)
         print(comparison.line(), flush=True)
         self.results.append({**asdict(comparison), "ratio": comparison.ratio,
@@ -87,12 +97,7 @@ class Bench:
             repeats, warmup = max(2, repeats // 3), 1
         for _ in range(warmup):
             fn()
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        return [self._seconds(fn) for _ in range(repeats)]
 
     def record(self, name: str, value: float, unit: str, target: str | None = None, note: str = "") -> None:
         """A single measured figure (throughput, peak RSS, MFU) with an optional target."""
@@ -117,13 +122,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sections", nargs="*", help=f"sections to run (default all: {', '.join(available_sections())})")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller inputs (smoke run)")
     parser.add_argument("--json", type=Path, default=Path("bench-results/bench.json"), help="where to write results")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where the model and generation sections run both sides (the others are CPU work)")
     args = parser.parse_args(argv)
     sections = args.sections or available_sections()
     unknown = sorted(set(sections) - set(available_sections()))
     if unknown:
         parser.error(f"unknown section(s) {unknown}; available: {available_sections()}")
-    bench = Bench(quick=args.quick)
-    print(f"biotf bench on {platform.machine()} / {platform.python_version()}, sections: {', '.join(sections)}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here")
+    bench = Bench(quick=args.quick, device=args.device)
+    print(f"biotf bench on {platform.machine()} / {platform.python_version()}, device {args.device}, "
+          f"sections: {', '.join(sections)}")
     for name in sections:
         print(f"\n== {name} ==", flush=True)
         load_section(name).run(bench, args.quick)

@@ -10,7 +10,8 @@
    32-token time minus that, per remaining token. Targets: prefill >= 1.0x, decode >= 1.5x.
    Shapes: a small Qwen2 (per-token framework overhead sets the pace) and the 0.5B shape in float32
    and bfloat16 (reading 1-2 GB of weights per token sets it, the same for both sides).
-`--quick`: a 4-layer 0.5B-shaped checkpoint, float32 only, 64-token prompt, 8 new tokens.
+`--quick`: a 4-layer 0.5B-shaped checkpoint, float32 only, 64-token prompt, 8 new tokens. `--device cuda` runs
+both sides of 2. on the GPU (loading is measured on the CPU, where checkpoints are read).
 """
 
 from __future__ import annotations
@@ -145,10 +146,12 @@ def speed(bench, directory: Path, dtype: torch.dtype, label: str, prompt_length:
     from biotf.inference.generation import generate_ids
     from biotf.model import Transformer
 
-    ours = Transformer.from_hf(directory, dtype=dtype, for_decoding=True)  # as load_pretrained
-    theirs = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa").eval()
+    ours = Transformer.from_hf(directory, dtype=dtype, for_decoding=True).to(bench.device)  # as load_pretrained
+    theirs = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
+    theirs = theirs.to(bench.device).eval()
     vocab = ours.config.vocab_size
     prompt = torch.randint(0, min(vocab, 151643), (1, prompt_length), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.to(bench.device)
     mask = torch.ones_like(prompt)
 
     def biotf_generate(n: int):

@@ -28,17 +28,19 @@ def qwen_shaped(quick: bool):
                        max_position_embeddings=4096)
 
 
-def matmul_peak_flops(quick: bool, dtype: torch.dtype = torch.float32) -> float:
+def matmul_peak_flops(bench, dtype: torch.dtype = torch.float32) -> float:
     """Best observed matmul throughput (FLOP/s) on square matrices: this machine's practical peak."""
     best = 0.0
-    sizes = (1024, 2048) if dtype == torch.float32 and not quick else (512,) if dtype != torch.float32 else (1024,)
+    if bench.device == "cuda":
+        sizes = (4096, 8192)
+    else:
+        sizes = (1024, 2048) if dtype == torch.float32 and not bench.quick else (512,) if dtype != torch.float32 \
+            else (1024,)
     for n in sizes:
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        a @ b
-        for _ in range(3 if quick or dtype != torch.float32 else 6):
-            start = time.perf_counter()
-            a @ b
-            best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
+        a, b = (torch.randn(n, n, dtype=dtype, device=bench.device) for _ in range(2))
+        bench.time(lambda: a @ b, repeats=1)  # warm-up
+        for _ in range(3 if bench.quick or dtype != torch.float32 else 6):
+            best = max(best, 2 * n ** 3 / bench.time(lambda: a @ b, repeats=1, warmup=0)[0])
     return best
 
 
@@ -50,8 +52,10 @@ def training_flops(model: Transformer, tokens: int, length: int) -> float:
 
 
 def train_step(model, optimizer, batch, autocast: bool = False):
+    device_type = batch["input_ids"].device.type
+
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -66,14 +70,16 @@ def run(bench, quick: bool) -> None:
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
     batch_size, length = (4, 128) if quick else (8, 256)
+    device = torch.device(bench.device)
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"{torch.get_num_threads()} threads"
 
-    peak = matmul_peak_flops(quick)
-    bench.record("fp32 matmul peak", peak / 1e9, "GFLOP/s", note=f"{torch.get_num_threads()} threads")
+    peak = matmul_peak_flops(bench)
+    bench.record("fp32 matmul peak", peak / 1e9, "GFLOP/s", note=where)
 
     # --- causal LM training step, Qwen2-shaped ---------------------------------------------------------
-    hf = Qwen2ForCausalLM._from_config(qwen_shaped(quick), attn_implementation="sdpa").train()
-    ours = Transformer.from_hf(hf).train()
-    ids = torch.randint(0, VOCAB, (batch_size, length))
+    hf = Qwen2ForCausalLM._from_config(qwen_shaped(quick), attn_implementation="sdpa").to(device).train()
+    ours = Transformer.from_hf(hf).to(device).train()
+    ids = torch.randint(0, VOCAB, (batch_size, length), device=device)
     batch = {"input_ids": ids, "labels": ids}
     hf_optimizer = torch.optim.AdamW(hf.parameters(), lr=1e-4)
     our_optimizer = torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True)
@@ -85,11 +91,14 @@ def run(bench, quick: bool) -> None:
     for side, seconds in (("biotf", fp32.biotf_seconds), ("HF", fp32.anchor_seconds)):
         median = sorted(seconds)[len(seconds) // 2]
         bench.record(f"MFU causal train step fp32, {side}", 100 * flops / median / peak, "% of fp32 matmul peak")
-    # bf16-mixed: fast only where the CPU multiplies bf16 natively (AVX512-BF16 / AMX); elsewhere oneDNN's
+    # bf16-mixed: fast on GPUs and where the CPU multiplies bf16 natively (AVX512-BF16 / AMX); elsewhere oneDNN's
     # reference path is tens of times slower than fp32, so the step is timed fewer times and the reason printed.
-    native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    bench.record("bf16 matmul peak", matmul_peak_flops(quick, torch.bfloat16) / 1e9, "GFLOP/s",
-                 note="native bf16 on this CPU" if native_bf16 else "no native bf16 on this CPU (reference path)")
+    if device.type == "cuda":
+        native_bf16 = torch.cuda.is_bf16_supported()
+    else:
+        native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    bench.record("bf16 matmul peak", matmul_peak_flops(bench, torch.bfloat16) / 1e9, "GFLOP/s",
+                 note="native bf16 here" if native_bf16 else "no native bf16 on this CPU (reference path)")
     bench.compare(f"causal train step bf16-mixed vs HF fp32 ({shape})",
                   train_step(ours, our_optimizer, batch, autocast=True), train_step(hf, hf_optimizer, batch),
                   anchor_name="transformers Qwen2ForCausalLM fp32", unit="tokens", work=batch_size * length,
@@ -99,7 +108,7 @@ def run(bench, quick: bool) -> None:
     # --- inference: prefill 1 x 512 and greedy decoding with the KV cache -----------------------------
     hf.eval()
     ours.eval()
-    prompt = torch.randint(0, VOCAB, (1, 512))
+    prompt = torch.randint(0, VOCAB, (1, 512), device=device)
 
     @torch.no_grad()
     def our_prefill():
@@ -113,7 +122,7 @@ def run(bench, quick: bool) -> None:
                   unit="tokens", work=512, repeats=9, target=1.0)
 
     new_tokens = 32 if quick else 128
-    start_ids = torch.randint(0, VOCAB, (1, 16))
+    start_ids = torch.randint(0, VOCAB, (1, 16), device=device)
     with torch.no_grad():
         expected = hf.generate(start_ids, attention_mask=torch.ones_like(start_ids), max_new_tokens=new_tokens,
                                min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[:, 16:]
@@ -139,11 +148,11 @@ def run(bench, quick: bool) -> None:
                            intermediate_size=1280, position_embedding_type="rotary", max_position_embeddings=1026,
                            token_dropout=True, emb_layer_norm_before=False, pad_token_id=1, mask_token_id=32,
                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    hf_esm = EsmForMaskedLM._from_config(esm_config, attn_implementation="sdpa").train()
-    ours_esm = Transformer(TransformerConfig.preset("esm2-8m")).train()
-    ids = torch.randint(4, 24, (batch_size, length))
+    hf_esm = EsmForMaskedLM._from_config(esm_config, attn_implementation="sdpa").to(device).train()
+    ours_esm = Transformer(TransformerConfig.preset("esm2-8m")).to(device).train()
+    ids = torch.randint(4, 24, (batch_size, length), device=device)
     labels = torch.full_like(ids, -100)
-    chosen = torch.rand(ids.shape) < 0.15
+    chosen = torch.rand(ids.shape, device=device) < 0.15
     labels[chosen] = ids[chosen]
     masked = ids.masked_fill(chosen, 32)
     mask = torch.ones_like(ids)
