@@ -25,10 +25,12 @@ SPLIT_MAX_ROWS = 16
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            split: bool = False) -> torch.Tensor:
     """x @ weight.T + bias, as F.linear computes it; with `split`, few rows run split (see the module docstring)."""
+    if not split:  # the common case first: nothing to compute
+        return F.linear(x, weight, bias)
     out_features, in_features = weight.shape
     parts = torch.get_num_threads()
     rows = x.numel() // in_features if in_features else 0
-    if (not split or parts < 2 or rows > SPLIT_MAX_ROWS or out_features % parts
+    if (parts < 2 or rows > SPLIT_MAX_ROWS or out_features % parts
             or x.device.type != "cpu" or weight.stride() != (1, out_features) or x.dtype != weight.dtype
             or torch.is_autocast_enabled("cpu")
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
