@@ -35,13 +35,14 @@ class Attention(nn.Module):
         (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case."""
         batch, length, _ = x.shape
         qkv = self.qkv(x).view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
-        # `split`, not slicing: its backward writes the pieces' gradients into one tensor with a single cat,
-        # where each slice's backward would zero-fill a full-size gradient and add them up.
-        qk, v = qkv.split((self.n_heads + self.n_kv_heads, self.n_kv_heads), dim=2)
+        # `split_with_sizes`, not slicing: its backward writes the pieces' gradients into one tensor with a single
+        # cat, where each slice's backward would zero-fill a full-size gradient and add them up. (Called directly:
+        # `Tensor.split`'s Python wrapper costs as much again, paid a few hundred times per decoded token.)
+        qk, v = qkv.split_with_sizes((self.n_heads + self.n_kv_heads, self.n_kv_heads), dim=2)
         if rotary is not None:
             # Rotate queries and keys together: one pass over (B, T, n_heads + n_kv_heads, head_dim).
             qk = apply_rotary(qk, *rotary)
-        q, k = qk.transpose(1, 2).split((self.n_heads, self.n_kv_heads), dim=1)
+        q, k = qk.transpose(1, 2).split_with_sizes((self.n_heads, self.n_kv_heads), dim=1)
         v = v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(layer, k, v)

@@ -34,12 +34,11 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.d_ff = config.d_ff
         self.gate_up = Linear(config.d_model, 2 * config.d_ff, bias=config.bias)
         self.down = Linear(config.d_ff, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).split(self.d_ff, dim=-1)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # two halves of d_ff
         return self.down(F.silu(gate) * up)
 
 
