@@ -91,7 +91,7 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
         # of every fused (freed) source would stay resident as long as any unfused tensor lives.
         with safe_open(self._files[name], framework="pt") as handle:
             tensor = handle.get_tensor(name)
-        if self._dtype is None or tensor.element_size() < torch.empty((), dtype=self._dtype).element_size():
+        if self._dtype is None or tensor.element_size() < self._dtype.itemsize:
             return tensor
         return tensor.to(self._dtype)
 

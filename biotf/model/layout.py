@@ -20,6 +20,7 @@ and state-dict keys do not, and files are written `.contiguous()`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -53,15 +54,16 @@ def decode_matrix_names(model: nn.Module) -> set[str]:
     return names
 
 
+@functools.cache
 def last_level_cache_bytes() -> int:
-    """Size of CPU 0's largest cache (Linux sysfs); 32 MiB where it cannot be read."""
+    """Size of CPU 0's largest cache (Linux sysfs, read once per process); 32 MiB where it cannot be read."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
     sizes = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
             text = (index / "size").read_text().strip()
         except OSError:
             continue
-        units = {"K": 2**10, "M": 2**20, "G": 2**30}
         sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
     return max(sizes, default=32 * 2**20)
 

@@ -10,8 +10,6 @@ Each side uses its own best everyday settings: biotf its fused AdamW, HF torch's
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from biotf.inference.generation import generate_ids
