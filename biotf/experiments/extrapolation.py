@@ -104,7 +104,8 @@ def evaluate_lengths(config: TrainConfig, run_dir: Path, lengths: tuple[int, ...
         rows = tokens.reshape(-1, length)
         total = 0.0
         for batch in rows.split(max(1, EVAL_TOKENS_PER_BATCH // length)):
-            total += float(model(batch, labels=batch).loss) * len(batch)  # each row: length - 1 targets
+            # Each row has length - 1 targets; only the loss is needed, not the (rows x length x vocab) logits.
+            total += float(model(batch, labels=batch, return_logits=False).loss) * len(batch)
         losses[length] = total / len(rows)
     return losses
 

@@ -43,7 +43,7 @@ from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.head import HeadTransform
 from biotf.model.linear import Linear, linear
-from biotf.model.loss import IGNORE_INDEX, linear_cross_entropy
+from biotf.model.loss import IGNORE_INDEX, HeadLoss, linear_cross_entropy
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
 
@@ -54,10 +54,15 @@ ESM_TRAINING_MASK_RATIO = 0.15 * 0.8
 
 @dataclass
 class TransformerOutput:
-    logits: torch.Tensor
+    """`scored` and `correct` come with labels: the positions with a target (the loss's denominator) and how
+    many of them have their target as the largest logit (ties count), the numerator of accuracy."""
+
+    logits: torch.Tensor | None
     loss: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     past_key_values: KVCache | None = None
+    scored: torch.Tensor | None = None
+    correct: torch.Tensor | None = None
 
 
 @dataclass
@@ -128,20 +133,27 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
                 past_key_values: KVCache | None = None, use_cache: bool = False,
-                logits_to_keep: int = 0) -> TransformerOutput:
+                logits_to_keep: int = 0, return_logits: bool = True) -> TransformerOutput:
         """See the module docstring. `logits_to_keep` > 0 computes logits for the last that many positions only
-        (HF's argument of that name; generation's prefill needs the last position's alone)."""
+        (HF's argument of that name; generation's prefill needs the last position's alone). `return_logits=False`
+        with labels returns no logits: the loss and the counts are all a training step needs, and the (tokens x
+        vocab) block is then never allocated."""
         if labels is not None and logits_to_keep:
             raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
+        if labels is None and not return_logits:
+            raise InputError("return_logits=False needs labels (the loss is then all that is computed); "
+                             "call encode() for hidden states without logits")
         trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache)
         x = trunk.last_hidden_state
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
             kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
-            logits, loss = linear(self._head_input(kept), head, self.lm_head_bias, self.split_products), None
-        else:
-            logits, loss = self._logits_and_loss(self._head_input(x), head, labels)
-        return TransformerOutput(logits, loss, trunk.hidden_states, trunk.past_key_values)
+            logits = linear(self._head_input(kept), head, self.lm_head_bias, self.split_products)
+            return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values)
+        scored = self._head_loss(self._head_input(x), head, labels, return_logits)
+        logits = None if scored.logits is None else scored.logits.view(*x.shape[:-1], -1)
+        return TransformerOutput(logits, scored.loss, trunk.hidden_states, trunk.past_key_values, scored.scored,
+                                 scored.correct)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
@@ -195,20 +207,18 @@ class Transformer(nn.Module):
     def _head_input(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.head_transform is None else self.head_transform(x)
 
-    def _logits_and_loss(self, x: torch.Tensor, head: torch.Tensor,
-                         labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and the mean cross-entropy over positions whose label is not -100, computed by the fused
-        chunked head + loss of `loss.py` (logits come back detached from the graph). Causal models shift:
-        the logits at t are scored against labels[t + 1]."""
+    def _head_loss(self, x: torch.Tensor, head: torch.Tensor, labels: torch.Tensor, return_logits: bool) -> HeadLoss:
+        """The mean cross-entropy over positions whose label is not -100, with the counts and (flat, detached)
+        logits of the fused chunked head + loss of `loss.py`. Causal models shift: the logits at t are scored
+        against labels[t + 1]."""
         if labels.shape != x.shape[:-1]:
             raise InputError(f"labels must have the shape of input_ids {tuple(x.shape[:-1])}, "
                              f"got {tuple(labels.shape)}")
         if self.config.causal:
             # Shift the labels, not the logits (as HF's ForCausalLMLoss): no copy of a (B, T, V) tensor.
             labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-        logits, loss = linear_cross_entropy(x.reshape(-1, x.shape[-1]), head, labels.reshape(-1),
-                                            self.lm_head_bias)
-        return logits.view(*x.shape[:-1], -1), loss
+        return linear_cross_entropy(x.reshape(-1, x.shape[-1]), head, labels.reshape(-1), self.lm_head_bias,
+                                    keep_logits=return_logits)
 
     def _token_dropout(self, x: torch.Tensor, input_ids: torch.Tensor,
                        attention_mask: torch.Tensor | None) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """The LightningModule: `biotf.model.Transformer` plus its optimizer, schedule, metrics and checkpoint payload.
 
 Metrics (CSV logger columns, progress bar): train/loss, train/ppl, train/acc (masked-token
-accuracy for MLM, next-token accuracy for CLM), train/tokens_per_s (real, non-padding tokens over
-wall time between batch ends, all ranks), train/lr; val/loss, val/ppl, val/acc computed exactly
-over the whole validation split (sums of per-token losses, not a mean of batch means).
+accuracy for MLM, next-token accuracy for CLM: the target has the largest logit), train/tokens_per_s
+(real, non-padding tokens over wall time between batch ends, all ranks), train/lr; val/loss, val/ppl,
+val/acc computed exactly over the whole validation split (sums of per-token losses, not a mean of
+batch means).
 
 Every checkpoint carries `checkpoint["biotf"]` (see `biotf.inference.loading`): the model config,
 the tokenizer's saved JSON and its fingerprint. Resuming with a different tokenizer is refused,
@@ -21,22 +22,13 @@ import torch
 
 from biotf.errors import BiotfError
 from biotf.inference.loading import CHECKPOINT_KEY, check_tokenizer, checkpoint_payload
-from biotf.model import IGNORE_INDEX, Transformer, TransformerConfig
+from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.config import OptimConfig
 from biotf.training.optim import build_optimizer
 
 RNG_KEY = "biotf_rng"
 SKIPPED_KEY = "biotf_nonfinite_skipped"
-
-
-def target_counts(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(number of scored positions, number predicted correctly by argmax), as the model's loss scores them."""
-    if causal:  # logits at t predict labels[t + 1] (the model shifts labels the same way)
-        logits, labels = logits[:, :-1], labels[:, 1:]
-    scored = labels != IGNORE_INDEX
-    correct = (logits[scored].argmax(-1) == labels[scored]).sum()
-    return scored.sum(), correct
 
 
 class LanguageModelTask(L.LightningModule):
@@ -59,7 +51,9 @@ class LanguageModelTask(L.LightningModule):
     # --- steps -----------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None):
-        return self.model(input_ids, attention_mask=attention_mask, labels=labels)
+        # No logits: the loss and the scored / correct counts come from the fused head + loss, which then never
+        # allocates a (tokens x vocab) block.
+        return self.model(input_ids, attention_mask=attention_mask, labels=labels, return_logits=False)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
@@ -68,10 +62,9 @@ class LanguageModelTask(L.LightningModule):
         if not self.trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss.detach())), all=True):
             return self._nonfinite(loss, batch_idx)
         with torch.no_grad():
-            scored, correct = target_counts(out.logits, batch["labels"], self.model.config.causal)
             self.log("train/loss", loss, prog_bar=True)
             self.log("train/ppl", torch.exp(loss.detach().float()))
-            self.log("train/acc", correct / scored.clamp(min=1))
+            self.log("train/acc", out.correct / out.scored.clamp(min=1))
             self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
 
@@ -102,8 +95,7 @@ class LanguageModelTask(L.LightningModule):
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
-        scored, correct = target_counts(out.logits, batch["labels"], self.model.config.causal)
-        self._val_sums += torch.stack([out.loss.double() * scored, scored.double(), correct.double()])
+        self._val_sums += torch.stack([out.loss.double() * out.scored, out.scored.double(), out.correct.double()])
 
     def on_validation_epoch_end(self) -> None:
         loss_sum, scored, correct = self._val_sums.tolist()

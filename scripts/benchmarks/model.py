@@ -5,7 +5,8 @@
 - the same step with bf16-mixed autocast vs HF fp32;
 - masked-LM training step, ESM-shaped tiny config, vs EsmForMaskedLM (sdpa);
 - prefill (1 x 512), and greedy decoding with the KV cache (`generate_ids`) vs HF `generate`.
-Each side uses its own best everyday settings: biotf its fused AdamW, HF torch's default AdamW (foreach).
+Each side uses its own best everyday settings: biotf its fused AdamW and, as its trainer does, no logits returned
+with the loss (`return_logits=False`); HF torch's default AdamW (foreach) and its logits, which it always returns.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def training_flops(model: Transformer, tokens: int, length: int) -> float:
 
 def train_step(model, optimizer, batch, autocast: bool = False):
     device_type = batch["input_ids"].device.type
+    if isinstance(model, Transformer):
+        batch = {**batch, "return_logits": False}  # as biotf's LanguageModelTask calls it
 
     def step():
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):

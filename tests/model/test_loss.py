@@ -29,7 +29,7 @@ def test_value_and_gradients_match_plain_cross_entropy(rows, with_bias, monkeypa
     if rows == 1:
         targets[0] = 4
     parameters = [hidden, weight] + ([bias] if with_bias else [])
-    logits, loss = linear_cross_entropy(hidden, weight, targets, bias)
+    logits, loss, scored, correct = linear_cross_entropy(hidden, weight, targets, bias)
     (2.5 * loss).backward()
     grads = [p.grad.clone() for p in parameters]
     for p in parameters:
@@ -41,21 +41,53 @@ def test_value_and_gradients_match_plain_cross_entropy(rows, with_bias, monkeypa
     for ours, p in zip(grads, parameters):
         torch.testing.assert_close(ours, p.grad)
     assert not logits.requires_grad
+    has_target = targets != -100
+    assert scored == has_target.sum()
+    assert correct == (ref_logits.argmax(-1) == targets)[has_target].sum()  # random logits: no ties
+
+
+def test_without_kept_logits_the_loss_gradients_and_counts_are_the_same(monkeypatch):
+    monkeypatch.setattr(loss_module, "ROWS_PER_CHUNK", 16)
+    torch.manual_seed(1)
+    hidden = torch.randn(70, 24, requires_grad=True)
+    weight = torch.randn(50, 24, requires_grad=True)
+    targets = torch.randint(0, 50, (70,))
+    targets[::4] = -100
+    results = []
+    for keep_logits in (True, False):
+        out = linear_cross_entropy(hidden, weight, targets, keep_logits=keep_logits)
+        out.loss.backward()
+        results.append((out, hidden.grad.clone(), weight.grad.clone()))
+        hidden.grad = weight.grad = None
+    (kept, *kept_grads), (dropped, *dropped_grads) = results
+    assert dropped.logits is None and kept.logits.shape == (70, 50)
+    assert torch.equal(kept.loss, dropped.loss) and kept.scored == dropped.scored == 52
+    assert kept.correct == dropped.correct
+    for a, b in zip(kept_grads, dropped_grads):
+        assert torch.equal(a, b)
+
+
+def test_correct_counts_rows_whose_target_has_the_largest_logit():
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 2.0, 0.0], [5.0, 1.0, 0.0], [0.0, 0.0, 9.0]])
+    targets = torch.tensor([1, 1, 2, -100])  # right; tied for the top (counts); wrong; no target
+    out = linear_cross_entropy(logits, torch.eye(3), targets)  # identity head: the logits are the hidden states
+    assert out.scored == 3 and out.correct == 2
 
 
 def test_no_target_gives_zero_loss_and_zero_gradients():
     hidden = torch.randn(5, 8, requires_grad=True)
     weight = torch.randn(11, 8, requires_grad=True)
-    _, loss = linear_cross_entropy(hidden, weight, torch.full((5,), -100))
-    loss.backward()
-    assert loss.item() == 0.0 and hidden.grad.abs().max() == 0 and weight.grad.abs().max() == 0
+    out = linear_cross_entropy(hidden, weight, torch.full((5,), -100))
+    out.loss.backward()
+    assert out.loss.item() == 0.0 and hidden.grad.abs().max() == 0 and weight.grad.abs().max() == 0
+    assert out.scored == out.correct == 0
 
 
 def test_without_grad_only_the_value_is_computed():
     hidden, weight = torch.randn(5, 8, requires_grad=True), torch.randn(11, 8)
     targets = torch.randint(0, 11, (5,))
     with torch.no_grad():
-        logits, loss = linear_cross_entropy(hidden, weight, targets)
+        loss = linear_cross_entropy(hidden, weight, targets).loss
     torch.testing.assert_close(loss, reference(hidden, weight, targets)[1].detach())
     assert not loss.requires_grad
 
@@ -66,7 +98,7 @@ def test_bf16_autocast_runs_the_head_in_bf16_and_returns_float32_gradients():
     weight = torch.randn(30, 16, requires_grad=True)
     targets = torch.randint(0, 30, (40,))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits, loss = linear_cross_entropy(hidden, weight, targets)
+        logits, loss, _, _ = linear_cross_entropy(hidden, weight, targets)
     loss.backward()
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
     assert hidden.grad.dtype == weight.grad.dtype == torch.float32

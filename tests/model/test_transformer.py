@@ -69,6 +69,24 @@ def test_masked_lm_loss_scores_each_position_against_its_own_label():
     torch.testing.assert_close(out.loss, F.cross_entropy(out.logits[:, 2], ids[:, 2]))
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_counts_follow_the_shift_and_match_argmax_without_logits(causal):
+    """`scored` / `correct` (what training logs as accuracy) are those of an argmax over the logits, shifted as the
+    loss is; `return_logits=False` gives the same loss and counts with no logits."""
+    model = tiny(causal=causal)
+    ids = torch.randint(0, 64, (3, 9))
+    labels = ids.clone()
+    labels[0, 2:5] = -100
+    full = model(ids, labels=labels)
+    logits, targets = (full.logits[:, :-1], labels[:, 1:]) if causal else (full.logits, labels)
+    has_target = targets != -100
+    assert full.scored == has_target.sum()
+    assert full.correct == (logits.argmax(-1) == targets)[has_target].sum()
+    lean = model(ids, labels=labels, return_logits=False)
+    assert lean.logits is None
+    assert torch.equal(lean.loss, full.loss) and lean.scored == full.scored and lean.correct == full.correct
+
+
 def test_loss_without_any_target_is_zero_not_nan():
     model = tiny(causal=False)
     ids = torch.randint(0, 64, (2, 7))
@@ -93,6 +111,8 @@ def test_bad_inputs_are_refused_with_clear_errors():
         learned(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ConfigError, match="causal"):
         tiny(causal=False)(torch.zeros(1, 3, dtype=torch.long), use_cache=True)
+    with pytest.raises(InputError, match="return_logits=False needs labels"):
+        model(torch.zeros(1, 3, dtype=torch.long), return_logits=False)
 
 
 def test_logits_to_keep_computes_the_last_positions_only():

@@ -1,15 +1,13 @@
-"""Unit checks of the training pieces: weight-decay groups, the schedule, metrics counting, atomic writes."""
+"""Unit checks of the training pieces: weight-decay groups, the schedule, atomic writes."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-import torch
 
 from biotf.inference.loading import atomic_write
 from biotf.model import Transformer, TransformerConfig
-from biotf.training.module import target_counts
 from biotf.training.optim import WarmupCosine, parameter_groups
 
 
@@ -35,17 +33,6 @@ def test_warmup_then_cosine_to_the_floor():
     assert schedule(110) == pytest.approx(0.1) and schedule(500) == pytest.approx(0.1)
     values = [schedule(s) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(values, values[1:]))
-
-
-def test_target_counts_follow_the_models_shift():
-    logits = torch.zeros(1, 4, 5)
-    logits[0, torch.arange(4), torch.tensor([1, 2, 3, 4])] = 1.0  # position t predicts token t + 1
-    labels = torch.tensor([[0, 2, -100, 4]])
-    assert [int(v) for v in target_counts(logits, labels, causal=False)] == [3, 2]  # positions 1 and 3 right
-    # Causal: logits at t score labels[t + 1]; these labels are each position's next token.
-    labels = torch.tensor([[7, 1, -100, 3]])
-    assert [int(v) for v in target_counts(logits, labels, causal=True)] == [2, 2]
-    assert [int(v) for v in target_counts(logits, labels, causal=False)] == [3, 0]
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
