@@ -7,7 +7,8 @@
     python scripts/bench.py model generation --device cuda   # both sides on the GPU
 
 Each section lives in `scripts/benchmarks/<section>.py` and defines `run(bench, quick)`, calling
-`bench.compare(...)` for paired timings and `bench.record(...)` for single figures (RSS, MFU).
+`bench.compare(...)` for paired timings, `bench.add(...)` for paired times it took itself and
+`bench.record(...)` for single figures (RSS, MFU).
 `compare` warms both sides up, then alternates biotf / anchor `repeats` times on the same data so
 that drift of the machine hits both equally; it prints medians, min-max and the median of the
 per-pair ratios, and everything goes into the JSON file.
@@ -84,11 +85,17 @@ class Bench:
             order = [(biotf, ours), (anchor, theirs)]
             for fn, sink in order if i % 2 == 0 else reversed(order):
                 sink.append(self._seconds(fn))
-        comparison = Comparison(name, unit, work, ours, theirs, anchor_name, target=target)
+        return self.add(name, unit, work, ours, theirs, anchor_name=anchor_name, target=target)
+
+    def add(self, name: str, unit: str, work: float, biotf_seconds: list[float], anchor_seconds: list[float], *,
+            anchor_name: str, target: float | None = None) -> Comparison:
+        """Print and keep paired times the section took itself (several figures from the same alternating runs,
+        e.g. time to first token and decode time of one generation); pairs are (biotf_seconds[i], anchor_seconds[i])."""
+        comparison = Comparison(name, unit, work, biotf_seconds, anchor_seconds, anchor_name, target=target)
         print(comparison.line(), flush=True)
         self.results.append({**asdict(comparison), "ratio": comparison.ratio,
-                             "biotf_throughput": work / statistics.median(ours),
-                             "anchor_throughput": work / statistics.median(theirs)})
+                             "biotf_throughput": work / statistics.median(biotf_seconds),
+                             "anchor_throughput": work / statistics.median(anchor_seconds)})
         return comparison
 
     def time(self, fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> list[float]:
