@@ -27,20 +27,12 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir(tmp_path_factory) -> Path:
     """A decompressed copy of ../shared/qwen2.5-tokenizer, loadable by transformers and biotf."""
-    import gzip
-    import shutil
+    from biotf.tokenizers.loading import unpacked_copy
 
     source = SHARED / "qwen2.5-tokenizer"
     if not source.is_dir():
         pytest.skip(f"{source} is not present")
-    target = tmp_path_factory.mktemp("qwen2.5-tokenizer")
-    for item in source.iterdir():
-        if item.name == "tokenizer.json.gz":
-            with gzip.open(item, "rb") as src, open(target / "tokenizer.json", "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        else:
-            shutil.copy(item, target / item.name)
-    return target
+    return unpacked_copy(source, tmp_path_factory.mktemp("qwen2.5-tokenizer"))
 
 
 def build_random_esm(token_dropout: bool = True, tied: bool = True, position: str = "rotary",

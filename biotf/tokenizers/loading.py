@@ -13,7 +13,9 @@ How a kind is recorded: biotf's own schemes write `{"biotf_tokenizer": kind, "fi
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,20 @@ def _scheme(config: Mapping[str, Any]) -> tuple[type[Tokenizer], dict[str, Any]]
         raise ConfigError("tokenizer.kind", kind, allowed=error.allowed) from None
     check_options(cls, options)
     return cls, options
+
+
+def unpacked_copy(source: str | Path, target: str | Path) -> Path:
+    """Copy the tokenizer directory `source` into `target`, decompressing `*.gz` files (a shipped
+    `tokenizer.json.gz`), so that both `load_tokenizer` and `transformers` can load the copy; returns `target`."""
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for item in Path(source).iterdir():
+        if item.suffix == ".gz":
+            with gzip.open(item, "rb") as compressed, open(target / item.stem, "wb") as plain:
+                shutil.copyfileobj(compressed, plain)
+        elif item.is_file():
+            shutil.copy(item, target / item.name)
+    return target
 
 
 def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:

@@ -14,8 +14,6 @@ Every anchor returns the same ids as biotf (checked before timing). `--quick` us
 
 from __future__ import annotations
 
-import gzip
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -118,17 +116,10 @@ def smiles(bench, quick: bool) -> None:
 
 def bpe(bench, quick: bool) -> None:
     from biotf.tokenizers import load_tokenizer
+    from biotf.tokenizers.loading import unpacked_copy
 
-    source = SHARED / "qwen2.5-tokenizer"
     with tempfile.TemporaryDirectory() as directory:
-        target = Path(directory)
-        for item in source.iterdir():
-            if item.name == "tokenizer.json.gz":
-                with gzip.open(item, "rb") as src, open(target / "tokenizer.json", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            else:
-                shutil.copy(item, target / item.name)
-        tokenizer = load_tokenizer(target)
+        tokenizer = load_tokenizer(unpacked_copy(SHARED / "qwen2.5-tokenizer", directory))
     text = SHARED / "data/text"
     texts = (text / "tinyshakespeare_input.txt").read_text(encoding="utf-8").split("\n\n")
     texts += (text / "nsmc_raw_subset_10k.tsv").read_text(encoding="utf-8").splitlines()[1:]

@@ -199,3 +199,18 @@ def test_plugin_codon_tokenizer_is_selected_like_a_builtin(tmp_path):
         tokenizer.to_hf()
     with pytest.raises(BiotfError, match="already registered"):
         register_tokenizer("dna")(CodonTokenizer)
+
+
+def test_unpacked_copy_decompresses_gz_files_and_copies_the_rest(tmp_path):
+    import gzip
+
+    from biotf.tokenizers.loading import unpacked_copy
+
+    source = tmp_path / "packed"
+    source.mkdir()
+    with gzip.open(source / "tokenizer.json.gz", "wt", encoding="utf-8") as handle:
+        handle.write('{"version": "1.0"}')
+    (source / "tokenizer_config.json").write_text("{}")
+    target = unpacked_copy(source, tmp_path / "plain")
+    assert sorted(p.name for p in target.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    assert (target / "tokenizer.json").read_text() == '{"version": "1.0"}'
