@@ -47,3 +47,20 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         atomic_write(target, torn)
     assert target.read_bytes() == b"complete"
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+@pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
+def test_bf16_mixed_on_a_cpu_without_native_bf16_is_warned_about(precision, tmp_path):
+    import warnings
+
+    import torch
+
+    from biotf.training.config import TrainerConfig
+    from biotf.training.run import build_trainer
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_trainer(TrainerConfig(accelerator="cpu", precision=precision, enable_progress_bar=False), tmp_path)
+    slow = [w for w in caught if "bf16-mixed on a CPU without native bfloat16" in str(w.message)]
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert len(slow) == (precision == "bf16-mixed" and not native)
