@@ -104,7 +104,7 @@ def test_split_product_is_left_to_f_linear_where_it_does_not_pay(two_threads, mo
     with torch.inference_mode():
         linear_module.linear(torch.randn(linear_module.SPLIT_MAX_ROWS + 1, 48), transposed, split=True)  # prefill
         linear_module.linear(torch.randn(1, 48), transposed.contiguous(), split=True)  # row-major
-        linear_module.linear(torch.randn(1, 48), decode_layout(torch.randn(63, 48)), split=True)  # odd split
+        linear_module.linear(torch.randn(1, 47), decode_layout(torch.randn(64, 47)), split=True)  # odd split
         linear_module.linear(torch.randn(1, 48), transposed)  # not asked to
     assert not calls
 
