@@ -135,7 +135,8 @@ class Transformer(nn.Module):
                 past_key_values: KVCache | None = None, use_cache: bool = False,
                 logits_to_keep: int = 0, return_logits: bool = True) -> TransformerOutput:
         """See the module docstring. `logits_to_keep` > 0 computes logits for the last that many positions only
-        (HF's argument of that name; generation's prefill needs the last position's alone). `return_logits=False`
+        (HF's argument of that name; generation's prefill needs the last position's alone): the last block's MLP
+        then runs for those positions only, unless hidden states are asked for. `return_logits=False`
         with labels returns no logits: the loss and the counts are all a training step needs, and the (tokens x
         vocab) block is then never allocated."""
         if labels is not None and logits_to_keep:
@@ -143,7 +144,8 @@ class Transformer(nn.Module):
         if labels is None and not return_logits:
             raise InputError("return_logits=False needs labels (the loss is then all that is computed); "
                              "call encode() for hidden states without logits")
-        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache)
+        keep = logits_to_keep if logits_to_keep > 0 and not output_hidden_states else 0
+        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache, keep)
         x = trunk.last_hidden_state
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
@@ -157,9 +159,11 @@ class Transformer(nn.Module):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
-               use_cache: bool = False) -> TrunkOutput:
+               use_cache: bool = False, keep_last: int = 0) -> TrunkOutput:
         """Everything but the LM head: the final hidden states (after the final norm), and every layer's on request.
-        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard."""
+        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard.
+        `keep_last` > 0 returns the last that many positions only, and the last block's MLP computes nothing else
+        (a prefill before decoding needs the last position alone; every block still fills the KV cache)."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -193,8 +197,9 @@ class Transformer(nn.Module):
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
 
         hidden_states = [x] if output_hidden_states else None
+        last = len(self.blocks) - 1
         for layer, block in enumerate(self.blocks):
-            x = block(x, rotary, mask, is_causal, cache, layer)
+            x = block(x, rotary, mask, is_causal, cache, layer, keep_last if layer == last else 0)
             if hidden_states is not None:
                 hidden_states.append(x)
         if self.final_norm is not None:

@@ -229,5 +229,5 @@ def run(bench, quick: bool) -> None:
         for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
             name = str(dtype).removeprefix("torch.")
             speed(bench, big, dtype, f"0.5B-shape {name}", 64 if quick else 128, 8 if quick else 32,
-                  repeats=2 if quick else 3)
+                  repeats=2 if quick else 5)
     torch.set_num_threads(threads)

@@ -115,12 +115,26 @@ def test_bad_inputs_are_refused_with_clear_errors():
         model(torch.zeros(1, 3, dtype=torch.long), return_logits=False)
 
 
-def test_logits_to_keep_computes_the_last_positions_only():
-    model = tiny()
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_logits_to_keep_computes_the_last_positions_only(norm_position):
+    """The last block's MLP then runs on the kept positions alone; logits, the KV cache it fills and the next
+    decoding step are those of the full computation, padded batches included."""
+    model = tiny(norm_position=norm_position)
     ids = torch.randint(0, 64, (2, 7))
-    full = model(ids).logits
-    torch.testing.assert_close(model(ids, logits_to_keep=1).logits, full[:, -1:])
-    torch.testing.assert_close(model(ids, logits_to_keep=3).logits, full[:, -3:])
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, use_cache=True)
+        torch.testing.assert_close(model(ids, logits_to_keep=3).logits, model(ids).logits[:, -3:])
+        kept = model(ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
+        torch.testing.assert_close(kept.logits, full.logits[:, -1:])
+        step, step_mask = torch.randint(0, 64, (2, 1)), torch.ones(2, 8, dtype=torch.long)
+        step_mask[0, :2] = 0
+        after_full = model(step, attention_mask=step_mask, past_key_values=full.past_key_values).logits
+        after_kept = model(step, attention_mask=step_mask, past_key_values=kept.past_key_values).logits
+        torch.testing.assert_close(after_kept, after_full)
+        with_states = model(ids, logits_to_keep=1, output_hidden_states=True)
+    assert all(h.shape[1] == 7 for h in with_states.hidden_states)  # hidden states stay whole
     with pytest.raises(InputError, match="logits_to_keep"):
         model(ids, labels=ids, logits_to_keep=1)
 
