@@ -70,8 +70,8 @@ def last_level_cache_bytes() -> int:
 
 def arrange_for_decoding(model: nn.Module) -> nn.Module:
     """Put `model`'s decode matrices into `decode_layout` in place (values unchanged; a no-op when they are), and
-    have few-row products split over the threads (`linear.py`) when the matrices outgrow the last-level cache;
-    returns the model. Call it again after moving the model to another device or dtype."""
+    mark its linear layers `weights_streamed` (faster inference products, `linear.py`) when the matrices outgrow
+    the last-level cache; returns the model. Call it again after moving the model to another device or dtype."""
     parameters = dict(model.named_parameters())
     matrices = [parameters[name] for name in decode_matrix_names(model)]
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, trainable afterwards
@@ -81,6 +81,6 @@ def arrange_for_decoding(model: nn.Module) -> nn.Module:
                 parameter.data = arranged
     streamed = sum(p.nbytes for p in matrices) > last_level_cache_bytes()
     for module in model.modules():
-        if hasattr(module, "split_products"):
-            module.split_products = streamed
+        if hasattr(module, "weights_streamed"):
+            module.weights_streamed = streamed
     return model

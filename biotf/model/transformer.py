@@ -75,7 +75,7 @@ class TrunkOutput:
 
 
 class Transformer(nn.Module):
-    split_products = False  # for the tied LM head, as `Linear.split_products` (set by `arrange_for_decoding`)
+    weights_streamed = False  # for the tied LM head, as `Linear.weights_streamed` (set by `arrange_for_decoding`)
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -150,7 +150,7 @@ class Transformer(nn.Module):
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
             kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
-            logits = linear(self._head_input(kept), head, self.lm_head_bias, self.split_products)
+            logits = linear(self._head_input(kept), head, self.lm_head_bias, self.weights_streamed)
             return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values)
         scored = self._head_loss(self._head_input(x), head, labels, return_logits)
         logits = None if scored.logits is None else scored.logits.view(*x.shape[:-1], -1)

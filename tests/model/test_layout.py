@@ -1,4 +1,5 @@
-"""Decoding layout (`layout.py`) and split products (`linear.py`): strides and speed change, values only by rounding."""
+"""Decoding layout (`layout.py`) and streamed-weight products (`linear.py`): strides and speed change, values only
+by rounding."""
 
 from __future__ import annotations
 
@@ -80,40 +81,47 @@ def two_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("rows, bias", [(1, True), (3, False)])
-def test_split_product_equals_f_linear(two_threads, monkeypatch, rows, bias):
+@pytest.mark.parametrize("rows, bias, path", [(1, True, "bmm"), (3, False, "bmm"), (17, True, "addmm"),
+                                             (linear_module.WEIGHT_FIRST_MAX_ROWS, False, "mm")])
+def test_streamed_products_equal_f_linear(two_threads, monkeypatch, rows, bias, path):
+    """Few rows are split over the threads (bmm); a short prompt's rows go weight-first (mm / addmm)."""
     calls = []
-    monkeypatch.setattr(linear_module.torch, "bmm", lambda *a: calls.append(1) or torch.ops.aten.bmm(*a))
+    for name in ("bmm", "mm", "addmm"):
+        original = getattr(torch.ops.aten, name)
+        monkeypatch.setattr(linear_module.torch, name,
+                            lambda *a, _name=name, _original=original: calls.append(_name) or _original(*a))
     weight = decode_layout(torch.randn(4096, 300))
     b = torch.randn(4096) if bias else None
     x = torch.randn(rows, 1, 300) / 300 ** 0.5  # outputs of order 1
     with torch.inference_mode():
-        split = linear_module.linear(x, weight, b, split=True)
-    assert calls, "a transposed float32 matrix times few rows is split over the threads"
+        streamed = linear_module.linear(x, weight, b, weights_streamed=True)
+    assert calls == [path]
     # the same dot products, perhaps summed in another order: float32 rounding only
-    torch.testing.assert_close(split, torch.nn.functional.linear(x, weight, b), rtol=0, atol=1e-5)
-    assert split.shape == (rows, 1, 4096)
+    torch.testing.assert_close(streamed, torch.nn.functional.linear(x, weight, b), rtol=0, atol=1e-5)
+    assert streamed.shape == (rows, 1, 4096)
 
 
-def test_split_product_is_left_to_f_linear_where_it_does_not_pay(two_threads, monkeypatch):
+def test_streamed_products_are_left_to_f_linear_where_nothing_pays(two_threads, monkeypatch):
     calls = []
-    monkeypatch.setattr(linear_module.torch, "bmm", lambda *a: calls.append(1) or torch.ops.aten.bmm(*a))
+    for name in ("bmm", "mm", "addmm"):
+        monkeypatch.setattr(linear_module.torch, name, lambda *a: calls.append(1))
     transposed = decode_layout(torch.randn(64, 48))
     x = torch.randn(1, 48)
-    linear_module.linear(x.requires_grad_(), transposed, split=True)  # gradients needed
+    linear_module.linear(x.requires_grad_(), transposed, weights_streamed=True)  # gradients needed
     with torch.inference_mode():
-        linear_module.linear(torch.randn(linear_module.SPLIT_MAX_ROWS + 1, 48), transposed, split=True)  # prefill
-        linear_module.linear(torch.randn(1, 48), transposed.contiguous(), split=True)  # row-major
-        linear_module.linear(torch.randn(1, 47), decode_layout(torch.randn(64, 47)), split=True)  # odd split
-        linear_module.linear(torch.randn(1, 48), transposed)  # not asked to
+        long_input = torch.randn(linear_module.WEIGHT_FIRST_MAX_ROWS + 1, 48)
+        linear_module.linear(long_input, transposed, weights_streamed=True)  # long prompts, training batches
+        linear_module.linear(torch.randn(1, 48), transposed.contiguous(), weights_streamed=True)  # row-major
+        linear_module.linear(torch.randn(1, 47), decode_layout(torch.randn(64, 47)), weights_streamed=True)  # odd
+        linear_module.linear(torch.randn(1, 48), transposed)  # not streamed
     assert not calls
 
 
-def test_products_are_split_only_when_the_matrices_outgrow_the_cache(monkeypatch):
+def test_weights_count_as_streamed_only_when_they_outgrow_the_cache(monkeypatch):
     model = tiny(tied=True)
     arrange_for_decoding(model)
-    assert not model.split_products and not model.blocks[0].mlp.gate_up.split_products  # a few kB: cache-resident
+    assert not model.weights_streamed and not model.blocks[0].mlp.gate_up.weights_streamed  # a few kB: cache-resident
     monkeypatch.setattr(layout, "last_level_cache_bytes", lambda: 1024)
     arrange_for_decoding(model)
     linears = [m for m in model.modules() if isinstance(m, linear_module.Linear)]
-    assert model.split_products and all(m.split_products for m in linears)
+    assert model.weights_streamed and all(m.weights_streamed for m in linears)
