@@ -144,18 +144,18 @@ class Transformer(nn.Module):
         if labels is None and not return_logits:
             raise InputError("return_logits=False needs labels (the loss is then all that is computed); "
                              "call encode() for hidden states without logits")
-        keep = logits_to_keep if logits_to_keep > 0 and not output_hidden_states else 0
-        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache, keep)
+        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache,
+                            keep_last=max(logits_to_keep, 0))
         x = trunk.last_hidden_state
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         if labels is None:
             kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
             logits = linear(self._head_input(kept), head, self.lm_head_bias, self.weights_streamed)
             return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values)
-        scored = self._head_loss(self._head_input(x), head, labels, return_logits)
-        logits = None if scored.logits is None else scored.logits.view(*x.shape[:-1], -1)
-        return TransformerOutput(logits, scored.loss, trunk.hidden_states, trunk.past_key_values, scored.scored,
-                                 scored.correct)
+        fused = self._head_loss(self._head_input(x), head, labels, return_logits)
+        logits = None if fused.logits is None else fused.logits.view(*x.shape[:-1], -1)
+        return TransformerOutput(logits, fused.loss, trunk.hidden_states, trunk.past_key_values, fused.scored,
+                                 fused.correct)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
@@ -163,7 +163,8 @@ class Transformer(nn.Module):
         """Everything but the LM head: the final hidden states (after the final norm), and every layer's on request.
         Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard.
         `keep_last` > 0 returns the last that many positions only, and the last block's MLP computes nothing else
-        (a prefill before decoding needs the last position alone; every block still fills the KV cache)."""
+        (a prefill before decoding needs the last position alone; every block still fills the KV cache). With
+        hidden states asked for it is ignored: they stay whole."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -197,7 +198,7 @@ class Transformer(nn.Module):
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
 
         hidden_states = [x] if output_hidden_states else None
-        last = len(self.blocks) - 1
+        last = len(self.blocks) - 1 if not output_hidden_states else -1
         for layer, block in enumerate(self.blocks):
             x = block(x, rotary, mask, is_causal, cache, layer, keep_last if layer == last else 0)
             if hidden_states is not None:

@@ -134,7 +134,9 @@ def test_logits_to_keep_computes_the_last_positions_only(norm_position):
         after_kept = model(step, attention_mask=step_mask, past_key_values=kept.past_key_values).logits
         torch.testing.assert_close(after_kept, after_full)
         with_states = model(ids, logits_to_keep=1, output_hidden_states=True)
-    assert all(h.shape[1] == 7 for h in with_states.hidden_states)  # hidden states stay whole
+        trunk = model.encode(ids, output_hidden_states=True, keep_last=1)
+    assert all(h.shape[1] == 7 for h in with_states.hidden_states + trunk.hidden_states)  # hidden states stay whole
+    torch.testing.assert_close(with_states.logits, model(ids).logits[:, -1:])
     with pytest.raises(InputError, match="logits_to_keep"):
         model(ids, labels=ids, logits_to_keep=1)
 
