@@ -198,7 +198,8 @@ class Transformer(nn.Module):
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
 
         hidden_states = [x] if output_hidden_states else None
-        last = len(self.blocks) - 1 if not output_hidden_states else -1
+        keep_last = 0 if output_hidden_states else keep_last
+        last = len(self.blocks) - 1
         for layer, block in enumerate(self.blocks):
             x = block(x, rotary, mask, is_causal, cache, layer, keep_last if layer == last else 0)
             if hidden_states is not None:

@@ -125,3 +125,23 @@ def test_weights_count_as_streamed_only_when_they_outgrow_the_cache(monkeypatch)
     arrange_for_decoding(model)
     linears = [m for m in model.modules() if isinstance(m, linear_module.Linear)]
     assert model.weights_streamed and all(m.weights_streamed for m in linears)
+
+
+def test_a_streamed_model_prefills_and_decodes_as_before(two_threads, monkeypatch):
+    """Through the whole model: a padded batch's prefill (weight-first products, transposed outputs) and the
+    decoding step after it (split products) give the logits of the plain layout."""
+    model = tiny(tied=True)
+    ids = torch.randint(0, 97, (3, 40))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    step, step_mask = torch.randint(0, 97, (3, 1)), torch.cat([mask, torch.ones(3, 1, dtype=torch.long)], dim=1)
+    with torch.inference_mode():
+        plain = model(ids, attention_mask=mask, use_cache=True)
+        plain_step = model(step, attention_mask=step_mask, past_key_values=plain.past_key_values).logits
+        monkeypatch.setattr(layout, "last_level_cache_bytes", lambda: 1024)
+        arrange_for_decoding(model)
+        assert model.weights_streamed
+        streamed = model(ids, attention_mask=mask, use_cache=True)
+        streamed_step = model(step, attention_mask=step_mask, past_key_values=streamed.past_key_values).logits
+    torch.testing.assert_close(streamed.logits, plain.logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(streamed_step, plain_step, rtol=0, atol=1e-5)
