@@ -36,23 +36,29 @@ def qwen_tokenizer_dir(tmp_path_factory) -> Path:
 
 
 def build_random_esm(token_dropout: bool = True, tied: bool = True, position: str = "rotary",
-                     embed_norm: bool = False, seed: int = 0):
-    """A tiny random transformers `EsmForMaskedLM` (3 layers, ESM-2's 33-token vocabulary, <pad> 1, <mask> 32)."""
+                     embed_norm: bool = False, seed: int = 0, architecture: str = "EsmForMaskedLM",
+                     hidden_size: int = 32, max_positions: int = 66, query_key_std: float | None = None):
+    """A tiny random transformers ESM model, `EsmForMaskedLM` unless `architecture` names another ESM class
+    (3 layers, 4 heads, ESM-2's 33-token vocabulary, <pad> 1, <mask> 32). `query_key_std` draws the query and key
+    weights wider than HF's 0.02, so that attention is as sharp (and as sensitive to positions) as a trained model's."""
     import torch
 
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
     config = transformers.EsmConfig(
-        vocab_size=33, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-        position_embedding_type=position, token_dropout=token_dropout, mask_token_id=32, pad_token_id=1,
-        layer_norm_eps=1e-5, emb_layer_norm_before=embed_norm, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, tie_word_embeddings=tied, max_position_embeddings=66)
-    model = transformers.EsmForMaskedLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+        vocab_size=33, hidden_size=hidden_size, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=2 * hidden_size, position_embedding_type=position, token_dropout=token_dropout,
+        mask_token_id=32, pad_token_id=1, layer_norm_eps=1e-5, emb_layer_norm_before=embed_norm,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, tie_word_embeddings=tied,
+        max_position_embeddings=max_positions, num_labels=3)
+    model = getattr(transformers, architecture)._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     with torch.no_grad():  # HF initialises biases to 0 and norm gains to 1: randomise them so that they count
         for name, parameter in model.named_parameters():
             is_norm = "norm" in name.lower()
             if name.endswith("bias") or is_norm:
                 parameter.normal_(1.0 if is_norm and name.endswith("weight") else 0.0, 0.2)
+            elif query_key_std and name.endswith(("self.query.weight", "self.key.weight")):
+                parameter.normal_(0.0, query_key_std)
     return model.eval()
 
 
@@ -62,21 +68,35 @@ def random_esm():
     return build_random_esm
 
 
-@pytest.fixture(scope="session")
-def esm2_checkpoint(tmp_path_factory) -> tuple[Path, object]:
-    """(directory, model): a tiny random ESM-2 (rotary, token dropout) saved as a hub download looks, with the
-    vocab.txt that transformers' EsmTokenizer writes for HF's own default ESM-2 vocabulary."""
+def save_esm_directory(model, directory: Path) -> Path:
+    """`model` saved as a hub download looks, with the vocab.txt that transformers' EsmTokenizer writes for HF's
+    own default ESM-2 vocabulary."""
     transformers = pytest.importorskip("transformers")
     from transformers.models.esm.configuration_esm import get_default_vocab_list
 
-    directory = tmp_path_factory.mktemp("esm2-tiny")
-    model = build_random_esm(seed=5)
     model.save_pretrained(directory)
     vocab = directory / "source-vocab.txt"
     vocab.write_text("\n".join(get_default_vocab_list()) + "\n")
     transformers.EsmTokenizer(str(vocab)).save_pretrained(directory)
     vocab.unlink()
-    return directory, model
+    return directory
+
+
+@pytest.fixture(scope="session")
+def esm2_checkpoint(tmp_path_factory) -> tuple[Path, object]:
+    """(directory, model): a tiny random ESM-2 (rotary, token dropout) saved by `save_esm_directory`."""
+    model = build_random_esm(seed=5)
+    return save_esm_directory(model, tmp_path_factory.mktemp("esm2-tiny")), model
+
+
+@pytest.fixture(scope="session")
+def esm_encoder_checkpoints(tmp_path_factory) -> dict[str, tuple[Path, object]]:
+    """{architecture: (directory, model)} for the ESM classes without a masked-LM head that biotf loads as encoders."""
+    checkpoints = {}
+    for seed, architecture in enumerate(("EsmModel", "EsmForSequenceClassification", "EsmForTokenClassification")):
+        model = build_random_esm(seed=10 + seed, architecture=architecture)
+        checkpoints[architecture] = (save_esm_directory(model, tmp_path_factory.mktemp(architecture)), model)
+    return checkpoints
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ import torch
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer
-from biotf.model.hf import CONFIG_FILE, LOADERS, read_hf_config
+from biotf.model.hf import CONFIG_FILE, ESM_ARCHITECTURES, LOADERS, read_hf_config
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
@@ -36,10 +36,10 @@ from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"
-# What biotf loads, by model_type: the architecture (config.json "architectures") whose head it computes; and of
-# those, the ones that generate text.
-ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "esm": "EsmForMaskedLM"}
-CAUSAL_LM_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM"}
+# What biotf loads, by model_type: the architectures (config.json "architectures") it reads, ESM encoders without a
+# masked-LM head included (for embeddings); and of those, the ones that generate text.
+ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",), "esm": ESM_ARCHITECTURES}
+CAUSAL_LM_ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",)}
 
 
 def read_text_tokenizer(directory: Path) -> Tokenizer:
@@ -115,18 +115,18 @@ def is_hf_directory(path: str | PathLike) -> bool:
         return False
 
 
-def check_architecture(directory: Path, config: Mapping[str, Any], supported: Mapping[str, str] = ARCHITECTURES,
-                       purpose: str = "load") -> None:
+def check_architecture(directory: Path, config: Mapping[str, Any],
+                       supported: Mapping[str, tuple[str, ...]] = ARCHITECTURES, purpose: str = "load") -> None:
     """Refuse, before reading any weights, what biotf cannot run for `purpose`, naming what it can."""
-    names = ", ".join(f"{kind} ({arch})" for kind, arch in supported.items())
+    names = ", ".join(f"{kind} ({' | '.join(archs)})" for kind, archs in supported.items())
     model_type = config.get("model_type")
     if model_type not in LOADERS or model_type not in supported:
         raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot "
                               f"{purpose} (supported: {names})")
     architectures = config.get("architectures") or []
-    if architectures and supported[model_type] not in architectures:
+    if architectures and not set(architectures) & set(supported[model_type]):
         raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}, not "
-                              f"{supported[model_type]}: biotf cannot {purpose} it (supported: {names})")
+                              f"{' | '.join(supported[model_type])}: biotf cannot {purpose} it (supported: {names})")
 
 
 def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,7 +150,8 @@ def _read_checked_config(directory: Path, supported: Mapping[str, str], purpose:
 
 def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> tuple[Transformer, Tokenizer]:
     """Model (eval mode, CPU, `dtype`, matrices in their decoding layout) and tokenizer of a Qwen2 or ESM checkpoint
-    directory, by its model_type."""
+    directory, by its model_type. An ESM encoder without masked-LM head (EsmModel, a classifier) loads with
+    `lm_head=False`: its hidden states and embeddings work, its logits are refused."""
     directory = Path(directory)
     dtype = parse_dtype(dtype)
     config = _read_checked_config(directory, ARCHITECTURES, "load")

@@ -59,6 +59,8 @@ class TransformerConfig:
     mask_token_id   the id of the mask token; required by token_dropout.
     embed_norm      normalise the embeddings (after positions are added) before the first block (ESM-1b's
                     `emb_layer_norm_before`, BERT's embedding LayerNorm).
+    lm_head         the model has a language-model head; false for an encoder whose checkpoint has none (HF
+                    `EsmModel`, `EsmForSequenceClassification`): hidden states and embeddings only, logits refused.
     lm_head_transform dense (d_model -> d_model) -> GELU -> norm before the output projection (the masked-LM
                     head of BERT, RoBERTa and ESM: HF `EsmLMHead`).
     lm_head_bias    a bias vector added to the logits (HF `EsmLMHead.bias`, kept apart from a tied decoder).
@@ -87,6 +89,7 @@ class TransformerConfig:
     token_dropout: bool = False
     mask_token_id: int | None = None
     embed_norm: bool = False
+    lm_head: bool = True
     lm_head_transform: bool = False
     lm_head_bias: bool = False
     init_std: float = 0.02
@@ -114,7 +117,7 @@ class TransformerConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, getattr(self, name), " | ".join(allowed))
         for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
-                     "lm_head_transform", "lm_head_bias"):
+                     "lm_head", "lm_head_transform", "lm_head_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "true | false")
         for name in ("dropout", "rope_theta", "norm_eps", "init_std"):
@@ -151,6 +154,9 @@ class TransformerConfig:
         if self.token_dropout and self.causal:
             raise ConfigError("token_dropout", True, "false", reason="token dropout rescales masked-LM inputs; "
                                                                      "a causal model has no mask tokens")
+        for name in ("lm_head_transform", "lm_head_bias"):
+            if getattr(self, name) and not self.lm_head:
+                raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")
         if self.pos == "learned" and self.max_seq_len is None:
             raise ConfigError("max_seq_len", None, "an integer >= 1",
                               reason="pos=learned needs max_seq_len rows in its position table")
@@ -204,7 +210,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                          max_seq_len=32768, dropout=0.0, pos="rope", rope_theta=1000000.0, norm="rmsnorm",
                          norm_eps=1e-6, norm_position="pre", mlp="swiglu", qkv_bias=True, bias=False,
                          tie_embeddings=True, causal=True, scale_embeddings=False,
-                         token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                         token_dropout=False, mask_token_id=None, embed_norm=False, lm_head=True, lm_head_transform=False,
                          lm_head_bias=False, init_std=0.02),
     # ESM-2 8M (Lin et al. 2023; facebook/esm2_t6_8M_UR50D config.json): 6 layers, d 320, 20 heads,
     # d_ff 1,280, rotary positions, LayerNorm eps 1e-5 with biases, Pre-LN, GELU, 1,026 positions,
@@ -214,14 +220,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                     max_seq_len=1026, dropout=0.0, pos="rope", rope_theta=10000.0, norm="layernorm",
                     norm_eps=1e-5, norm_position="pre", mlp="gelu", qkv_bias=True, bias=True,
                     tie_embeddings=True, causal=False, scale_embeddings=False, token_dropout=True,
-                    mask_token_id=32, embed_norm=False, lm_head_transform=True, lm_head_bias=True, init_std=0.02),
+                    mask_token_id=32, embed_norm=False, lm_head=True, lm_head_transform=True, lm_head_bias=True, init_std=0.02),
     # GPT-2 small (Radford et al. 2019; openai-community/gpt2 config.json): 12 layers, d 768, 12 heads,
     # d_ff 3,072, 1,024 learned positions, LayerNorm eps 1e-5 with biases everywhere, Pre-LN, GELU, tied.
     "gpt2-small": dict(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, d_ff=3072,
                        max_seq_len=1024, dropout=0.1, pos="learned", rope_theta=10000.0, norm="layernorm",
                        norm_eps=1e-5, norm_position="pre", mlp="gelu", qkv_bias=True, bias=True,
                        tie_embeddings=True, causal=True, scale_embeddings=False,
-                       token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                       token_dropout=False, mask_token_id=None, embed_norm=False, lm_head=True, lm_head_transform=False,
                        lm_head_bias=False, init_std=0.02),
     # Transformer base (Vaswani et al. 2017, table 3) as a decoder-only LM: 6 layers, d 512, 8 heads,
     # d_ff 2,048, sinusoidal positions, Post-LN, ReLU, dropout 0.1, embeddings scaled by sqrt(d_model),
@@ -230,14 +236,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                     max_seq_len=512, dropout=0.1, pos="sinusoidal", rope_theta=10000.0, norm="layernorm",
                     norm_eps=1e-6, norm_position="post", mlp="relu", qkv_bias=True, bias=True,
                     tie_embeddings=True, causal=True, scale_embeddings=True,
-                    token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                    token_dropout=False, mask_token_id=None, embed_norm=False, lm_head=True, lm_head_transform=False,
                     lm_head_bias=False, init_std=0.02),
     # For tests: tiny, Qwen-shaped (GQA, q/k/v bias, SwiGLU, RMSNorm, RoPE).
     "tiny": dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=128,
                  dropout=0.0, pos="rope", rope_theta=10000.0, norm="rmsnorm", norm_eps=1e-6, norm_position="pre",
                  mlp="swiglu", qkv_bias=True, bias=False, tie_embeddings=True, causal=True,
                  scale_embeddings=False,
-                 token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                 token_dropout=False, mask_token_id=None, embed_norm=False, lm_head=True, lm_head_transform=False,
                  lm_head_bias=False, init_std=0.02),
     # The default CPU protein masked-LM run: ESM-2-shaped (RoPE, LayerNorm, Pre-LN, GELU, bidirectional)
     # but small enough to train meaningfully on 2 CPU cores in about five minutes (~0.8M parameters).
@@ -245,6 +251,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                           max_seq_len=512, dropout=0.0, pos="rope", rope_theta=10000.0, norm="layernorm",
                           norm_eps=1e-5, norm_position="pre", mlp="gelu", qkv_bias=True, bias=True,
                           tie_embeddings=True, causal=False, scale_embeddings=False,
-                          token_dropout=False, mask_token_id=None, embed_norm=False, lm_head_transform=False,
+                          token_dropout=False, mask_token_id=None, embed_norm=False, lm_head=True, lm_head_transform=False,
                           lm_head_bias=False, init_std=0.02),
 }

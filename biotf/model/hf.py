@@ -4,7 +4,9 @@ Supported formats, read from a model object or from a directory of config.json +
 shards listed in model.safetensors.index.json, or a pytorch_model.bin read with `torch.load(weights_only=True)`,
 which unpickles tensors only, never code):
 - Qwen2 (`model_type: qwen2`, `Qwen2ForCausalLM`), also written as config.json + model.safetensors;
-- ESM (`model_type: esm`, `EsmForMaskedLM`: ESM-2 with rotary positions, ESM-1b with absolute ones).
+- ESM (`model_type: esm`, `EsmForMaskedLM`: ESM-2 with rotary positions, ESM-1b with absolute ones; also the encoder
+  of `EsmModel`, `EsmForSequenceClassification` and `EsmForTokenClassification`, which have no LM head: the model
+  then has `lm_head=False`, and their pooler / classifier weights are not read).
 Other model types are refused with a `CheckpointError`; a new format adds a `<format>_config` /
 `<format>_to_biotf` pair here and an entry in `LOADERS`.
 
@@ -19,6 +21,7 @@ The Qwen2 mapping (Qwen2 name -> biotf name), per layer i:
     model.layers.i.mlp.down_proj.weight           -> blocks.i.mlp.down.weight
     model.norm.weight                             -> final_norm.weight
     lm_head.weight                                -> lm_head.weight (absent when embeddings are tied)
+    model.rotary_emb.inv_freq (or per layer)      -> positions.inverse_frequency (read when stored, see below)
 
 The ESM mapping (HF `EsmForMaskedLM` name -> biotf name); each LayerNorm is `.weight`/`.bias`, or the legacy
 `.gamma`/`.beta` that transformers still writes for the per-layer norms:
@@ -36,13 +39,21 @@ The ESM mapping (HF `EsmForMaskedLM` name -> biotf name); each LayerNorm is `.we
     lm_head.dense, lm_head.layer_norm                     -> head_transform.dense, head_transform.norm
     lm_head.bias                                          -> lm_head_bias
     lm_head.decoder.weight                                -> lm_head.weight (absent when embeddings are tied)
-Not read: the contact-prediction head, and rotary inverse frequencies, which biotf recomputes from rope_theta
-as HF's `EsmRotaryEmbedding` does.
+    esm.rotary_embeddings.inv_freq (or per layer)         -> positions.inverse_frequency
+The `esm.` prefix is absent in a bare `EsmModel` directory. Not read: the contact-prediction head, the pooler and
+classifier heads.
+
+Rotary inverse frequencies are taken from the checkpoint when it stores them, under any of the names
+transformers has written: one shared `...rotary_embeddings.inv_freq` / `model.rotary_emb.inv_freq`, one per layer
+(`...layer.{i}...`, which must agree), or the literal `layer.*` form of transformers 5's `save_pretrained`. Official
+ESM-2 checkpoints store values rounded to float16 (they were trained in it) and HF computes with those: recomputing
+them from rope_theta moves ESM-2 8M's logits by up to 0.1. Without a stored tensor they are computed from rope_theta.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from os import PathLike
 from pathlib import Path
@@ -53,6 +64,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
+from biotf.model.positions import rope_inverse_frequency
 from biotf.model.transformer import Transformer
 
 CONFIG_FILE = "config.json"
@@ -84,13 +96,17 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
     def __init__(self, files: Mapping[str, Path], dtype: torch.dtype | None = None):
         self._files, self._dtype = dict(files), dtype
 
-    def __getitem__(self, name: str) -> torch.Tensor:
+    def stored(self, name: str) -> torch.Tensor:
+        """The tensor in the dtype of its file."""
         from safetensors import safe_open
 
         # A file opened per tensor: a tensor keeps its file's mapping alive, so with one shared handle the pages
         # of every fused (freed) source would stay resident as long as any unfused tensor lives.
         with safe_open(self._files[name], framework="pt") as handle:
-            tensor = handle.get_tensor(name)
+            return handle.get_tensor(name)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = self.stored(name)
         if self._dtype is None or tensor.element_size() < self._dtype.itemsize:
             return tensor
         return tensor.to(self._dtype)
@@ -138,7 +154,29 @@ def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[s
 
 def _hf_object_config_and_weights(model: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     config = model.config.to_dict()
+    config["architectures"] = [type(model).__name__]  # as save_pretrained writes it
     return config, dict(model.state_dict())
+
+
+def stored_inverse_frequency(weights: Mapping[str, torch.Tensor], pattern: str,
+                             config: TransformerConfig) -> dict[str, torch.Tensor]:
+    """`{"positions.inverse_frequency": tensor}` when the checkpoint stores rotary inverse frequencies under a name
+    matching `pattern` (a regex), else {}. Several copies (one per layer) must be equal; each must have
+    head_dim / 2 values."""
+    found = [name for name in weights if re.fullmatch(pattern, name)]
+    if not found or config.pos != "rope":
+        return {}
+    # As stored: `SafetensorsWeights` would round them to a smaller loading dtype, and they stay float32.
+    stored = weights.stored if isinstance(weights, SafetensorsWeights) else weights.__getitem__
+    first = stored(found[0])
+    if tuple(first.shape) != (config.head_dim // 2,):
+        raise CheckpointError(f"rotary inverse frequencies {found[0]} have shape {tuple(first.shape)}, the config "
+                              f"implies ({config.head_dim // 2},)")
+    for name in found[1:]:
+        if not torch.equal(stored(name).to(first.dtype), first):
+            raise CheckpointError(f"the checkpoint stores different rotary inverse frequencies in {found[0]} and "
+                                  f"{name}; biotf uses one set for every layer")
+    return {"positions.inverse_frequency": first.to(torch.float32)}
 
 
 # --- Qwen2 -> biotf -------------------------------------------------------------------------------
@@ -197,15 +235,30 @@ def qwen2_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfi
         state[ours + "mlp.down.weight"] = take(hf + "mlp.down_proj.weight")
     if not config.tie_embeddings:
         state["lm_head.weight"] = take("lm_head.weight")
-    return state
+    rotary = r"(_orig_mod\.)?model\.(layers\.(\d+|\*)\.self_attn\.)?rotary_emb\.inv_freq"
+    return {**state, **stored_inverse_frequency(weights, rotary, config)}
 
 
 # --- ESM -> biotf ---------------------------------------------------------------------------------
 ESM_POSITIONS = {"rotary": "rope", "absolute": "learned"}
 
 
+def esm_prefix(weights: Mapping[str, torch.Tensor]) -> str:
+    """What precedes `embeddings.word_embeddings.weight`: "esm." in a model with a head, "" in a bare EsmModel,
+    each after the "_orig_mod." of a torch.compile'd model."""
+    for prefix in ("esm.", "", "_orig_mod.esm.", "_orig_mod."):
+        if prefix + "embeddings.word_embeddings.weight" in weights:
+            return prefix
+    raise CheckpointError("not an ESM checkpoint: no embeddings.word_embeddings.weight, with or without 'esm.'")
+
+
+# The ESM architectures biotf loads; all but EsmForMaskedLM load as an encoder without LM head.
+ESM_ARCHITECTURES = ("EsmForMaskedLM", "EsmModel", "EsmForSequenceClassification", "EsmForTokenClassification")
+
+
 def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
-    """A TransformerConfig that computes what this ESM config.json describes (HF `EsmForMaskedLM`).
+    """A TransformerConfig that computes what this ESM config.json describes (HF `EsmForMaskedLM`, or the encoder
+    without LM head of the other `ESM_ARCHITECTURES`; no `architectures` means EsmForMaskedLM, as hub ESM-2s).
 
     Absolute positions (ESM-1b) load as a learned table without its first pad id + 1 rows: HF numbers the
     real tokens from padding_idx + 1 (fairseq's `make_positions`), biotf from 0.
@@ -228,6 +281,10 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
     if position_type == "absolute":
         max_positions -= hf["pad_token_id"] + 1
     token_dropout = bool(hf.get("token_dropout", False))
+    architectures = hf.get("architectures") or ["EsmForMaskedLM"]
+    if not set(architectures) & set(ESM_ARCHITECTURES):
+        raise refuse("architectures", architectures, f"biotf loads {' | '.join(ESM_ARCHITECTURES)}")
+    lm_head = "EsmForMaskedLM" in architectures
     return TransformerConfig(
         vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["num_hidden_layers"], n_heads=n_heads,
         n_kv_heads=n_heads, d_ff=hf["intermediate_size"], max_seq_len=max_positions,
@@ -236,41 +293,47 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
         norm_eps=float(hf.get("layer_norm_eps") or 1e-12), norm_position="pre", mlp="gelu", qkv_bias=True,
         bias=True, tie_embeddings=bool(hf.get("tie_word_embeddings", True)), causal=False, scale_embeddings=False,
         token_dropout=token_dropout, mask_token_id=hf.get("mask_token_id") if token_dropout else None,
-        embed_norm=bool(hf.get("emb_layer_norm_before")), lm_head_transform=True, lm_head_bias=True,
+        embed_norm=bool(hf.get("emb_layer_norm_before")), lm_head=lm_head, lm_head_transform=lm_head,
+        lm_head_bias=lm_head,
         init_std=float(hf.get("initializer_range", 0.02)))
 
 
 def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
-    """Rename and fuse `EsmForMaskedLM` tensors into a biotf state dict (see the table in the module docstring)."""
-    prefix = "_orig_mod." if any(name.startswith("_orig_mod.") for name in weights) else ""
-    if prefix + "lm_head.dense.weight" not in weights:
-        raise CheckpointError("ESM checkpoint has no masked-LM head (lm_head.*): biotf loads EsmForMaskedLM "
-                              "checkpoints, as facebook/esm2_* ship them, not a bare EsmModel")
+    """Rename and fuse ESM tensors into a biotf state dict (see the table in the module docstring)."""
+    prefix = esm_prefix(weights)
+    head_prefix = prefix.removesuffix("esm.")
 
-    def take(name: str) -> torch.Tensor:
-        if prefix + name not in weights:
-            raise CheckpointError(f"ESM checkpoint lacks tensor {name!r}")
-        return weights[prefix + name]
+    def take(name: str, at: str = prefix) -> torch.Tensor:
+        if at + name not in weights:
+            raise CheckpointError(f"ESM checkpoint lacks tensor {at + name!r}")
+        return weights[at + name]
 
-    def norm(hf_name: str, ours: str) -> dict[str, torch.Tensor]:
-        legacy = prefix + hf_name + ".gamma" in weights  # how transformers 5 still saves the per-layer norms
-        return {ours + ".weight": take(hf_name + (".gamma" if legacy else ".weight")),
-                ours + ".bias": take(hf_name + (".beta" if legacy else ".bias"))}
+    def norm(hf_name: str, ours: str, at: str = prefix) -> dict[str, torch.Tensor]:
+        legacy = at + hf_name + ".gamma" in weights  # how transformers 5 still saves the per-layer norms
+        return {ours + ".weight": take(hf_name + (".gamma" if legacy else ".weight"), at),
+                ours + ".bias": take(hf_name + (".beta" if legacy else ".bias"), at)}
 
-    def linear(hf_name: str, ours: str) -> dict[str, torch.Tensor]:
-        return {ours + ".weight": take(hf_name + ".weight"), ours + ".bias": take(hf_name + ".bias")}
+    def linear(hf_name: str, ours: str, at: str = prefix) -> dict[str, torch.Tensor]:
+        return {ours + ".weight": take(hf_name + ".weight", at), ours + ".bias": take(hf_name + ".bias", at)}
 
-    state = {"embed.weight": take("esm.embeddings.word_embeddings.weight"),
-             **norm("esm.encoder.emb_layer_norm_after", "final_norm"),
-             **linear("lm_head.dense", "head_transform.dense"), **norm("lm_head.layer_norm", "head_transform.norm"),
-             "lm_head_bias": take("lm_head.bias")}
+    state = {"embed.weight": take("embeddings.word_embeddings.weight"),
+             **norm("encoder.emb_layer_norm_after", "final_norm")}
+    if config.lm_head:
+        if head_prefix + "lm_head.dense.weight" not in weights:
+            raise CheckpointError("ESM checkpoint has no masked-LM head (lm_head.*) although its config.json says "
+                                  "EsmForMaskedLM; set architectures to EsmModel to load the encoder alone")
+        state.update(linear("lm_head.dense", "head_transform.dense", head_prefix))
+        state.update(norm("lm_head.layer_norm", "head_transform.norm", head_prefix))
+        state["lm_head_bias"] = take("lm_head.bias", head_prefix)
+        if not config.tie_embeddings:
+            state["lm_head.weight"] = take("lm_head.decoder.weight", head_prefix)
     if config.pos == "learned":
         # The table's last max_seq_len rows: HF's rows 0..pad id serve padding only (see `esm_config`).
-        state["positions.table.weight"] = take("esm.embeddings.position_embeddings.weight")[-config.max_seq_len:]
+        state["positions.table.weight"] = take("embeddings.position_embeddings.weight")[-config.max_seq_len:]
     if config.embed_norm:
-        state.update(norm("esm.embeddings.layer_norm", "embed_norm"))
+        state.update(norm("embeddings.layer_norm", "embed_norm"))
     for i in range(config.n_layers):
-        hf_layer, ours = f"esm.encoder.layer.{i}.", f"blocks.{i}."
+        hf_layer, ours = f"encoder.layer.{i}.", f"blocks.{i}."
         attention = hf_layer + "attention.self."
         state.update(norm(hf_layer + "attention.LayerNorm", ours + "attn_norm"))
         for kind in ("weight", "bias"):
@@ -280,9 +343,8 @@ def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig)
         state.update(norm(hf_layer + "LayerNorm", ours + "mlp_norm"))
         state.update(linear(hf_layer + "intermediate.dense", ours + "mlp.up"))
         state.update(linear(hf_layer + "output.dense", ours + "mlp.down"))
-    if not config.tie_embeddings:
-        state["lm_head.weight"] = take("lm_head.decoder.weight")
-    return state
+    rotary = re.escape(prefix) + r"(encoder\.layer\.(\d+|\*)\.attention\.self\.)?rotary_embeddings\.inv_freq"
+    return {**state, **stored_inverse_frequency(weights, rotary, config)}
 
 
 # --- biotf -> Qwen2 -------------------------------------------------------------------------------
@@ -335,6 +397,12 @@ def biotf_to_qwen2(state: Mapping[str, torch.Tensor], config: TransformerConfig)
         out[hf + "mlp.down_proj.weight"] = state[ours + "mlp.down.weight"]
     if not config.tie_embeddings:
         out["lm_head.weight"] = state["lm_head.weight"]
+    frequency = state.get("positions.inverse_frequency")
+    if frequency is not None and not torch.equal(frequency.cpu(), rope_inverse_frequency(config.head_dim,
+                                                                                         config.rope_theta)):
+        # Only frequencies that rope_theta does not give (read from a checkpoint) are written; transformers ignores
+        # the tensor, biotf reads it back.
+        out["model.rotary_emb.inv_freq"] = frequency
     return out
 
 
@@ -381,10 +449,13 @@ def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32, for_dec
     # decoding layout here rather than rearranged later, which would hold two copies of the largest). Tensors
     # read from files are fresh (memory-mapped copy-on-write); those of a model object are copied so that the
     # two never share.
+    # Parameters take `dtype`; buffers keep the dtype the model gives them (rotary frequencies stay float32).
     matrices = decode_matrix_names(model) if for_decoding else set()
+    parameters = dict(model.named_parameters())
     for name in list(state):
         source = state.pop(name).detach()
-        tensor = decode_layout(source, dtype) if name in matrices else source.to(dtype=dtype)
+        target = dtype if name in parameters else expected[name].dtype
+        tensor = decode_layout(source, dtype) if name in matrices else source.to(dtype=target)
         state[name] = tensor.clone() if directory is None and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
     if for_decoding:

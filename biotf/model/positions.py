@@ -95,6 +95,12 @@ class SinusoidalPositions(PositionEncoding):
         return x + self._table[positions].to(x.dtype)
 
 
+def rope_inverse_frequency(head_dim: int, theta: float) -> torch.Tensor:
+    """theta^(-2i/d) for i < d/2, in float32, computed as HF's `compute_default_rope_parameters` does."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    return 1.0 / (theta ** exponents)
+
+
 @register_position("rope")
 class RotaryPositions(PositionEncoding):
     """Rotary position embedding (Su et al. 2021), in the layout of HF Llama/Qwen2.
@@ -102,20 +108,47 @@ class RotaryPositions(PositionEncoding):
     Frequencies theta^(-2i/d) for i < d/2 (d = head size); dimension j and j + d/2 form a rotated
     pair ("rotate_half"), and cos/sin are repeated over both halves, exactly as `Qwen2RotaryEmbedding`
     and `apply_rotary_pos_emb` do, so HF weights load without permuting q/k rows.
+
+    The frequencies are a saved buffer, `positions.inverse_frequency`, not recomputed from theta: a checkpoint's
+    stored values win. Official ESM-2 checkpoints were trained in float16 and store frequencies rounded to it
+    (1, 0.31616, 0.099976, ...); HF uses them, and recomputing exact ones moves logits by up to 0.1
+    (transformers PR #19587). A state dict without the buffer (biotf checkpoints before it existed) gets the
+    computed values. The buffer stays float32 whatever dtype the model is cast to, as HF keeps it.
     """
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.head_dim, self.theta = config.head_dim, float(config.rope_theta)
+        self.register_buffer("inverse_frequency", rope_inverse_frequency(self.head_dim, self.theta))
+        self.register_load_state_dict_pre_hook(self._fill_missing_frequency)
+        self._forget_tables()
+
+    def _forget_tables(self) -> None:
         self._cos = self._signed_sin = torch.empty(0)  # cached float32 tables (rows, head_dim); not buffers
+
+    def _fill_missing_frequency(self, module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+        key = prefix + "inverse_frequency"
+        if key not in state_dict:
+            state_dict[key] = rope_inverse_frequency(self.head_dim, self.theta)
+        self._forget_tables()
+
+    def _apply(self, fn, recurse: bool = True):
+        frequency = self.inverse_frequency
+        super()._apply(fn, recurse)
+        moved = self.inverse_frequency
+        if frequency.is_meta or moved.is_meta:
+            self.inverse_frequency = moved.float()
+        else:  # the device follows the model, the dtype and values do not
+            self.inverse_frequency = frequency.to(device=moved.device, dtype=torch.float32)
+        self._forget_tables()
+        return self
 
     def _tables(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._cos.shape[0] < rows or self._cos.device != device:
             rows = max(rows, 2 * self._cos.shape[0], 256)
-            # Computed as HF does (float32 inverse frequencies, float32 outer product) for bitwise-close parity.
-            inverse_frequency = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64)
-                                                       .to(device=device, dtype=torch.float32) / self.head_dim))
-            angles = torch.arange(rows, device=device, dtype=torch.float32)[:, None] * inverse_frequency
+            # float32 positions times float32 frequencies, as HF does, for bitwise-close parity.
+            frequency = self.inverse_frequency.to(device=device, dtype=torch.float32)
+            angles = torch.arange(rows, device=device, dtype=torch.float32)[:, None] * frequency
             sin = angles.sin()
             # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): fold rotate_half's sign into the table.
             self._cos, self._signed_sin = torch.cat((angles.cos(),) * 2, dim=-1), torch.cat((-sin, sin), dim=-1)

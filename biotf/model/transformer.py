@@ -91,7 +91,8 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.final_norm = build_norm(config) if config.norm_position == "pre" else None
         self.head_transform = HeadTransform(config) if config.lm_head_transform else None
-        self.lm_head = None if config.tie_embeddings else Linear(config.d_model, config.vocab_size, bias=False)
+        own_head = config.lm_head and not config.tie_embeddings
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False) if own_head else None
         self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
         self.reset_parameters()
 
@@ -139,6 +140,10 @@ class Transformer(nn.Module):
         then runs for those positions only, unless hidden states are asked for. `return_logits=False`
         with labels returns no logits: the loss and the counts are all a training step needs, and the (tokens x
         vocab) block is then never allocated."""
+        if not self.config.lm_head:
+            raise ConfigError("lm_head", False, reason="this model has no language-model head (its checkpoint had "
+                              "none, e.g. an EsmModel or EsmForSequenceClassification): encode() and `biotf embed` "
+                              "work, logits and losses need a checkpoint with one (EsmForMaskedLM)")
         if labels is not None and logits_to_keep:
             raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
         if labels is None and not return_logits:

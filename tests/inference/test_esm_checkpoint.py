@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from biotf import load_pretrained
-from biotf.errors import CheckpointError
+from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.hf_checkpoint import load_hf_checkpoint
 from biotf.tokenizers import AminoAcidTokenizer
 
@@ -56,8 +56,24 @@ def test_other_heads_and_generation_are_refused(esm2_checkpoint, tmp_path):
     directory, _ = esm2_checkpoint
     with pytest.raises(CheckpointError, match=r"model_type 'esm'.*text generation \(supported: qwen2"):
         load_hf_checkpoint(directory)
-    classifier = shutil.copytree(directory, tmp_path / "classifier")
-    config = json.loads((classifier / "config.json").read_text())
-    (classifier / "config.json").write_text(json.dumps({**config, "architectures": ["EsmForSequenceClassification"]}))
-    with pytest.raises(CheckpointError, match="EsmForSequenceClassification.*not EsmForMaskedLM"):
-        load_pretrained(classifier)
+    folding = shutil.copytree(directory, tmp_path / "folding")
+    config = json.loads((folding / "config.json").read_text())
+    (folding / "config.json").write_text(json.dumps({**config, "architectures": ["EsmForProteinFolding"]}))
+    with pytest.raises(CheckpointError, match="EsmForProteinFolding.*not EsmForMaskedLM \\| EsmModel"):
+        load_pretrained(folding)
+
+
+@pytest.mark.parametrize("architecture", ["EsmModel", "EsmForSequenceClassification", "EsmForTokenClassification"])
+def test_load_pretrained_reads_the_encoder_of_checkpoints_without_lm_head(architecture, esm_encoder_checkpoints):
+    transformers = pytest.importorskip("transformers")
+    directory, hf = esm_encoder_checkpoints[architecture]
+    model, tokenizer = load_pretrained(directory)
+    assert isinstance(tokenizer, AminoAcidTokenizer) and not model.config.lm_head
+    encoded = transformers.EsmTokenizer.from_pretrained(directory)(PROTEINS, padding=True, return_tensors="pt")
+    encoder = hf if architecture == "EsmModel" else hf.esm
+    with torch.no_grad():
+        ours = model.encode(encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+        theirs = encoder(**encoded).last_hidden_state
+    assert (ours - theirs)[encoded["attention_mask"].bool()].abs().max().item() <= 1e-5
+    with pytest.raises(ConfigError, match="lm_head=False: this model has no language-model head"):
+        model(encoded["input_ids"], attention_mask=encoded["attention_mask"])

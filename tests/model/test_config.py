@@ -64,3 +64,9 @@ def test_replace_validates_again():
 def test_unknown_preset_lists_presets():
     with pytest.raises(ConfigError, match="qwen2.5-0.5b"):
         TransformerConfig.preset("llama-70b")
+
+
+def test_an_lm_head_part_without_lm_head_is_refused():
+    with pytest.raises(ConfigError, match=r"lm_head_bias=True: it is part of the LM head, and lm_head is false"):
+        TransformerConfig(lm_head=False, lm_head_bias=True)
+    assert not TransformerConfig(lm_head=False).lm_head

@@ -162,3 +162,44 @@ def test_unsupported_checkpoints_are_refused_clearly(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="sliding"):
         Transformer.from_hf(tmp_path)
+
+
+def test_a_bfloat16_checkpoint_with_stored_rotary_frequencies_loads_as_stored(tmp_path):
+    # As a real checkpoint may be: weights in bfloat16 (as Qwen2.5 ships) and inverse frequencies stored by a model
+    # that held them in bfloat16. The checkpoint's values win over recomputation from rope_theta; transformers itself
+    # recomputes, so the reference is HF with its frequencies set to the stored ones.
+    source = random_qwen2(tied=False, seed=6)
+    with torch.no_grad():  # sharp attention, as in a trained model, so that positions matter
+        for name, parameter in source.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.normal_(0.0, 0.5)
+    stored = source.model.rotary_emb.inv_freq.to(torch.bfloat16)
+    source.to(torch.bfloat16).save_pretrained(tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    save_file({**weights, "model.rotary_emb.inv_freq": stored}, tmp_path / "model.safetensors", metadata={"format": "pt"})
+
+    reference = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    recomputed = reference.model.rotary_emb.inv_freq.clone()
+    model = Transformer.from_hf(tmp_path)
+    for dtype in (torch.float32, torch.bfloat16):  # the frequencies stay float32 whatever the weights' dtype
+        loaded = model if dtype == torch.float32 else Transformer.from_hf(tmp_path, dtype=dtype)
+        assert loaded.positions.inverse_frequency.dtype == torch.float32
+        assert torch.equal(loaded.positions.inverse_frequency, stored.float())
+    ids = torch.randint(0, 211, (2, 200), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ours = model(ids).logits
+        reference.model.rotary_emb.inv_freq.copy_(stored.float())
+        theirs = reference(ids).logits
+        reference.model.rotary_emb.inv_freq.copy_(recomputed)
+        theirs_recomputed = reference(ids).logits
+    assert max_diff(ours, theirs) <= TOLERANCE
+    assert max_diff(ours, theirs_recomputed) > 10 * TOLERANCE  # the stored values matter at these positions
+    # Written back by to_hf (transformers ignores the tensor), read back by biotf.
+    model.to_hf(tmp_path / "exported")
+    assert torch.equal(Transformer.from_hf(tmp_path / "exported").positions.inverse_frequency, stored.float())
+    # A model whose frequencies are rope_theta's writes none.
+    Transformer.from_hf(random_qwen2(tied=True)).to_hf(tmp_path / "plain")
+    assert "model.rotary_emb.inv_freq" not in load_file(tmp_path / "plain" / "model.safetensors")

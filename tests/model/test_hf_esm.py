@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from biotf.errors import CheckpointError
+from safetensors.torch import load_file, save_file
+
+from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer
 
 pytest.importorskip("transformers")
@@ -37,8 +39,8 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
     return (a - b)[mask.bool()].abs().max().item()
 
 
-def assert_parity(model: Transformer, hf) -> None:
-    ids, mask = batch()
+def assert_parity(model: Transformer, hf, inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    ids, mask = inputs or batch()
     labels = torch.where(ids == MASK, torch.randint(4, 29, ids.shape), -100)
     with torch.no_grad():
         ours = model(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
@@ -112,6 +114,112 @@ def test_what_biotf_cannot_compute_is_refused_clearly(tmp_path, random_esm):
     edit_config(tmp_path / "decoder", is_decoder=True)
     with pytest.raises(CheckpointError, match="is_decoder=True is not supported"):
         Transformer.from_hf(tmp_path / "decoder")
-    hf.esm.save_pretrained(tmp_path / "bare")  # EsmModel: no masked-LM head
-    with pytest.raises(CheckpointError, match="no masked-LM head.*EsmForMaskedLM"):
-        Transformer.from_hf(tmp_path / "bare")
+    hf.save_pretrained(tmp_path / "folding")
+    edit_config(tmp_path / "folding", architectures=["EsmForProteinFolding"])
+    with pytest.raises(CheckpointError, match=r"architectures=\['EsmForProteinFolding'\].*EsmForMaskedLM \| EsmModel"):
+        Transformer.from_hf(tmp_path / "folding")
+    hf.save_pretrained(tmp_path / "headless")  # says EsmForMaskedLM, but its lm_head tensors are gone
+    weights = load_file(tmp_path / "headless" / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if not k.startswith("lm_head.")},
+              tmp_path / "headless" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="no masked-LM head.*set architectures to EsmModel"):
+        Transformer.from_hf(tmp_path / "headless")
+
+
+# --- rotary frequencies as real checkpoints store them ---------------------------------------------------------
+# Official ESM-2 checkpoints were trained in float16 and store their rotary inverse frequencies rounded to it; HF
+# computes with the stored values. transformers has written them under three names.
+INV_FREQ_NAMES = {
+    "transformers 5 save_pretrained": ["esm.encoder.layer.*.attention.self.rotary_embeddings.inv_freq"],
+    "official, one per layer": [f"esm.encoder.layer.{i}.attention.self.rotary_embeddings.inv_freq" for i in range(3)],
+    "shared": ["esm.rotary_embeddings.inv_freq"],
+}
+
+
+def long_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Three proteins of 420, 300 and 130 tokens, right-padded, with <mask> tokens: rounding of a frequency
+    shifts the rotation angle in proportion to the position, so short fixtures cannot see it. (With sharp attention,
+    query_key_std=0.5, recomputed frequencies miss HF by 1.1e-3 in the logits and 1.7e-2 in the hidden states here;
+    the stored ones match to 2e-7 and 1e-6.)"""
+    generator = torch.Generator().manual_seed(2)
+    lengths = (420, 300, 130)
+    ids = torch.randint(4, 29, (len(lengths), lengths[0]), generator=generator)
+    ids[:, 0] = 0
+    for row, length in enumerate(lengths):
+        ids[row, length - 1] = 2
+        ids[row, length:] = PAD
+        ids[row, torch.randint(1, length - 1, (length // 10,), generator=generator)] = MASK
+    return ids, (ids != PAD).long()
+
+
+def save_with_rounded_frequencies(hf, directory: Path, names: list[str]) -> torch.Tensor:
+    """Round `hf`'s inverse frequencies through float16 (as official ESM-2 stores them), save it, and store them
+    under `names` only. Returns the rounded values."""
+    buffer = hf.esm.rotary_embeddings.inv_freq
+    rounded = buffer.half().float()
+    assert not torch.equal(rounded, buffer)  # head size 16, as ESM-2 8M: 0.31623 -> 0.31616, ...
+    buffer.copy_(rounded)
+    hf.save_pretrained(directory)
+    weights = {k: v for k, v in load_file(directory / "model.safetensors").items() if "inv_freq" not in k}
+    save_file({**weights, **{name: rounded.clone() for name in names}}, directory / "model.safetensors", metadata={"format": "pt"})
+    return rounded
+
+
+@pytest.mark.parametrize("names", INV_FREQ_NAMES.values(), ids=INV_FREQ_NAMES.keys())
+def test_stored_float16_rounded_frequencies_are_used_over_long_sequences(names, tmp_path, random_esm):
+    hf = random_esm(token_dropout=True, hidden_size=64, max_positions=1026, seed=7, query_key_std=0.5)
+    rounded = save_with_rounded_frequencies(hf, tmp_path, names)
+    model = Transformer.from_hf(tmp_path)
+    assert torch.equal(model.positions.inverse_frequency, rounded)
+    assert_parity(model, hf, long_batch())
+
+
+def test_rounded_frequencies_survive_export_dtype_casts_and_old_state_dicts(tmp_path, random_esm):
+    from biotf.inference.loading import load_pretrained, save_pretrained
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    hf = random_esm(token_dropout=True, hidden_size=64, max_positions=1026, seed=8, query_key_std=0.5)
+    rounded = save_with_rounded_frequencies(hf, tmp_path / "hf", INV_FREQ_NAMES["shared"])
+    model = Transformer.from_hf(tmp_path / "hf")
+    save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
+    reloaded, _ = load_pretrained(tmp_path / "exported")
+    assert torch.equal(reloaded.positions.inverse_frequency, rounded)
+    assert_parity(reloaded, hf, long_batch())
+    # A dtype cast moves the frequencies with the model but keeps them float32 and unrounded.
+    assert torch.equal(reloaded.to(torch.bfloat16).float().positions.inverse_frequency, rounded)
+    # A state dict from before the buffer existed loads with frequencies computed from rope_theta.
+    old = {k: v for k, v in model.state_dict().items() if k != "positions.inverse_frequency"}
+    fresh = Transformer(model.config)
+    fresh.load_state_dict(old, strict=True)
+    exact = 1.0 / 10000.0 ** (torch.arange(0, 16, 2).float() / 16)
+    assert torch.equal(fresh.positions.inverse_frequency, exact)
+
+
+def test_frequencies_that_disagree_between_layers_are_refused(tmp_path, random_esm):
+    hf = random_esm(token_dropout=False, seed=9)
+    save_with_rounded_frequencies(hf, tmp_path, INV_FREQ_NAMES["official, one per layer"])
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["esm.encoder.layer.2.attention.self.rotary_embeddings.inv_freq"] *= 1.001
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="different rotary inverse frequencies.*layer.0.*layer.2"):
+        Transformer.from_hf(tmp_path)
+
+
+# --- encoders without a masked-LM head ---------------------------------------------------------------------------
+@pytest.mark.parametrize("architecture", ["EsmModel", "EsmForSequenceClassification", "EsmForTokenClassification"])
+def test_encoder_checkpoints_without_lm_head_load_their_trunk(architecture, esm_encoder_checkpoints):
+    directory, hf = esm_encoder_checkpoints[architecture]
+    model = Transformer.from_hf(directory)
+    assert not model.config.lm_head and model.lm_head is None and model.head_transform is None
+    encoder = hf if architecture == "EsmModel" else hf.esm
+    pooler = 32 * 32 + 32 if architecture == "EsmModel" else 0  # the dense layer of EsmModel's pooler
+    assert model.num_parameters() == encoder.num_parameters() - (3 * 4 + 1) - pooler
+    ids, mask = batch()
+    with torch.no_grad():
+        ours = model.encode(ids, attention_mask=mask, output_hidden_states=True)
+        theirs = encoder(ids, attention_mask=mask, output_hidden_states=True)
+    assert max_diff(ours.last_hidden_state, theirs.last_hidden_state, mask) <= TOLERANCE
+    for mine, reference in zip(ours.hidden_states, theirs.hidden_states, strict=True):
+        assert max_diff(mine, reference, mask) <= TOLERANCE
+    with pytest.raises(ConfigError, match="no language-model head.*encode\\(\\) and `biotf embed` work"):
+        model(ids, attention_mask=mask)
