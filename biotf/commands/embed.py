@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.errors import ConfigError
 
 
@@ -48,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
+    prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
     options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                            max_length=args.max_length, long=args.long, overlap=args.overlap)
     reader = reader_options(args)
@@ -74,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from biotf.analysis.plot import plot_file
 
-        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern)
+        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
+                           overwrite=args.overwrite)
         print(f"map ({method}) -> {args.plot}", file=sys.stderr)
     return 0

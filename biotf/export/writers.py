@@ -38,6 +38,7 @@ import numpy as np
 
 from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
+from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, locked, work_prefix
 from biotf.inference.loading import atomic_write
 
 FORMATS = (".npz", ".parquet", ".h5ad")
@@ -52,7 +53,8 @@ def publish(path: str | Path, write: Callable[[Path], None]) -> Path:
     os.umask(umask)
 
     def write_readable(temporary: Path) -> None:
-        write(temporary)
+        with locked(temporary):  # a run starting meanwhile must not take it for a killed run's leftover
+            write(temporary)
         os.chmod(temporary, 0o666 & ~umask)
 
     return atomic_write(path, write_readable)
@@ -98,9 +100,10 @@ class EmbeddingWriter:
         self.lengths = array("q")  # per-token: content tokens of each record
         self.widths: dict[str, int] = {"sequence": 1}  # longest text per column (.npz's fixed-width strings)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.spool_dir = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".spool", dir=self.path.parent))
+        self.spool_dir = Path(tempfile.mkdtemp(prefix=work_prefix(self.path), suffix=SPOOL_SUFFIX, dir=self.path.parent))
         self.spools: dict[str, _Spool] = {}
-        self.text = open(self.spool_dir / "text.jsonl", "w", encoding="utf-8")  # [sequence, metadata] per line
+        self.text = open(self.spool_dir / LOCK_FILE, "w", encoding="utf-8")  # [sequence, metadata] per line
+        lock(self.text)  # held while this run lives: `remove_leftovers` of a later run leaves it alone
 
     def _spool(self, name: str, rows: np.ndarray) -> None:
         if name not in self.spools:
