@@ -12,16 +12,16 @@ The rule (every command that writes a file the user names: `embed --output/--plo
 Writers put their work beside the output under hidden names `.<name>.<8 random chars>.tmp` (the file
 being assembled, `atomic_write`) and `.<name>.<8 random chars>.spool` (the embedding spools). A run
 killed outright (SIGKILL, out of memory, power) leaves them behind; `remove_leftovers` deletes exactly
-those of one output name, skipping any a live run still holds (an advisory `flock`).
+those of one output name, and nothing while a live run over the same name holds its spool (an advisory
+`flock`, released by the kernel when that process dies).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -92,13 +92,12 @@ def is_png(path: Path) -> bool:
         return False
 
 
-def _held(path: Path) -> bool:
-    """Whether a live process holds `path`'s lock (a spool directory's lock is its `LOCK_FILE`)."""
+def _held(spool: Path) -> bool:
+    """Whether a live process holds the lock of spool directory `spool` (on its `LOCK_FILE`)."""
     if fcntl is None:
         return False
-    target = path / LOCK_FILE if path.is_dir() else path
     try:
-        with open(target, "rb") as handle:
+        with open(spool / LOCK_FILE, "rb") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -107,23 +106,16 @@ def _held(path: Path) -> bool:
     return False
 
 
-
 def lock(handle: IO) -> None:
     """Mark an open work file as held by this live process (released when the handle closes or the process dies)."""
     if fcntl is not None:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold the lock of work file `path` for the block (a temporary while it is being written)."""
-    with open(path, "rb") as handle:
-        lock(handle)
-        yield
-
-
 def leftovers(path: str | Path) -> list[Path]:
-    """Hidden work files of output `path` left by killed runs: only names of exactly its pattern, none held."""
+    """Hidden work files of output `path` left by killed runs: only names of exactly its pattern. While a live
+    run holds a spool of the same output, none of its spools nor any temporary counts (the temporary an
+    embedding run assembles is written while its spool is held; h5py locks that file itself)."""
     path = Path(path)
     pattern = re.compile(re.escape(work_prefix(path)) + _RANDOM_PART
                          + f"({re.escape(TEMPORARY_SUFFIX)}|{re.escape(SPOOL_SUFFIX)})")
@@ -135,9 +127,9 @@ def leftovers(path: str | Path) -> list[Path]:
             continue
         if entry.name.endswith(SPOOL_SUFFIX) != entry.is_dir():
             continue  # a .spool is always a directory, a .tmp always a file: anything else is not ours
-        if not _held(entry):
-            found.append(entry)
-    return found
+        found.append(entry)
+    live = [entry for entry in found if entry.is_dir() and _held(entry)]
+    return [] if live else found
 
 
 def remove_leftovers(path: str | Path) -> list[Path]:

@@ -38,7 +38,7 @@ import numpy as np
 
 from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
-from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, locked, work_prefix
+from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
 from biotf.inference.loading import atomic_write
 
 FORMATS = (".npz", ".parquet", ".h5ad")
@@ -53,8 +53,7 @@ def publish(path: str | Path, write: Callable[[Path], None]) -> Path:
     os.umask(umask)
 
     def write_readable(temporary: Path) -> None:
-        with locked(temporary):  # a run starting meanwhile must not take it for a killed run's leftover
-            write(temporary)
+        write(temporary)
         os.chmod(temporary, 0o666 & ~umask)
 
     return atomic_write(path, write_readable)

@@ -172,19 +172,21 @@ def test_leftovers_of_a_killed_run_are_removed_and_reported(capsys, tmp_path, mo
     killed.text.write('["MK", {}]\n')
     killed.text.close()
     _, temporary = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=tmp_path)
-    # a run still in progress over the same name holds its spool: it must survive
-    live = EmbeddingWriter(out, ["embeddings"], False, {})
     decoys = [".e.npz.bak", ".e.npz.abcdefgh.tmp.keep", "e.npz.abcdefgh.tmp", ".other.npz.abcdefgh.tmp",
               ".e.npz.abc.tmp", ".e.npz.abcdefgh.spool"]  # the last is a file, never what a writer makes
     for name in decoys:
         (tmp_path / name).write_text("not ours")
+    # while a run over the same name is alive (it holds its spool's lock), nothing of that name is touched
+    live = EmbeddingWriter(out, ["embeddings"], False, {})
     status, err = embed(capsys, model_dir, fasta, out)
+    assert status == 0 and "removed" not in err, err
+    assert killed.spool_dir.is_dir() and Path(temporary).is_file() and live.spool_dir.is_dir()
+    live.abort()
+    status, err = embed(capsys, model_dir, fasta, out, "--overwrite")
     assert status == 0, err
     assert "removed 2 leftover work file(s)" in err and killed.spool_dir.name in err and Path(temporary).name in err
     assert not killed.spool_dir.exists() and not Path(temporary).exists()
-    assert live.spool_dir.is_dir()
     for name in decoys:
         assert (tmp_path / name).read_text() == "not ours"
-    live.abort()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*decoys, "e.npz", "in.fasta"])
     assert np.load(out, allow_pickle=False)["embeddings"].shape == (3, 16)
