@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from biotf.cli import main
+from biotf.export import npz_text
 from biotf.inference.loading import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
@@ -48,7 +49,7 @@ def test_every_format_with_summary_and_map(capsys, tmp_path, model_dir):
     npz = np.load(outputs[".npz"])
     frame = pd.read_parquet(outputs[".parquet"])
     adata = anndata.read_h5ad(outputs[".h5ad"])
-    assert npz["ids"].tolist() == frame["id"].tolist() == adata.obs_names.tolist() == ["P1", "P2", "P3"]
+    assert npz_text(npz, "ids").tolist() == frame["id"].tolist() == adata.obs_names.tolist() == ["P1", "P2", "P3"]
     assert adata.obs["description"].tolist()[0] == "Nucleus-S test"
     np.testing.assert_array_equal(npz["embeddings"], adata.X)
     np.testing.assert_array_equal(np.stack(frame["layer_0"].to_numpy()), adata.obsm["layer_0"])

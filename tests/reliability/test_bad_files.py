@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from biotf.cli import main
+from biotf.export import npz_text
 from biotf.inference.loading import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
@@ -262,8 +263,8 @@ def test_duplicate_ids_kept_and_reported_by_tokenize_and_embed(capsys, tmp_path,
     status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, model_dir))
     assert status == 0 and "duplicate_ids=2" in err, err
     saved = np.load(tmp_path / "embeddings.npz")
-    assert saved["ids"].tolist() == ["p1", "p2", "p1", "p3", "p2"]
-    assert saved["sequences"].tolist() == ["MKV", "MKL", "MKA", "MKC", "MKD"]
+    assert npz_text(saved, "ids").tolist() == ["p1", "p2", "p1", "p3", "p2"]
+    assert npz_text(saved, "sequences").tolist() == ["MKV", "MKL", "MKA", "MKC", "MKD"]
 
 
 def test_duplicate_ids_reported_in_the_training_summary(capsys, tmp_path, model_dir):
