@@ -91,7 +91,7 @@ def preset_names() -> list[str]:
 
 
 @pytest.mark.parametrize("name", preset_names())
-def test_every_tokenizer_preset_works_by_name(capsys, tmp_path, qwen_tokenizer_dir, name):
+def test_every_tokenizer_preset_works_by_name(capsys, tmp_path, request, name):
     """Each `conf/tokenizer/<name>.yaml` (what `tokenizer=<name>` trains with) is also a `--tokenizer` name, with
     the preset's own options (dna_char: one base per token); bpe needs its `path` as an option."""
     from omegaconf import OmegaConf
@@ -99,6 +99,7 @@ def test_every_tokenizer_preset_works_by_name(capsys, tmp_path, qwen_tokenizer_d
     from biotf.tokenizers.loading import build_tokenizer
     from biotf.training.config import CONF_DIR
 
+    qwen_tokenizer_dir = request.getfixturevalue("qwen_tokenizer_dir") if name == "bpe" else None
     text = tmp_path / "x.txt"
     text.write_text({"smiles": "CCO\n", "protein": "MKV\n"}.get(name, "ACGTACGTAC\n"))
     extra = ["--option", f"path={qwen_tokenizer_dir}"] if name == "bpe" else []
