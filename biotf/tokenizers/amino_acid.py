@@ -173,14 +173,14 @@ class AminoAcidTokenizer(VocabularyTokenizer):
         return self._skip_ids
 
     def to_config(self) -> dict[str, Any]:
-        """`stop` only when set, so that a default tokenizer.json stays readable by versions before it."""
-        config = {"lowercase": self.lowercase, "rare_residues": self.rare_residues, "unknown": self.unknown}
-        return config if self.stop == "error" else {**config, "stop": self.stop}
+        return {"lowercase": self.lowercase, "rare_residues": self.rare_residues, "unknown": self.unknown,
+                "stop": self.stop}
 
     def identity_config(self) -> dict[str, Any]:
-        """`stop` only where it changes ids: "to_unk" under unknown="to_unk" gives the ids of the default."""
+        """`stop` only where it changes ids: "error" (and "to_unk" under unknown="to_unk") give the ids that
+        tokenizers saved before the option existed gave, so their fingerprints stay."""
         config = self.to_config()
-        if self.stop == "to_unk" and self.unknown == "to_unk":
+        if self.stop == "error" or (self.stop == "to_unk" and self.unknown == "to_unk"):
             del config["stop"]
         return config
 
