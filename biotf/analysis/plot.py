@@ -2,7 +2,8 @@
 
 UMAP (McInnes et al. 2018) when `umap-learn` is installed, else PCA; "pca" or "umap" can be forced.
 Categorical labels get one colour each (the 19 most frequent, the rest as "other"); numeric labels with
-many distinct values get a colour bar. The PNG is written under a temporary name, then renamed.
+many distinct values get a colour bar. The PNG is written under a temporary name, then renamed; it never
+replaces the embeddings it shows nor any file that is not a PNG.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from biotf.analysis.labels import labels, numeric
 from biotf.errors import BiotfError, ConfigError
+from biotf.export.outputs import check_output
 from biotf.export.writers import publish, read_embeddings
 
 METHODS = ("auto", "pca", "umap")
@@ -79,8 +81,10 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
 
 
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
-              label_pattern: str | None = None, array: str = "embeddings") -> str:
-    """Draw the map of an embedding file into `output` (PNG); returns the projection method used."""
+              label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False) -> str:
+    """Draw the map of an embedding file into `output` (PNG); returns the projection method used.
+    `output` follows `biotf.export.outputs.check_output`: never the input, never a file that is not a PNG."""
+    check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)
     if array not in table.arrays:
         raise ConfigError("--array", array, allowed=", ".join(table.arrays))

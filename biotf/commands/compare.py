@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="table and curves comparing training runs",
@@ -23,12 +25,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="logged metric, e.g. val_loss, val_acc, train_loss (default: val_loss)")
     parser.add_argument("--out", type=Path, default=Path("report.md"), metavar="MD",
                         help="markdown report; the PNG goes beside it (default: report.md)")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from biotf.experiments.compare import compare
 
+    prepare_outputs(args, {"--out": args.out, "--out (its picture)": args.out.with_suffix(".png")}, [],
+                    images=("--out (its picture)",))
     report, picture = compare(args.runs, args.metric, args.out)
     print(f"compare: {report} and {picture}", file=sys.stderr)
     return 0

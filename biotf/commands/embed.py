@@ -5,9 +5,11 @@
         --output splice.parquet --pool max --layer all
     biotf embed --model run/ --input proteins.fasta --output tokens.npz --pool none --long truncate
     biotf embed --model run/ --input proteins.fasta --output p.npz --plot map.png --color description
+    biotf embed --model run/ --input orfs.fasta --output orfs.npz --option stop=strip_terminal
 
 Every input record appears in the output, in input order, with its id and metadata; the summary on
 stderr counts tokens, windows, chunked and truncated records and tokenizer policy changes.
+An existing output is replaced only with --overwrite, and never when it is the input (see --overwrite).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+                                         reader_options)
+from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.errors import ConfigError
 
 
@@ -29,6 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="run directory, .ckpt, exported directory (biotf export-model) or any source "
                              "biotf.load_pretrained reads")
     add_input_arguments(parser)
+    add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
+                                  "unknown=to_unk (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(FORMATS)}")
     parser.add_argument("--pool", choices=POOLS, default="mean",
                         help="mean / max over content tokens, the <cls> token, or none: every token (default mean)")
@@ -48,6 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -65,15 +72,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
+    prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
     options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                            max_length=args.max_length, long=args.long, overlap=args.overlap)
     reader = reader_options(args)
-    stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
-                       progress=not args.no_progress and sys.stderr.isatty())
+    tokenizer_options = parse_options(args.option)
+    with as_option_errors(tokenizer_options):
+        stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
+                           progress=not args.no_progress and sys.stderr.isatty(), tokenizer_options=tokenizer_options)
     print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
     if args.plot is not None:
         from biotf.analysis.plot import plot_file
 
-        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern)
+        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
+                           overwrite=args.overwrite)
         print(f"map ({method}) -> {args.plot}", file=sys.stderr)
     return 0

@@ -1,11 +1,17 @@
-"""The input-file options shared by every command that reads sequence records (`tokenize`, `embed`)."""
+"""The input options shared by every command that reads sequence records (`tokenize`, `embed`): the file,
+how to read it, and `--option KEY=VALUE` for the tokenizer's policies."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from biotf.data.readers import FORMATS, ReaderOptions
+from biotf.errors import ConfigError
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,3 +26,34 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 def reader_options(args: argparse.Namespace) -> ReaderOptions:
     """The `ReaderOptions` the parsed input arguments describe."""
     return ReaderOptions(format=args.format, column=args.column, id_column=args.id_column, header=not args.no_header)
+
+
+def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
+    """--option KEY=VALUE (repeatable), read by `parse_options`."""
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; values are read as JSON where they parse (6 -> int, true -> bool), else as strings."""
+    options = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise ConfigError("--option", pair, allowed="KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+@contextlib.contextmanager
+def as_option_errors(options: Mapping[str, Any]) -> Iterator[None]:
+    """A tokenizer's ConfigError about one of the user's `--option`s names it as such (`--option stop`)."""
+    try:
+        yield
+    except ConfigError as error:
+        key = error.key.removeprefix("tokenizer.")
+        if key not in options:
+            raise
+        raise ConfigError(f"--option {key}", error.value, error.allowed, error.reason) from None

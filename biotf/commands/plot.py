@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from biotf.analysis.plot import METHODS
@@ -21,6 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", type=Path, metavar="PNG", help="the picture (default: OUT with .png)")
     parser.add_argument("--method", choices=METHODS, default="auto", help="auto: UMAP when umap-learn is installed, else PCA")
     parser.add_argument("--array", default="embeddings", help="which array (embeddings or layer_<i>; default embeddings)")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -28,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from biotf.analysis.plot import plot_file
 
     output = args.output or args.embeddings.with_suffix(".png")
-    method = plot_file(args.embeddings, output, args.color, args.method, args.label_pattern, args.array)
+    prepare_outputs(args, {"--output": output}, [args.embeddings], images=("--output",))
+    method = plot_file(args.embeddings, output, args.color, args.method, args.label_pattern, args.array,
+                       overwrite=args.overwrite)
     print(f"map ({method}) of {args.embeddings} -> {output}", file=sys.stderr)
     return 0

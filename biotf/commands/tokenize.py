@@ -13,17 +13,18 @@ Records stream through in chunks, so any file size works.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+                                         reader_options)
 from biotf.data.readers import ReaderOptions, read_records, with_source
 from biotf.errors import ConfigError, TokenizationError
-from biotf.tokenizers.base import PolicyStats, Tokenizer, tokenizer_class
+from biotf.tokenizers.base import PolicyStats, Tokenizer, registered_tokenizers, tokenizer_class
+from biotf.tokenizers.loading import build_tokenizer, with_options
 
 CHUNK_RECORDS = 1024
 
@@ -32,10 +33,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tokenize", help="print the tokens of each record of a file and a policy summary",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", required=True, metavar="NAME|PATH",
-                        help="a registered scheme (protein, dna, smiles, bpe, ...) or a saved tokenizer "
-                             "(directory or tokenizer.json)")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a constructor option of a named scheme, e.g. k=6, unknown=to_unk (repeatable)")
+                        help="a preset of conf/tokenizer (protein, dna, dna_char, smiles, ...), a registered "
+                             "scheme, or a saved tokenizer (directory or tokenizer.json)")
+    add_tokenizer_options(parser, "a constructor option of a named scheme or preset, e.g. k=6, unknown=to_unk "
+                                  "(repeatable); on a saved tokenizer, a policy that keeps its vocabulary")
     add_input_arguments(parser)
     parser.add_argument("--ids", action="store_true", help="print token ids instead of token strings")
     parser.add_argument("--no-special-tokens", action="store_true", help="leave out <cls>, <eos> and the like")
@@ -44,34 +45,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs; values are read as JSON where they parse (6 -> int, true -> bool), else as strings."""
-    options = {}
-    for pair in pairs:
-        key, equals, value = pair.partition("=")
-        if not equals or not key:
-            raise ConfigError("--option", pair, allowed="KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
-    return options
+def presets() -> dict[str, Path]:
+    """The tokenizer presets of training (`tokenizer=<name>`): every `<name>.yaml` of the config's tokenizer group."""
+    from biotf.training.config import CONF_DIR
+
+    return {path.stem: path for path in sorted((CONF_DIR / "tokenizer").glob("*.yaml"))}
 
 
 def resolve_tokenizer(spec: str, options: dict[str, Any]) -> Tokenizer:
-    """A saved tokenizer when `spec` is an existing path, else the registered scheme `spec` built with `options`."""
+    """A saved tokenizer when `spec` is an existing path (`options` applied by `with_options`), else the preset
+    `spec` (what `tokenizer=spec` trains with) or the registered scheme `spec`, built with `options`."""
     import biotf.tokenizers  # registers the built-in schemes
 
     path = Path(spec)
     if path.exists():
-        if options:
-            raise ConfigError("--option", options, reason=f"options apply to named schemes, not to saved tokenizer {path}")
-        return biotf.tokenizers.load_tokenizer(path.parent if path.is_file() else path)
-    cls = tokenizer_class(spec)
+        return with_options(biotf.tokenizers.load_tokenizer(path.parent if path.is_file() else path), options)
+    preset = presets().get(spec)
+    if preset is not None:
+        from omegaconf import OmegaConf
+
+        return build_tokenizer({**OmegaConf.to_container(OmegaConf.load(preset), resolve=True), **options})
     try:
-        return cls(**options)
-    except TypeError as error:
-        raise ConfigError("--option", options, reason=f"not accepted by tokenizer {spec!r}: {error}") from None
+        cls = tokenizer_class(spec)
+    except ConfigError:
+        names = sorted({*presets(), *registered_tokenizers()})
+        raise ConfigError("--tokenizer", spec, allowed=f"{', '.join(names)} or a saved tokenizer path") from None
+    return build_tokenizer({"kind": spec, **options})
 
 
 def tokenize_file(tokenizer: Tokenizer, path: Path, reader_options: ReaderOptions, out: TextIO,
@@ -99,7 +98,9 @@ def tokenize_file(tokenizer: Tokenizer, path: Path, reader_options: ReaderOption
 def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 0:
         raise ConfigError("--limit", args.limit, allowed="an integer >= 0")
-    tokenizer = resolve_tokenizer(args.tokenizer, parse_options(args.option))
+    tokenizer_options = parse_options(args.option)
+    with as_option_errors(tokenizer_options):
+        tokenizer = resolve_tokenizer(args.tokenizer, tokenizer_options)
     options = reader_options(args)
     try:
         n_records, n_tokens, stats = tokenize_file(tokenizer, args.input, options, sys.stdout, args.ids,

@@ -11,11 +11,14 @@ missing column is one `InputError` naming the file and the line or record. Text 
 TextIOWrapper (C speed); the rare error paths rescan the file to name the exact line. Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace
 are counted in the `PolicyStats` the caller passes in, and so are records whose id an earlier record
 already had (`duplicate_ids`): both are kept, never merged, and every summary that prints the policy
-counts (`biotf tokenize`, `biotf embed`, the training run's data summary) reports them.
+counts (`biotf tokenize`, `biotf embed`, the training run's data summary) reports them. A leading UTF-8
+byte-order mark is dropped (so it never hides in a first id or column name) and counted as
+`byte_order_mark_stripped`. A FASTA id ends at the first whitespace of any kind, as in Biopython.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
@@ -108,9 +111,11 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return handle
 
 
-def _text(handle: IO[bytes]) -> io.TextIOWrapper:
-    """UTF-8 text with universal newlines (CRLF files read like LF ones), iterated at C speed."""
-    return io.TextIOWrapper(handle, encoding="utf-8", newline=None)
+def _text(handle: IO[bytes], errors: str = "strict") -> io.TextIOWrapper:
+    """UTF-8 text with universal newlines (CRLF and CR-only files read like LF ones), iterated at C speed.
+    A leading byte-order mark (Windows editors, Excel's "CSV UTF-8") is dropped by the utf-8-sig codec;
+    `read_records` counts it."""
+    return io.TextIOWrapper(handle, encoding="utf-8-sig", errors=errors, newline=None)
 
 
 def _bad_utf8(path: Path) -> str:
@@ -125,11 +130,12 @@ def _bad_utf8(path: Path) -> str:
     return "not UTF-8 text"  # not reached in practice: every invalid byte lies on some line
 
 
-def _header_line(path: Path, index: int) -> int:
-    """1-based line of the FASTA header of record `index` (a second pass, used only for error messages)."""
+def _header_line(path: Path, index: int) -> int | None:
+    """1-based line of the FASTA header of record `index` (a second pass, used only for error messages),
+    counted with the same newlines and BOM handling as the reader; None if the file changed meanwhile."""
     with open_binary(path) as handle:
-        headers = (number for number, raw in enumerate(handle, 1) if raw.startswith(b">"))
-        return next(islice(headers, index, None))
+        headers = (number for number, text in enumerate(_text(handle, errors="replace"), 1) if text.startswith(">"))
+        return next(islice(headers, index, None), None)
 
 
 def with_source(error: TokenizationError, source: str | Path) -> TokenizationError:
@@ -155,6 +161,8 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
     seen_ids: set[int] = set()
     with open_binary(path) as handle:
         try:
+            if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
+                stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
             for record in reader(handle, path, options, stats, fmt):
                 count += 1
                 id_hash = hash(record.id)
@@ -188,9 +196,11 @@ def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
                          f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
 
     for index, (title, sequence) in enumerate(SimpleFastaParser(chain([first], stream))):
-        identifier, _, description = title.partition(" ")
+        # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
+        identifier, description = (title.split(None, 1) + ["", ""])[:2]
         if not sequence:
-            raise InputError(f"{path}: record {identifier!r} (line {_header_line(path, index)}) "
+            line = _header_line(path, index)
+            raise InputError(f"{path}: record {identifier!r}{f' (line {line})' if line else ''} "
                              "has a header but no sequence")
         yield Record(identifier, sequence, {"description": description.strip()}, index)
 

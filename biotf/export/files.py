@@ -7,6 +7,7 @@ the model loads; any error removes every partial file, so the output name holds 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,19 +15,24 @@ from biotf.data.readers import ReaderOptions, read_records
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
 from biotf.inference.loading import load_pretrained
+from biotf.tokenizers.loading import with_options
 
 
 def embed_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
                options: EmbedOptions = EmbedOptions(), reader_options: ReaderOptions = ReaderOptions(),
-               device: str = "cpu", progress: bool = False) -> EmbedStats:
-    """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts."""
+               device: str = "cpu", progress: bool = False,
+               tokenizer_options: Mapping[str, Any] | None = None) -> EmbedStats:
+    """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts.
+    `tokenizer_options` change policies of the model's tokenizer (`with_options`: same vocabulary)."""
     output_format(output_path)
     model, tokenizer = load_pretrained(model_source, device=device)
+    tokenizer = with_options(tokenizer, tokenizer_options or {})
     embedder = Embedder(model, tokenizer, options)
     stats = EmbedStats()
     info: dict[str, Any] = {
         "biotf_embeddings": 1, "model": str(model_source), "input": str(input_path),
-        "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint, "pool": options.pool,
+        "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
+        "tokenizer_options": dict(tokenizer_options or {}), "pool": options.pool,
         "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
         "dim": model.config.d_model}
     bar = None

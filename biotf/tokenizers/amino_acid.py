@@ -11,6 +11,12 @@ silently turn into `<unk>`):
   them in its vocabulary), "to_x" (map each to X, as ProtTrans does) or "error".
 - `unknown` (anything else: `J`, `*`, digits, whitespace, non-ASCII): "error" (default) or "to_unk"
   (one `<unk>` per character).
+- `stop`, the stop codon `*` of translated genes: "error" (default: `*` is an unknown character as
+  before, refused, or `<unk>` under unknown="to_unk"), "strip_terminal" (one `*` at the end of a
+  sequence is dropped, counted as `stop_stripped`; any other `*` as with "error") or "to_unk" (every
+  `*` becomes `<unk>`, counted as `stop_to_unk`). The fingerprint includes `stop` only when it changes
+  ids ("strip_terminal", or "to_unk" with unknown="error"), so tokenizers saved before it existed load
+  with the same fingerprint.
 
 Special-token strings written in the text (`<mask>`, `<cls>`, ...) are read as those tokens, as
 ESM's and HF's tokenizers do; a `<` that starts no special token follows the unknown policy.
@@ -42,6 +48,8 @@ _SPECIAL_PATTERN = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
 LOWERCASE_POLICIES = ("fold", "error")
 RARE_POLICIES = ("keep", "to_x", "error")
 UNKNOWN_POLICIES = ("error", "to_unk")
+STOP_POLICIES = ("error", "strip_terminal", "to_unk")
+STOP = "*"
 
 
 def check_choice(key: str, value: object, allowed: Sequence[str]) -> None:
@@ -53,11 +61,13 @@ def check_choice(key: str, value: object, allowed: Sequence[str]) -> None:
 class AminoAcidTokenizer(VocabularyTokenizer):
     """One token per residue in ESM-2's 33-token vocabulary, with explicit character policies."""
 
-    def __init__(self, lowercase: str = "fold", rare_residues: str = "keep", unknown: str = "error"):
+    def __init__(self, lowercase: str = "fold", rare_residues: str = "keep", unknown: str = "error",
+                 stop: str = "error"):
         check_choice("tokenizer.lowercase", lowercase, LOWERCASE_POLICIES)
         check_choice("tokenizer.rare_residues", rare_residues, RARE_POLICIES)
         check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
-        self.lowercase, self.rare_residues, self.unknown = lowercase, rare_residues, unknown
+        check_choice("tokenizer.stop", stop, STOP_POLICIES)
+        self.lowercase, self.rare_residues, self.unknown, self.stop = lowercase, rare_residues, unknown, stop
         self._set_vocabulary(ESM2_TOKENS)
         self.cls_id, self.pad_id, self.eos_id = self._vocab["<cls>"], self._vocab["<pad>"], self._vocab["<eos>"]
         self.unk_id, self.mask_id = self._vocab["<unk>"], self._vocab["<mask>"]
@@ -95,6 +105,12 @@ class AminoAcidTokenizer(VocabularyTokenizer):
         # the residue letters fold; other lowercase letters follow the unknown policy
         table.fold_lowercase("".join(ESM2_TOKENS[4:29]), self.lowercase == "fold",
                              "lowercase residue refused by lowercase='error' (or set 'fold')")
+        if self.stop == "to_unk":
+            table.set(STOP, self.unk_id, "stop_to_unk")
+        elif self.unknown == "error":
+            where = "inside the sequence" if self.stop == "strip_terminal" else "refused by stop='error'"
+            table.refuse(STOP, f"stop codon {where} and unknown='error' (set stop='strip_terminal' to drop one "
+                               "at the end, or stop='to_unk')")
         table.fill_unknown(self.unk_id if self.unknown == "to_unk" else None,
                            "not an amino-acid code, refused by unknown='error' (or set 'to_unk')")
         return table
@@ -103,6 +119,8 @@ class AminoAcidTokenizer(VocabularyTokenizer):
     def _content(self, texts: Sequence[str], records: Sequence[str] | None,
                  stats: PolicyStats | None) -> tuple[np.ndarray, np.ndarray]:
         """Flat content ids of the batch (no cls/eos) and the number of ids per text."""
+        if self.stop == "strip_terminal":
+            texts = self._strip_terminal_stops(texts, stats)
         ids, codes, starts, any_refused, joined = self._table.lookup(texts)
         keep = counted = None
         if "<" in joined and _SPECIAL_PATTERN.search(joined):
@@ -124,6 +142,14 @@ class AminoAcidTokenizer(VocabularyTokenizer):
             ids = ids[keep]
         self._table.add_stats(codes if counted is None else codes[counted], stats)
         return ids, counts
+
+    @staticmethod
+    def _strip_terminal_stops(texts: Sequence[str], stats: PolicyStats | None) -> Sequence[str]:
+        """The texts without one trailing `*` each (positions of the rest are unchanged), counted."""
+        stripped = [text[:-1] if text.endswith(STOP) else text for text in texts]
+        if stats is not None and (count := sum(len(a) != len(b) for a, b in zip(texts, stripped))):
+            stats["stop_stripped"] += count
+        return stripped
 
     def _read_special_tokens(self, texts: Sequence[str], codes: np.ndarray, starts: np.ndarray,
                              ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +173,16 @@ class AminoAcidTokenizer(VocabularyTokenizer):
         return self._skip_ids
 
     def to_config(self) -> dict[str, Any]:
-        return {"lowercase": self.lowercase, "rare_residues": self.rare_residues, "unknown": self.unknown}
+        return {"lowercase": self.lowercase, "rare_residues": self.rare_residues, "unknown": self.unknown,
+                "stop": self.stop}
+
+    def identity_config(self) -> dict[str, Any]:
+        """`stop` only where it changes ids: "error" (and "to_unk" under unknown="to_unk") give the ids that
+        tokenizers saved before the option existed gave, so their fingerprints stay."""
+        config = self.to_config()
+        if self.stop == "error" or (self.stop == "to_unk" and self.unknown == "to_unk"):
+            del config["stop"]
+        return config
 
     def to_hf(self):
         """`PreTrainedTokenizerFast` with the same ids: WordLevel over single characters, the policies
@@ -161,5 +196,6 @@ class AminoAcidTokenizer(VocabularyTokenizer):
             if target not in (CharTable.REFUSED, self.unk_id) and self._tokens[target] != chr(code):
                 replacements[chr(code)] = self._tokens[target]
         return wordlevel_hf_tokenizer(self._vocab, piece_pattern=".", replacements=replacements, unk="<unk>",
+                                      remove_pattern=r"\*$" if self.stop == "strip_terminal" else None,
                                       cls="<cls>", eos="<eos>", pad="<pad>", mask="<mask>",
                                       special_tokens=SPECIAL_TOKENS, split_special_tokens=False)

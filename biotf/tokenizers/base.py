@@ -138,10 +138,16 @@ class Tokenizer(ABC):
         raise BiotfError(f"tokenizer {self.kind!r} has no Hugging Face equivalent")
 
     # --- identity -------------------------------------------------------------------------
+    def identity_config(self) -> dict[str, Any]:
+        """The part of `to_config` that decides the ids, which `fingerprint` hashes: all of it by default.
+        A scheme leaves out an option whose value gives the same ids as before the option existed, so that
+        adding a policy keeps the fingerprints stored in existing checkpoints."""
+        return self.to_config()
+
     @property
     def fingerprint(self) -> str:
-        """Stable hash of everything that decides the ids: kind, options and vocabulary."""
-        blob = json.dumps({"kind": self.kind, "config": self.to_config()}, sort_keys=True, ensure_ascii=False)
+        """Stable hash of everything that decides the ids: kind, options and vocabulary (`identity_config`)."""
+        blob = json.dumps({"kind": self.kind, "config": self.identity_config()}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
     @property

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 
 
 def wordlevel_hf_tokenizer(vocab: Mapping[str, int], *, piece_pattern: str, replacements: Mapping[str, str] = {},
-                           strip: bool = False, unk: str, cls: str, eos: str, pad: str, mask: str,
-                           special_tokens: Sequence[str], split_special_tokens: bool = True):
-    """A `PreTrainedTokenizerFast`: `replacements` (char -> token) and `strip` normalize, `piece_pattern`
-    cuts the text into vocabulary pieces, `<cls> $A <eos>` wraps each sequence.
+                           strip: bool = False, remove_pattern: str | None = None, unk: str, cls: str, eos: str,
+                           pad: str, mask: str, special_tokens: Sequence[str], split_special_tokens: bool = True):
+    """A `PreTrainedTokenizerFast`: `remove_pattern` (a regex, deleted first), `replacements` (char -> token)
+    and `strip` normalize, `piece_pattern` cuts the text into vocabulary pieces, `<cls> $A <eos>` wraps
+    each sequence.
 
     `split_special_tokens=True` (the default) reads `<mask>` written in a text as characters, as
     biotf's scheme does; False reads it as the token (the amino-acid scheme, like ESM)."""
@@ -25,7 +26,8 @@ def wordlevel_hf_tokenizer(vocab: Mapping[str, int], *, piece_pattern: str, repl
     from transformers import PreTrainedTokenizerFast
 
     backend = HFTokenizer(models.WordLevel(dict(vocab), unk_token=unk))
-    steps = [normalizers.Replace(source, target) for source, target in replacements.items()]
+    steps = [normalizers.Replace(Regex(remove_pattern), "")] if remove_pattern else []
+    steps += [normalizers.Replace(source, target) for source, target in replacements.items()]
     if strip:
         steps.append(normalizers.Strip())
     if steps:

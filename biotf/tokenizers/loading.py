@@ -53,6 +53,21 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
     return cls.build(options, texts=texts, files=files)
 
 
+def with_options(tokenizer: Tokenizer, options: Mapping[str, Any]) -> Tokenizer:
+    """`tokenizer` rebuilt with some of its options changed (a policy such as `unknown="to_unk"` or
+    `stop="strip_terminal"` for a trained model's tokenizer). Refused when the change gives another
+    vocabulary: a model's embedding rows mean the ids of its own."""
+    if not options:
+        return tokenizer
+    cls = type(tokenizer)
+    check_options(cls, options)
+    changed = cls.from_config({**tokenizer.to_config(), **_plain(options)})
+    if changed.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError("--option", dict(options), reason=f"changes the vocabulary of the {tokenizer.kind} tokenizer "
+                          "the model was trained with; only policies that keep it can change")
+    return changed
+
+
 def check_tokenizer_config(config: Mapping[str, Any]) -> None:
     """Refuse an unknown kind, option or option value (ConfigError naming the key and the allowed
     values) without reading any data: what training calls at startup."""

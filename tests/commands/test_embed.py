@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from biotf.cli import main
+from biotf.export import npz_text
 from biotf.inference.loading import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
@@ -47,7 +49,7 @@ def test_every_format_with_summary_and_map(capsys, tmp_path, model_dir):
     npz = np.load(outputs[".npz"])
     frame = pd.read_parquet(outputs[".parquet"])
     adata = anndata.read_h5ad(outputs[".h5ad"])
-    assert npz["ids"].tolist() == frame["id"].tolist() == adata.obs_names.tolist() == ["P1", "P2", "P3"]
+    assert npz_text(npz, "ids").tolist() == frame["id"].tolist() == adata.obs_names.tolist() == ["P1", "P2", "P3"]
     assert adata.obs["description"].tolist()[0] == "Nucleus-S test"
     np.testing.assert_array_equal(npz["embeddings"], adata.X)
     np.testing.assert_array_equal(np.stack(frame["layer_0"].to_numpy()), adata.obsm["layer_0"])
@@ -125,3 +127,28 @@ def test_bad_input_is_one_line_status_2_and_no_output(capsys, tmp_path, model_di
     assert len(err.strip().splitlines()) == 1 and err.startswith("biotf embed: error: ")
     assert re.search(message, err), err
     assert not output.parent.exists() or list(output.parent.iterdir()) == []  # no temporary or spool left
+
+
+def test_tokenizer_options_change_a_policy_of_the_models_tokenizer(capsys, tmp_path, model_dir):
+    """Translated genes end in `*`: the error's hint (stop='strip_terminal') is reachable from embed with --option;
+    the stripped record embeds exactly as the one without `*`, and the summary and info count it."""
+    fasta = tmp_path / "orfs.fasta"
+    fasta.write_text(">a\nMKVLAAGIVG*\n>b\nMKVLAAGIVG\n")
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "x.npz"))
+    assert status == 2 and "record 'a', position 10" in err and "stop='strip_terminal'" in err
+    out = tmp_path / "e.npz"
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(out),
+                           "--option", "stop=strip_terminal")
+    assert status == 0, err
+    assert "stop_stripped=1" in err
+    data = np.load(out, allow_pickle=False)
+    np.testing.assert_array_equal(data["embeddings"][0], data["embeddings"][1])
+    info = json.loads(str(data["info"]))
+    assert info["tokenizer_options"] == {"stop": "strip_terminal"}
+    for option, message in (("colour=red", "invalid config --option colour='red': not an option of tokenizer "
+                                            "'protein'"),
+                            ("stop=drop", "invalid config --option stop='drop' (allowed: error, strip_terminal, "
+                                          "to_unk)")):
+        status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
+                               str(tmp_path / "y.npz"), "--option", option)
+        assert status == 2 and err.count("\n") == 1 and message in err, err

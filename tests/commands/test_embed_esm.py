@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from biotf.cli import main
+from biotf.export import npz_text
 
 PROTEINS = {"P1": "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "P2": "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "P3": "MA"}
 
@@ -29,7 +30,7 @@ def test_embed_mean_pools_hf_last_hidden_state_over_residues(architecture, esm2_
                    "--output", str(output)])
     assert status == 0, capsys.readouterr().err
     exported = np.load(output)
-    assert exported["ids"].tolist() == list(PROTEINS)
+    assert npz_text(exported, "ids").tolist() == list(PROTEINS)
 
     tokenizer = transformers.EsmTokenizer.from_pretrained(directory)
     encoded = tokenizer(list(PROTEINS.values()), padding=True, return_tensors="pt")

@@ -82,3 +82,43 @@ def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, content, extra, me
 def test_unknown_tokenizer_lists_the_allowed(capsys, tmp_path):
     status, _, err = tokenize(capsys, "--tokenizer", "proteinz", "--input", str(tmp_path / "x.fasta"))
     assert status == 2 and "allowed:" in err and "protein" in err
+
+
+def preset_names() -> list[str]:
+    from biotf.training.config import CONF_DIR
+
+    return sorted(path.stem for path in (CONF_DIR / "tokenizer").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_tokenizer_preset_works_by_name(capsys, tmp_path, request, name):
+    """Each `conf/tokenizer/<name>.yaml` (what `tokenizer=<name>` trains with) is also a `--tokenizer` name, with
+    the preset's own options (dna_char: one base per token); bpe needs its `path` as an option."""
+    from omegaconf import OmegaConf
+
+    from biotf.tokenizers.loading import build_tokenizer
+    from biotf.training.config import CONF_DIR
+
+    qwen_tokenizer_dir = request.getfixturevalue("qwen_tokenizer_dir") if name == "bpe" else None
+    text = tmp_path / "x.txt"
+    text.write_text({"smiles": "CCO\n", "protein": "MKV\n"}.get(name, "ACGTACGTAC\n"))
+    extra = ["--option", f"path={qwen_tokenizer_dir}"] if name == "bpe" else []
+    status, out, err = tokenize(capsys, "--tokenizer", name, *extra, "--input", str(text))
+    assert status == 0, err
+    config = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "tokenizer" / f"{name}.yaml"))
+    expected = build_tokenizer({**config, **({"path": str(qwen_tokenizer_dir)} if name == "bpe" else {})})
+    assert expected.fingerprint in err
+    if name == "dna_char":
+        assert out == "line1\t<cls> A C G T A C G T A C <eos>\n"
+
+
+def test_bpe_preset_without_its_path_is_one_line(capsys, tmp_path):
+    text = tmp_path / "x.txt"
+    text.write_text("hello\n")
+    status, _, err = tokenize(capsys, "--tokenizer", "bpe", "--input", str(text))
+    assert status == 2 and err.count("\n") == 1 and "tokenizer.path=None" in err
+
+
+def test_unknown_tokenizer_lists_presets_and_schemes(capsys, tmp_path):
+    status, _, err = tokenize(capsys, "--tokenizer", "dna-char", "--input", str(tmp_path / "x.fasta"))
+    assert status == 2 and all(name in err for name in preset_names())

@@ -91,6 +91,34 @@ def test_fasta_crlf(tmp_path):
         ("a", "MKVL", "one"), ("b", "AC", "")]
 
 
+def test_bom_is_stripped_and_counted(tmp_path):
+    """Excel's "CSV UTF-8" and Windows editors start files with U+FEFF: never part of a column name or an id."""
+    bom = b"\xef\xbb\xbf"
+    table = tmp_path / "x.csv"
+    table.write_bytes(bom + b"id,sequence,label\np1,MKV,a\n")
+    stats = PolicyStats()
+    (record,) = read_records(table, ReaderOptions(id_column="id"), stats)
+    assert (record.id, record.sequence, record.metadata) == ("p1", "MKV", {"label": "a"})
+    assert stats == {"byte_order_mark_stripped": 1}
+    fasta = tmp_path / "x.fasta"
+    fasta.write_bytes(bom + b">p1 d\nMKV\n")
+    stats = PolicyStats()
+    assert [(r.id, r.sequence) for r in read_records(fasta, stats=stats)] == [("p1", "MKV")]
+    assert stats == {"byte_order_mark_stripped": 1}
+    fasta.write_bytes(b">p1 d\nMK\xef\xbb\xbfV\n")  # U+FEFF inside a sequence is a character, not a mark
+    assert [r.sequence for r in read_records(fasta)] == ["MK\ufeffV"]
+
+
+def test_fasta_id_ends_at_any_whitespace_as_in_biopython(tmp_path):
+    from Bio import SeqIO
+
+    path = tmp_path / "x.fasta"
+    path.write_bytes(b">p1\tNucleus-S x\nMKV\n>p2  two spaces\nMKL\n>p3\x0bvtab\nMKA\n> p4 lead\nMKC\n")
+    records = list(read_records(path))
+    assert [r.id for r in records] == [entry.id for entry in SeqIO.parse(path, "fasta")] == ["p1", "p2", "p3", "p4"]
+    assert [r.metadata["description"] for r in records] == ["Nucleus-S x", "two spaces", "vtab", "lead"]
+
+
 def test_smi(tmp_path):
     path = tmp_path / "m.smi"
     path.write_text("CCO ethanol\nc1ccccc1\tbenzene\nC\n")

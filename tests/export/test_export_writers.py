@@ -11,7 +11,7 @@ from biotf.data.readers import Record
 from biotf.errors import InputError
 from biotf.export import writers
 from biotf.export.embed import RecordEmbedding
-from biotf.export.writers import EmbeddingWriter, read_embeddings
+from biotf.export.writers import EmbeddingWriter, npz_text, read_embeddings
 
 LAYERS = ["layer_0", "embeddings"]
 INFO = {"pool": "mean", "tokenizer": "protein"}
@@ -42,8 +42,8 @@ def write(path, entries, per_token=False):
 def test_npz_opens_in_numpy(tmp_path):
     pooled, tokens = items(False), items(True)
     with np.load(write(tmp_path / "e.npz", pooled), allow_pickle=False) as data:
-        assert data["ids"].tolist() == [e.record.id for e in pooled]
-        assert data["metadata/note"].tolist() == ["é,\"q\""] * 5
+        assert npz_text(data, "ids").tolist() == [e.record.id for e in pooled]
+        assert npz_text(data, "metadata/note").tolist() == ["é,\"q\""] * 5
         np.testing.assert_array_equal(data["embeddings"], np.stack([e.vectors[1] for e in pooled]))
         np.testing.assert_array_equal(data["layer_0"], np.stack([e.vectors[0] for e in pooled]))
         assert json.loads(str(data["info"]))["records"] == 5
@@ -54,6 +54,31 @@ def test_npz_opens_in_numpy(tmp_path):
             np.testing.assert_array_equal(data["embeddings"][rows], entry.vectors[1])
             assert data["record_index"][rows].tolist() == [i] * len(entry.positions)
             assert data["position"][rows].tolist() == entry.positions.tolist()
+
+
+def test_npz_text_is_compact_utf8_without_pickles(tmp_path):
+    """One long sequence must not make every row as wide as it (fixed-width unicode: 4 bytes x the longest)."""
+    from biotf.data.readers import Record
+
+    texts = ["M" * 20000, "MK", "", "é字🧬"] + ["MKV"] * 96
+    entries = [RecordEmbedding(Record(f"r{i}", text or "X", {"note": text}, i), np.zeros((2, 4), np.float32))
+               for i, text in enumerate(texts)]
+    path = write(tmp_path / "e.npz", entries)
+    with np.load(path, allow_pickle=False) as data:
+        assert npz_text(data, "metadata/note").tolist() == texts
+        assert npz_text(data, "sequences").tolist() == [t or "X" for t in texts]
+        assert data["metadata/note.utf8"].dtype == np.uint8 and data["metadata/note.offsets"].dtype == np.int64
+        assert data["metadata/note.offsets"][-1] == data["metadata/note.utf8"].size == sum(len(t.encode()) for t in texts)
+        assert not any(data[name].dtype.kind in "OU" for name in data.files if name != "info")
+    text_bytes = 2 * sum(len(t.encode()) for t in texts)  # sequences and the note column
+    assert path.stat().st_size < text_bytes + 100 * 8 * 6 + 20000  # bytes + offsets + headers; fixed width: 16 MB
+    assert read_embeddings(path).sequences[0] == "M" * 20000
+    # files written with the former fixed-width layout read the same
+    old = tmp_path / "old.npz"
+    np.savez(old, ids=np.array(["a", "b"]), sequences=np.array(["MK", "MKV"]), embeddings=np.zeros((2, 4), np.float32),
+             info=np.array(json.dumps({**INFO, "pool": "mean"})), **{"metadata/note": np.array(["x", "y"])})
+    table = read_embeddings(old)
+    assert table.ids.tolist() == ["a", "b"] and table.metadata["note"].tolist() == ["x", "y"]
 
 
 def test_parquet_opens_in_pandas(tmp_path):

@@ -74,6 +74,24 @@ def test_errors_are_one_line_with_status_2(loaded, capsys, args, message):
     assert re.search(message, err)
 
 
+@pytest.mark.parametrize("template, message", [
+    ("{% if messages %}{{ messages[0]['content'] }}", "has a syntax error at line 1: Unexpected end of template"),
+    ("{% if messages[0]['role'] != 'system' %}{{ raise_exception('Conversations must start with a system "
+     "message.') }}{% endif %}", "refuses this conversation: Conversations must start with a system message."),
+    ("{{ messages.append(messages[0]) }}", "the sandbox blocks: access to attribute 'append'"),
+    ("{{ messages[0]['content'] * 10 ** 18 }}", "ran out of memory"),
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "ran out of recursion depth"),
+    ("{{ undefined_thing.name }}", "UndefinedError: 'undefined_thing' is undefined"),
+], ids=["syntax", "raise_exception", "sandbox", "memory", "recursion", "undefined"])
+def test_a_broken_or_refusing_chat_template_is_one_line(loaded, capsys, monkeypatch, template, message):
+    _, tokenizer, _ = loaded
+    monkeypatch.setattr(tokenizer, "chat_template", template)
+    assert main(["generate", "--model", "x", "--prompt", "Hi", "--chat", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("biotf generate: error: the chat template of the bpe tokenizer"), err
+    assert message in err, err
+
+
 def test_truncate_prompt_warns_and_generates(loaded, capsys):
     assert main(["generate", "--model", "x", "--prompt", "word " * 200, "--max-new-tokens", "4",
                  "--truncate-prompt"]) == 0

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from biotf.cli import main
+from biotf.export import npz_text
 from biotf.inference.loading import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
@@ -29,6 +30,10 @@ BAD_SEQUENCE_FILES = {
     "binary_garbage": ("in.fasta", bytes(range(256)) * 8, "line 2"),
     "binary_garbage_gzipped": ("in.fa.gz", gzip.compress(bytes(range(256)) * 8), "line 2"),
     "header_without_sequence": ("in.fasta", CLEAN_FASTA + b">p3 last\n", "record 'p3' (line 6)"),
+    # old Mac line endings (CR only): the line is counted as the reader counts it, never a StopIteration
+    "header_without_sequence_cr_only": ("in.fasta", (CLEAN_FASTA + b">p3 last\n").replace(b"\n", b"\r"),
+                                        "record 'p3' (line 6)"),
+    "header_without_sequence_after_bom": ("in.fasta", b"\xef\xbb\xbf>p0\n" + CLEAN_FASTA, "record 'p0' (line 1)"),
     "sequence_before_header": ("in.fasta", b"MKVL\n" + CLEAN_FASTA, "line 1"),
     "non_utf8": ("in.fasta", b">p1\nMKV\n>p2 caf\xe9\nMKV\n", "line 3"),
     "truncated_gzip": ("in.fa.gz", gzip.compress(CLEAN_FASTA * 40)[:-12], "truncated"),
@@ -105,14 +110,19 @@ def crlf(data: bytes) -> bytes:
     return data.replace(b"\n", b"\r\n")
 
 
-@pytest.mark.parametrize("variant", ["crlf", "gzip", "gzip_without_suffix", "crlf_gzip"])
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("variant", ["crlf", "cr_only", "bom", "gzip", "gzip_without_suffix", "crlf_gzip"])
 def test_odd_but_valid_files_read_like_the_plain_one(capsys, tmp_path, model_dir, variant):
-    """Windows line endings and gzip (by magic bytes, with or without `.gz`) change nothing."""
+    """Windows or old Mac line endings, a UTF-8 byte-order mark and gzip (by magic bytes, with or without
+    `.gz`) change nothing."""
     plain = tmp_path / "plain.fasta"
     plain.write_bytes(CLEAN_FASTA)
-    data = {"crlf": crlf(CLEAN_FASTA), "gzip": gzip.compress(CLEAN_FASTA),
-            "gzip_without_suffix": gzip.compress(CLEAN_FASTA), "crlf_gzip": gzip.compress(crlf(CLEAN_FASTA))}[variant]
-    odd = tmp_path / ("odd.fasta" if variant == "gzip_without_suffix" or variant == "crlf" else "odd.fa.gz")
+    data = {"crlf": crlf(CLEAN_FASTA), "cr_only": CLEAN_FASTA.replace(b"\n", b"\r"), "bom": BOM + CLEAN_FASTA,
+            "gzip": gzip.compress(CLEAN_FASTA), "gzip_without_suffix": gzip.compress(CLEAN_FASTA),
+            "crlf_gzip": gzip.compress(crlf(CLEAN_FASTA))}[variant]
+    odd = tmp_path / ("odd.fa.gz" if variant in ("gzip", "crlf_gzip") else "odd.fasta")
     odd.write_bytes(data)
     expected = run_cli(capsys, "tokenize", "--tokenizer", "protein", "--input", str(plain), "--ids")
     got = run_cli(capsys, "tokenize", "--tokenizer", "protein", "--input", str(odd), "--ids")
@@ -253,8 +263,8 @@ def test_duplicate_ids_kept_and_reported_by_tokenize_and_embed(capsys, tmp_path,
     status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, model_dir))
     assert status == 0 and "duplicate_ids=2" in err, err
     saved = np.load(tmp_path / "embeddings.npz")
-    assert saved["ids"].tolist() == ["p1", "p2", "p1", "p3", "p2"]
-    assert saved["sequences"].tolist() == ["MKV", "MKL", "MKA", "MKC", "MKD"]
+    assert npz_text(saved, "ids").tolist() == ["p1", "p2", "p1", "p3", "p2"]
+    assert npz_text(saved, "sequences").tolist() == ["MKV", "MKL", "MKA", "MKC", "MKD"]
 
 
 def test_duplicate_ids_reported_in_the_training_summary(capsys, tmp_path, model_dir):

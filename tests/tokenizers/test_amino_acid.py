@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -163,3 +165,49 @@ def test_to_hf_gives_identical_ids(options, deeploc_test, flip):
     assert [b.tolist() for b in tokenizer.encode_batch(sequences)] == hf(sequences)["input_ids"]
     assert hf.decode(hf("MKV")["input_ids"], skip_special_tokens=True) == "MKV"
     assert (hf.pad_token_id, hf.mask_token_id, hf.cls_token_id, hf.eos_token_id) == (1, 32, 0, 2)
+
+
+@pytest.mark.parametrize("unknown", ["error", "to_unk"])
+def test_stop_policies_count_and_fingerprint_only_when_ids_change(unknown, tmp_path):
+    """`*` of translated genes: strip_terminal drops one trailing `*` (counted), to_unk makes each `<unk>` (counted);
+    the default keeps the ids and fingerprint of tokenizers saved before the option existed."""
+    from biotf.tokenizers import load_tokenizer
+
+    base = AminoAcidTokenizer(unknown=unknown)
+    assert base.fingerprint == AminoAcidTokenizer(unknown=unknown, stop="error").fingerprint
+    assert base.identity_config() == {"lowercase": "fold", "rare_residues": "keep", "unknown": unknown}
+    stats = PolicyStats()
+    strip = AminoAcidTokenizer(unknown=unknown, stop="strip_terminal")
+    assert strip.encode_batch(["MKV*", "MKV", "MK**"][:2 if unknown == "error" else 3], stats=stats,
+                              add_special_tokens=False)[0].tolist() == [20, 15, 7]
+    assert stats["stop_stripped"] == (1 if unknown == "error" else 2)
+    if unknown == "error":
+        with pytest.raises(TokenizationError, match=r"position 2.*stop codon inside the sequence") as error:
+            strip.encode_batch(["MK*V*"], records=["gene"])
+        assert (error.value.char, error.value.record) == ("*", "gene")
+    stats = PolicyStats()
+    to_unk = AminoAcidTokenizer(unknown=unknown, stop="to_unk")
+    assert to_unk.encode("M*K*", add_special_tokens=False, stats=stats) == [20, 3, 15, 3]
+    assert stats == {"stop_to_unk": 2}
+    # strip_terminal always changes ids; to_unk only where `*` was refused before
+    assert strip.fingerprint != base.fingerprint
+    assert (to_unk.fingerprint != base.fingerprint) == (unknown == "error")
+    # a tokenizer.json written before `stop` existed (no key in its config) loads with the same fingerprint
+    saved = base.save(tmp_path)
+    payload = json.loads(saved.read_text())
+    del payload["config"]["stop"]
+    saved.write_text(json.dumps(payload))
+    assert load_tokenizer(tmp_path).fingerprint == base.fingerprint
+    assert load_tokenizer(strip.save(tmp_path / "s")).stop == "strip_terminal"
+
+
+def test_stop_codon_error_names_the_stop_options():
+    with pytest.raises(TokenizationError, match=r"stop='error'.*stop='strip_terminal'") as error:
+        AminoAcidTokenizer().encode_batch(["MKV*"], records=["orf1"])
+    assert (error.value.char, error.value.position) == ("*", 3)
+
+
+def test_strip_terminal_to_hf_gives_identical_ids(deeploc_test):
+    tokenizer = AminoAcidTokenizer(stop="strip_terminal")
+    sequences = [s + "*" for s in list(deeploc_test.values())[:50]] + ["MKV", "MKV*", "*"]
+    assert [b.tolist() for b in tokenizer.encode_batch(sequences)] == tokenizer.to_hf()(sequences)["input_ids"]

@@ -214,3 +214,18 @@ def test_unpacked_copy_decompresses_gz_files_and_copies_the_rest(tmp_path):
     target = unpacked_copy(source, tmp_path / "plain")
     assert sorted(p.name for p in target.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
     assert (target / "tokenizer.json").read_text() == '{"version": "1.0"}'
+
+
+def test_with_options_changes_policies_but_never_the_vocabulary():
+    from biotf.errors import ConfigError
+    from biotf.tokenizers import KmerTokenizer
+    from biotf.tokenizers.loading import with_options
+
+    tokenizer = KmerTokenizer(k=6)
+    assert with_options(tokenizer, {}) is tokenizer
+    changed = with_options(tokenizer, {"uracil": "to_t"})
+    assert changed.encode("ACGUAC", add_special_tokens=False) == tokenizer.encode("ACGTAC", add_special_tokens=False)
+    with pytest.raises(ConfigError, match="changes the vocabulary"):
+        with_options(tokenizer, {"k": 3, "stride": 3})
+    with pytest.raises(ConfigError, match="tokenizer.colour"):
+        with_options(tokenizer, {"colour": "red"})

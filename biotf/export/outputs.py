@@ -1,0 +1,143 @@
+"""Where a command may write a user-named file: the one overwrite rule, and the leftovers of killed runs.
+
+The rule (every command that writes a file the user names: `embed --output/--plot`, `plot --output`,
+`compare --out`), checked before any work is done:
+- an output that is one of the command's inputs (the same file, `os.path.samefile`) is refused, always;
+- an output that is a directory, or whose parent is a file, is refused;
+- an existing output is refused unless `overwrite` (`--overwrite`); the new file still replaces it
+  only when complete (temporary name, then rename), so a failed run keeps the old one;
+- a picture (`image=True`) must be named `.png` and never replaces a file that is not a PNG, even
+  with `--overwrite`.
+
+Writers put their work beside the output under hidden names `.<name>.<8 random chars>.tmp` (the file
+being assembled, `atomic_write`) and `.<name>.<8 random chars>.spool` (the embedding spools). A run
+killed outright (SIGKILL, out of memory, power) leaves them behind; `remove_leftovers` deletes exactly
+those of one output name, and nothing while a live run over the same name holds its spool (an advisory
+`flock`, released by the kernel when that process dies).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from biotf.errors import InputError
+
+try:  # POSIX; elsewhere a live run's work is not told apart from a killed run's
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SPOOL_SUFFIX = ".spool"
+TEMPORARY_SUFFIX = ".tmp"
+# tempfile.mkstemp / mkdtemp names: prefix + 8 characters of "abcdefghijklmnopqrstuvwxyz0123456789_" + suffix
+_RANDOM_PART = r"[a-z0-9_]{8}"
+LOCK_FILE = "text.jsonl"  # the spool file an `EmbeddingWriter` keeps open (and locked) for its whole life
+
+
+def work_prefix(path: Path) -> str:
+    """The prefix of every hidden work file of output `path` (pass to mkstemp / mkdtemp with `dir=path.parent`)."""
+    return f".{path.name}."
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
+                 image: bool = False, flag: str = "--output") -> Path:
+    """`path` if the rule above lets a command write it; else an InputError naming `flag` and the fix."""
+    path = Path(path)
+    if image and path.suffix.lower() != ".png":
+        raise InputError(f"{flag} {path}: a map is a PNG picture, so its name must end in .png")
+    for source in inputs:
+        if _exists(path) and Path(source).exists() and os.path.samefile(path, source):
+            raise InputError(f"{flag} {path} is the input {source}: writing it would destroy the input; "
+                             "choose another output name")
+    parent = next((p for p in path.parents if _exists(p)), Path("."))
+    if not parent.is_dir():
+        raise InputError(f"{flag} {path}: {parent} is a file, not a directory")
+    if path.is_dir():
+        raise InputError(f"{flag} {path} is an existing directory; give a file name inside it")
+    if not _exists(path):
+        return path
+    if image and not is_png(path):
+        raise InputError(f"{flag} {path} exists and is not a PNG picture; a map never replaces another kind "
+                         "of file (even with --overwrite): choose another name")
+    if not overwrite:
+        raise InputError(f"{flag} {path} already exists; pass --overwrite to replace it (or choose another name)")
+    return path
+
+
+def check_distinct(paths: dict[str, Path]) -> None:
+    """Refuse two outputs of one command naming the same file (e.g. `--output e.npz --plot e.npz`)."""
+    seen: dict[str, str] = {}
+    for flag, path in paths.items():
+        key = os.path.normcase(os.path.abspath(path))
+        if key in seen:
+            raise InputError(f"{flag} {path} is also {seen[key]}: one would overwrite the other")
+        seen[key] = flag
+
+
+def is_png(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(PNG_MAGIC)) == PNG_MAGIC
+    except OSError:
+        return False
+
+
+def _held(spool: Path) -> bool:
+    """Whether a live process holds the lock of spool directory `spool` (on its `LOCK_FILE`)."""
+    if fcntl is None:
+        return False
+    try:
+        with open(spool / LOCK_FILE, "rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def lock(handle: IO) -> None:
+    """Mark an open work file as held by this live process (released when the handle closes or the process dies)."""
+    if fcntl is not None:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def leftovers(path: str | Path) -> list[Path]:
+    """Hidden work files of output `path` left by killed runs: only names of exactly its pattern. While a live
+    run holds a spool of the same output, none of its spools nor any temporary counts (the temporary an
+    embedding run assembles is written while its spool is held; h5py locks that file itself)."""
+    path = Path(path)
+    pattern = re.compile(re.escape(work_prefix(path)) + _RANDOM_PART
+                         + f"({re.escape(TEMPORARY_SUFFIX)}|{re.escape(SPOOL_SUFFIX)})")
+    if not path.parent.is_dir():
+        return []
+    found = []
+    for entry in sorted(path.parent.iterdir()):
+        if not pattern.fullmatch(entry.name) or entry.is_symlink():
+            continue
+        if entry.name.endswith(SPOOL_SUFFIX) != entry.is_dir():
+            continue  # a .spool is always a directory, a .tmp always a file: anything else is not ours
+        found.append(entry)
+    live = [entry for entry in found if entry.is_dir() and _held(entry)]
+    return [] if live else found
+
+
+def remove_leftovers(path: str | Path) -> list[Path]:
+    """Delete `leftovers(path)`; returns what was removed (for the command to say so)."""
+    removed = leftovers(path)
+    for entry in removed:
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return removed
