@@ -11,11 +11,13 @@ Layout, every format (N records, D dimensions):
 - `embeddings` (N, D): the requested layer; with `--layer all` the last, and `layer_<i>` for the others;
 - `info`: JSON with the model, tokenizer, pooling, layer and the counts of chunked / truncated records.
   .npz: `embeddings`, `layer_<i>`, `info` (a JSON string), and each text column (`ids`, `sequences`,
-  `metadata/<column>`) as two arrays, `<name>.utf8` (uint8: every string's UTF-8 bytes back to back) and
-  `<name>.offsets` (int64, N + 1: string i is bytes offsets[i]:offsets[i+1]); no pickles, so
-  `np.load(path)` needs no allow_pickle, and `npz_text(np.load(path), "sequences")` gives the strings.
-  (Fixed-width unicode, numpy's own string arrays, costs 4 bytes x the longest string for every row: the
-  DeepLoc test set, 2,768 proteins up to 5,654 residues, took 63.2 MB that way and takes 1.8 MB now.)
+  `metadata/<column>`) as numpy's own fixed-width string array (`data["ids"]`) when that is compact: when its
+  longest string is at most 4 x the column's mean length + 16 characters (ids, labels, equal-length DNA windows).
+  A column of very unequal lengths (proteins) is two arrays instead, `<name>.utf8` (uint8: every string's UTF-8
+  bytes back to back) and `<name>.offsets` (int64, N + 1: string i is bytes offsets[i]:offsets[i+1]), because a
+  fixed width costs 4 bytes x the longest string for every row: the DeepLoc test set, 2,768 proteins up to 5,654
+  residues, took 63.2 MB that way and takes 1.8 MB so. No pickles either way (`np.load` needs no allow_pickle);
+  `npz_text(np.load(path), name)` gives the strings of either layout.
   .parquet: one row per record, columns `id`, `sequence`, metadata, `embeddings`, `layer_<i>` (fixed-size
   float32 lists); `info` in the schema metadata under b"biotf".
   .h5ad: `obs` = id (index), sequence, metadata; `X` = embeddings; `obsm["layer_<i>"]`; `uns["biotf"]` = info.
@@ -103,6 +105,7 @@ class EmbeddingWriter:
         self.ids: list[str] = []
         self.lengths = array("q")  # per-token: content tokens of each record
         self.sizes: dict[str, int] = {"sequence": 0}  # UTF-8 bytes per text column (the .npz entry's length)
+        self.widths: dict[str, int] = {"sequence": 0}  # characters of the longest string per text column
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.spool_dir = Path(tempfile.mkdtemp(prefix=work_prefix(self.path), suffix=SPOOL_SUFFIX, dir=self.path.parent))
         self.spools: dict[str, _Spool] = {}
@@ -124,6 +127,7 @@ class EmbeddingWriter:
         self.text.write(json.dumps([record.sequence, record.metadata], ensure_ascii=False) + "\n")
         for column, text in (("sequence", record.sequence), *record.metadata.items()):
             self.sizes[column] = self.sizes.get(column, 0) + utf8_size(text)
+            self.widths[column] = max(self.widths.get(column, 0), len(text))
         vectors = item.vectors if self.per_token else item.vectors[:, None]  # (layers, rows, D)
         for name, layer in zip(self.array_names, vectors):
             self._spool(name, layer)
@@ -216,14 +220,23 @@ def _npz_text(archive: zipfile.ZipFile, name: str, rows: int, size: int, chunks:
     _npz_entry(archive, f"{name}.offsets", np.int64, (rows + 1,), [offsets])
 
 
+def fixed_width_is_compact(rows: int, size: int, width: int) -> bool:
+    """Whether a text column of `rows` strings, `size` UTF-8 bytes in all and `width` characters at the longest,
+    is stored as a plain fixed-width string array (the rule in the module docstring)."""
+    return width <= 4 * size / max(rows, 1) + 16
+
+
 def write_npz(path: Path, writer: EmbeddingWriter) -> None:
     rows = len(writer.ids)
-    texts = {"ids": (sum(map(utf8_size, writer.ids)), _chunks(writer.ids)),
-             "sequences": (writer.sizes["sequence"], writer.text_column("sequence")),
-             **{f"metadata/{c}": (writer.sizes[c], writer.text_column(c)) for c in writer.columns()}}
+    texts = {"ids": (sum(map(utf8_size, writer.ids)), max(map(len, writer.ids)), _chunks(writer.ids)),
+             "sequences": (writer.sizes["sequence"], writer.widths["sequence"], writer.text_column("sequence")),
+             **{f"metadata/{c}": (writer.sizes[c], writer.widths[c], writer.text_column(c)) for c in writer.columns()}}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, (size, chunks) in texts.items():
-            _npz_text(archive, name, rows, size, chunks)
+        for name, (size, width, chunks) in texts.items():
+            if fixed_width_is_compact(rows, size, width):
+                _npz_entry(archive, name, np.dtype(f"<U{max(width, 1)}"), (rows,), chunks)
+            else:
+                _npz_text(archive, name, rows, size, chunks)
         info = np.array(json.dumps(writer.info))
         _npz_entry(archive, "info", info.dtype, (), [info])
         if writer.per_token:
@@ -234,8 +247,8 @@ def write_npz(path: Path, writer: EmbeddingWriter) -> None:
 
 def npz_text(data: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     """The strings of text column `name` ("ids", "sequences" or "metadata/<column>") of an .npz from
-    `biotf embed`, as an object array:  `sequences = npz_text(np.load("e.npz"), "sequences")`.
-    Files written before the UTF-8 layout (fixed-width `<name>` arrays) read the same way."""
+    `biotf embed`, as an object array:  `sequences = npz_text(np.load("e.npz"), "sequences")`, whichever of the
+    two layouts the column has (a plain fixed-width array, or `<name>.utf8` + `<name>.offsets`)."""
     if name in getattr(data, "files", data):
         return np.asarray(data[name]).astype(object)
     if f"{name}.utf8" not in getattr(data, "files", data):
