@@ -2,7 +2,7 @@
 
 Press et al. (ALiBi, ICLR 2022, figure 1) train at one length and evaluate at longer ones: sinusoidal
 positions fail beyond the training length, rotary (RoPE) degrades, ALiBi keeps its loss (or improves).
-Here the same small causal model (conf/experiment/extrapolation.yaml) is trained with each
+Here the same small causal model (biotf/conf/experiment/extrapolation.yaml) is trained with each
 `model.pos` on 128-token blocks of a DNA genome and of English text, then evaluated at 128, 256, 512
 and 1024 tokens on the same validation tokens ("nonoverlapping evaluation" in the paper: the
 validation stream is cut into blocks of each length; every token is scored with the context its
@@ -27,7 +27,8 @@ from biotf.data import read_records
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
-from biotf.training.config import REPO_ROOT, TrainConfig
+from biotf.resources import SAMPLES_DIR
+from biotf.training.config import TrainConfig
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 TRAIN_LENGTH = 128
@@ -45,16 +46,16 @@ EVAL_TOKENS_PER_BATCH = 16384
 class Corpus:
     """A shipped file, how its records join into one stream, and the tokenizer overrides it trains with."""
 
-    source: str  # relative to the repository root
+    source: str  # a file in biotf/samples/
     joiner: str
     tokenizer: tuple[str, ...]
 
 
 CORPORA = {
     # Arabidopsis thaliana chloroplast genome (154,478 bp), one token per nucleotide.
-    "dna": Corpus("data/biopython_NC_000932_Athaliana_chloroplast.gb", "", ("tokenizer=dna_char",)),
+    "dna": Corpus("biopython_NC_000932_Athaliana_chloroplast.gb", "", ("tokenizer=dna_char",)),
     # tiny-shakespeare's first 10,000 lines, byte-level BPE with 1,024 tokens learned on the training split.
-    "text": Corpus("data/tinyshakespeare_head10k.txt", "\n", ("tokenizer=bpe", "tokenizer.vocab_size=1024")),
+    "text": Corpus("tinyshakespeare_head10k.txt", "\n", ("tokenizer=bpe", "tokenizer.vocab_size=1024")),
 }
 
 
@@ -65,9 +66,9 @@ QUICK_OVERRIDES = ("trainer.max_steps=10", "trainer.val_check_interval=5", "trai
 
 def chunk_corpus(corpus: Corpus, target: Path) -> Path:
     """The corpus as a CSV of `CHUNK_CHARACTERS`-character records (columns id, sequence)."""
-    source = REPO_ROOT / corpus.source
+    source = SAMPLES_DIR / corpus.source
     if not source.is_file():
-        raise InputError(f"corpus file {source} is missing: it ships in data/ (see data/README.md)")
+        raise InputError(f"corpus file {source} is missing: it ships in biotf/samples/ (see its README.md)")
     stream = corpus.joiner.join(record.sequence for record in read_records(source))
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as handle:
@@ -160,7 +161,7 @@ def write_report(out_dir: Path, results: dict[str, dict[str, list[tuple[Run, dic
     title = "# Train short, test long" + (" (QUICK setting: smoke test, not a result)" if quick else "")
     return write_markdown(out_dir / "report.md", [
         title,
-        f"A causal model (conf/experiment/extrapolation.yaml) trained for {base.trainer.max_steps} steps on "
+        f"A causal model (biotf/conf/experiment/extrapolation.yaml) trained for {base.trainer.max_steps} steps on "
         f"{TRAIN_LENGTH}-token blocks with each position encoding, evaluated on the same validation tokens "
         f"cut into blocks of {', '.join(map(str, EVAL_LENGTHS))} tokens. Loss in nats/token; learned "
         f"positions have no table rows beyond {TRAIN_LENGTH}. Sinusoidal runs scale token embeddings by "

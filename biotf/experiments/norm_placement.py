@@ -3,7 +3,7 @@
 Xiong et al. (ICML 2020, "On Layer Normalization in the Transformer Architecture") show that at
 initialisation Post-LN's gradients near the output are large, so Post-LN needs a warmup stage to
 train well, while Pre-LN trains stably without one. Here the same narrow 6-layer protein masked-LM
-(conf/experiment/norm_placement.yaml) runs `model.norm_position` = pre | post x `optim.warmup_steps`
+(biotf/conf/experiment/norm_placement.yaml) runs `model.norm_position` = pre | post x `optim.warmup_steps`
 = 0 | N x two learning rates, and its validation-loss curves are compared; diverged runs are marked.
 Gradient clipping stays at the training default (trainer.gradient_clip_val = 1.0), as a user gets it.
 """
@@ -77,7 +77,7 @@ def write_report(out_dir: Path, runs: dict[tuple[str, int, float], list[Run]], s
         " (QUICK setting: smoke test, not a result)" if quick else "")
     return write_markdown(out_dir / "report.md", [
         title,
-        f"Protein masked-LM (conf/experiment/norm_placement.yaml), {base.trainer.max_steps} steps, warmup 0 or "
+        f"Protein masked-LM (biotf/conf/experiment/norm_placement.yaml), {base.trainer.max_steps} steps, warmup 0 or "
         f"{base.optim.warmup_steps} steps then cosine decay, validation every {base.trainer.val_check_interval} "
         "steps. "
         "Validation loss in nats/token.",

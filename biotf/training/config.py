@@ -1,6 +1,6 @@
 """Structured training configs: the schema Hydra validates every override against.
 
-`conf/config.yaml` starts its defaults list with `train_schema`, the `TrainConfig` dataclass below
+`biotf/conf/config.yaml` starts its defaults list with `train_schema`, the `TrainConfig` dataclass below
 registered in Hydra's ConfigStore, so each group YAML (`data/`, `trainer/`, `optim/`, `model/`)
 merges into a typed node: an unknown key or a value of the wrong type fails while composing.
 Allowed-value checks and cross-field checks run in `validate()`, which turns the composed
@@ -23,10 +23,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from biotf.data import LONG_POLICIES
 from biotf.errors import ConfigError, InputError
 from biotf.model.config import TransformerConfig
+from biotf.resources import SAMPLES_DIR
 from biotf.tokenizers.loading import check_tokenizer_config
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
 
 PRECISIONS = ("32", "32-true", "bf16-mixed")
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -177,10 +175,11 @@ class TrainConfig:
 
 
 def register_configs() -> None:
-    """Register the schema with Hydra's ConfigStore and the `${biotf_root:}` resolver (idempotent)."""
+    """Register the schema with Hydra's ConfigStore and the `${biotf_samples:}` resolver, the directory of the
+    shipped data samples that `conf/data/*.yaml` train on (idempotent)."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-    if not OmegaConf.has_resolver("biotf_root"):
-        OmegaConf.register_new_resolver("biotf_root", lambda: str(REPO_ROOT))
+    if not OmegaConf.has_resolver("biotf_samples"):
+        OmegaConf.register_new_resolver("biotf_samples", lambda: str(SAMPLES_DIR))
 
 
 def _section(cfg: DictConfig, name: str) -> Any:

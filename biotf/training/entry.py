@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError
-from biotf.training.config import CONF_DIR, register_configs, validate
+from biotf.resources import CONF_DIR
+from biotf.training.config import register_configs, validate
 
 register_configs()
 
@@ -92,3 +93,7 @@ def main(argv: list[str] | None = None, script: str | None = None) -> int:
     except SystemExit as exit_:  # a job's BiotfError (status 2) or Hydra's own error exit
         return exit_.code if isinstance(exit_.code, int) else 1
     return 0
+
+
+if __name__ == "__main__":  # the script Lightning's DDP launcher re-runs for `biotf train` (see commands/train.py)
+    sys.exit(main())

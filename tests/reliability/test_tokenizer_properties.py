@@ -2,13 +2,11 @@
 or refused with a BiotfError naming the character and its position; never a bare KeyError/IndexError/
 TypeError/UnicodeError, never a silent drop.
 
-Tokenizers come from every shipped `conf/tokenizer/*.yaml`, each also with `unknown=to_unk`. The fast
+Tokenizers come from every shipped `biotf/conf/tokenizer/*.yaml`, each also with `unknown=to_unk`. The fast
 settings run 30 examples per property and tokenizer; `pytest -m fuzz` runs 3,000 per tokenizer.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from biotf.errors import BiotfError, TokenizationError
+from biotf.resources import CONF_DIR
 from biotf.tokenizers import Tokenizer, build_tokenizer
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "tokenizer"
+CONF = CONF_DIR / "tokenizer"
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
 
