@@ -7,6 +7,7 @@ anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from numbers import Integral
 
 
 class BiotfError(Exception):
@@ -34,10 +35,10 @@ def check_choice(key: str, value: object, allowed: Iterable[str]) -> None:
 
 
 def check_int(key: str, value: object, minimum: int = 1, optional: bool = False) -> None:
-    """ConfigError unless `value` is an integer (a bool is not) >= `minimum`, or None where `optional`."""
+    """ConfigError unless `value` is an integer (numpy's too; a bool is not) >= `minimum`, or None where `optional`."""
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise ConfigError(key, value, f"an integer >= {minimum}" + (", or null" if optional else ""))
 
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from biotf.analysis.labels import labels, numeric
 from biotf.errors import BiotfError, ConfigError
-from biotf.export.writers import publish, read_embeddings
 
 METHODS = ("auto", "pca", "umap")
 MAX_CATEGORIES = 20
@@ -72,6 +71,8 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     axes.set_ylabel(f"{method.upper()} 2")
     axes.set_title(title)
     figure.tight_layout()
+    from biotf.export.writers import publish  # torch and pandas load when a map is drawn, not for `--help`
+
     try:
         return publish(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
     finally:
@@ -81,6 +82,8 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
               label_pattern: str | None = None, array: str = "embeddings") -> str:
     """Draw the map of an embedding file into `output` (PNG); returns the projection method used."""
+    from biotf.export.writers import read_embeddings
+
     table = read_embeddings(embeddings)
     if array not in table.arrays:
         raise ConfigError("--array", array, allowed=", ".join(table.arrays))

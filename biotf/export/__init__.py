@@ -4,13 +4,14 @@
     stats = embed_file("outputs/protein_mlm/<run>", "proteins.fasta", "proteins.h5ad")
 """
 
-from biotf.export.embed import LONG_POLICIES, EmbedOptions, EmbedStats, Embedder, RecordEmbedding
-from biotf.export.files import embed_file
-from biotf.export.pooling import POOLS
-from biotf.export.windows import Window, plan_windows
-from biotf.export.writers import FORMATS, EmbeddingTable, EmbeddingWriter, read_embeddings
+from biotf.lazy import lazy_exports
 
-__all__ = [
-    "FORMATS", "LONG_POLICIES", "POOLS", "EmbedOptions", "EmbedStats", "Embedder", "EmbeddingTable",
-    "EmbeddingWriter", "RecordEmbedding", "Window", "embed_file", "plan_windows", "read_embeddings",
-]
+# name -> submodule; each is imported when first used (see biotf/lazy.py).
+_EXPORTS = {
+    "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed",
+    "RecordEmbedding": "embed", "embed_file": "files", "POOLS": "pooling", "Window": "windows",
+    "plan_windows": "windows", "LONG_POLICIES": "windows", "FORMATS": "formats", "EmbeddingTable": "writers", "EmbeddingWriter": "writers",
+    "read_embeddings": "writers",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

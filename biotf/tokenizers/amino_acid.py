@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import CheckpointError, ConfigError
+from biotf.errors import CheckpointError, check_choice
 from biotf.tokenizers._arrays import NON_ASCII, CharTable, refuse
 from biotf.tokenizers.base import PolicyStats, register_tokenizer
 from biotf.tokenizers.vocabulary import VocabularyTokenizer
@@ -42,11 +42,6 @@ _SPECIAL_PATTERN = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
 LOWERCASE_POLICIES = ("fold", "error")
 RARE_POLICIES = ("keep", "to_x", "error")
 UNKNOWN_POLICIES = ("error", "to_unk")
-
-
-def check_choice(key: str, value: object, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, value, allowed=", ".join(allowed))
 
 
 @register_tokenizer("protein")

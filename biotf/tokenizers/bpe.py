@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import ConfigError, InputError, TokenizationError
+from biotf.errors import ConfigError, InputError, TokenizationError, check_int
 from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -99,8 +99,7 @@ class BPETokenizer(Tokenizer):
 
         if not isinstance(vocab_size, int) or vocab_size < 257:
             raise ConfigError("tokenizer.vocab_size", vocab_size, allowed="an integer >= 257 (256 bytes + merges)")
-        if not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ConfigError("tokenizer.min_frequency", min_frequency, allowed="an integer >= 1")
+        check_int("tokenizer.min_frequency", min_frequency)
         tokens, roles = special_token_roles(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
         backend = HFTokenizer(models.BPE())
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
