@@ -19,4 +19,4 @@ def run(args: argparse.Namespace) -> int:
 
     # Lightning's DDP launcher re-runs sys.argv[0] in each worker process: point it at the entry module's file,
     # which runs as a script too, so that an installed wheel (no train.py) can launch workers.
-    return entry.main(args.overrides, script=entry.__file__)
+    return entry.main(args.overrides, script=entry.__file__, prog="biotf train")

@@ -73,19 +73,21 @@ def _hydra_job(cfg: DictConfig) -> float:
         sys.exit(2)
 
 
-def main(argv: list[str] | None = None, script: str | None = None) -> int:
+def main(argv: list[str] | None = None, script: str | None = None, prog: str | None = None) -> int:
     """Run training with Hydra command-line arguments `argv` (default: sys.argv[1:]).
 
-    `script` is the file Lightning re-runs for DDP worker processes (default: the current sys.argv[0]).
+    `script` is the file Lightning re-runs for DDP worker processes (default: the current sys.argv[0]);
+    `prog` names the command in error lines (default: the script's file name).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     script = script or sys.argv[0]
+    prog = prog or Path(script).name
     args = get_args_parser().parse_args(argv)
     if not (args.help or args.hydra_help or args.info or args.cfg or args.shell_completion):
         try:
             preflight(args.overrides)
         except (BiotfError, HydraException, OmegaConfBaseException) as error:
-            print(f"{Path(script).name}: error: {describe(error)}", file=sys.stderr)
+            print(f"{prog}: error: {describe(error)}", file=sys.stderr)
             return 2
     sys.argv = [script, *argv]  # hydra.main and Lightning's DDP launcher both read sys.argv
     try:

@@ -66,7 +66,7 @@ def test_biotf_train_is_train_py(capsys, monkeypatch, tmp_path):
 
     monkeypatch.chdir(tmp_path)
     assert biotf_cli(["train", "model.pos=foo"]) == 2
-    assert "invalid config model.pos='foo'" in capsys.readouterr().err
+    assert "biotf train: error: invalid config model.pos='foo'" in capsys.readouterr().err
 
 
 def test_tensorboard_logger_needs_its_package_or_works(capsys, monkeypatch, tmp_path):
