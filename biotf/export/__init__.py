@@ -8,10 +8,9 @@ from biotf.lazy import lazy_exports
 
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
-    "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed",
-    "RecordEmbedding": "embed", "embed_file": "files", "POOLS": "pooling", "Window": "windows",
-    "plan_windows": "windows", "LONG_POLICIES": "windows", "FORMATS": "formats", "EmbeddingTable": "writers", "EmbeddingWriter": "writers",
-    "read_embeddings": "writers",
+    "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed", "RecordEmbedding": "embed",
+    "embed_file": "files", "FORMATS": "formats", "POOLS": "pooling", "LONG_POLICIES": "windows", "Window": "windows",
+    "plan_windows": "windows", "EmbeddingTable": "writers", "EmbeddingWriter": "writers", "read_embeddings": "writers",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -7,7 +7,7 @@
 | `smiles`  | `SmilesTokenizer`     | Schwaller et al. 2019 regex, strict round trip, learned vocab |
 | `bpe`     | `BPETokenizer`        | byte-level BPE on HF `tokenizers`; wraps any HF tokenizer      |
 
-`build_tokenizer(config)` builds from `conf/tokenizer/<name>.yaml`; `load_tokenizer(path)` reads a
+`build_tokenizer(config)` builds from `biotf/conf/tokenizer/<name>.yaml`; `load_tokenizer(path)` reads a
 saved biotf or Hugging Face tokenizer. A new scheme subclasses `Tokenizer` and registers itself
 with `@register_tokenizer("name")` (or a `biotf.tokenizers` entry point).
 """

@@ -97,7 +97,7 @@ class Tokenizer(ABC):
     @classmethod
     def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
               files: Sequence[str | Path] | None = None) -> "Tokenizer":
-        """Construct from config options (`conf/tokenizer/<name>.yaml` without `kind`).
+        """Construct from config options (`biotf/conf/tokenizer/<name>.yaml` without `kind`).
 
         The default passes the options to the constructor, refusing names it does not take.
         Schemes with a learned vocabulary override this to train on `texts` / `files`.

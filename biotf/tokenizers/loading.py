@@ -1,7 +1,7 @@
 """Building tokenizers from config, and loading saved ones.
 
 - `build_tokenizer(config, texts=..., files=...)`: what training and the CLI call with Hydra's
-  `conf/tokenizer/<name>.yaml` (a plain mapping: `kind` plus the scheme's options).
+  `biotf/conf/tokenizer/<name>.yaml` (a plain mapping: `kind` plus the scheme's options).
 - `load_tokenizer(path)`: a directory or `tokenizer.json` written by biotf (any registered kind,
   plugins included) or by Hugging Face (any HF tokenizer, wrapped as `BPETokenizer`).
 

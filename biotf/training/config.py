@@ -154,7 +154,7 @@ class TrainConfig:
     seed: int = 0
     ckpt_path: Optional[str] = None
     tokenizer: dict[str, Any] = field(default_factory=dict)
-    model: TransformerConfig = MISSING  # from conf/model/<preset>.yaml; vocab_size is set from the tokenizer
+    model: TransformerConfig = MISSING  # from biotf/conf/model/<preset>.yaml; vocab_size is set from the tokenizer
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -167,7 +167,7 @@ class TrainConfig:
 
 def register_configs() -> None:
     """Register the schema with Hydra's ConfigStore and the `${biotf_samples:}` resolver, the directory of the
-    shipped data samples that `conf/data/*.yaml` train on (idempotent)."""
+    shipped data samples that `biotf/conf/data/*.yaml` train on (idempotent)."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     if not OmegaConf.has_resolver("biotf_samples"):
         OmegaConf.register_new_resolver("biotf_samples", lambda: str(SAMPLES_DIR))
