@@ -25,8 +25,8 @@ def test_chunked_genome_is_the_genome_cut_into_records(tmp_path):
 
 
 def test_missing_corpus_names_the_file(tmp_path):
-    with pytest.raises(Exception, match="corpus file .*missing.*data/README.md"):
-        extrapolation.chunk_corpus(extrapolation.Corpus("data/absent.gb", "", ()), tmp_path / "x.csv")
+    with pytest.raises(Exception, match="corpus file .*absent.gb is missing.*biotf/samples/"):
+        extrapolation.chunk_corpus(extrapolation.Corpus("absent.gb", "", ()), tmp_path / "x.csv")
 
 
 def synthetic_results(tmp_path):
