@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train a biotf transformer: `python train.py [hydra overrides]` (configs in conf/, see conf/config.yaml).
+"""Train a biotf transformer: `python train.py [hydra overrides]` (configs in biotf/conf/, see biotf/conf/config.yaml).
 
 Thin on purpose: compose -> validate -> build -> fit all live in biotf.training (entry, run).
 """

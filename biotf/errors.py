@@ -6,6 +6,9 @@ anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from numbers import Integral
+
 
 class BiotfError(Exception):
     """Base class of every error a user can cause (bad input, bad config, bad file)."""
@@ -22,6 +25,21 @@ class ConfigError(BiotfError, ValueError):
         if allowed:
             message += f" (allowed: {allowed})"
         super().__init__(message)
+
+
+def check_choice(key: str, value: object, allowed: Iterable[str]) -> None:
+    """ConfigError unless `value` is one of `allowed` (listed in order, `a | b | c`)."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ConfigError(key, value, " | ".join(allowed))
+
+
+def check_int(key: str, value: object, minimum: int = 1, optional: bool = False) -> None:
+    """ConfigError unless `value` is an integer (numpy's too; a bool is not) >= `minimum`, or None where `optional`."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ConfigError(key, value, f"an integer >= {minimum}" + (", or null" if optional else ""))
 
 
 class InputError(BiotfError, ValueError):

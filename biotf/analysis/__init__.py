@@ -1,9 +1,12 @@
 """Downstream analysis of embedding files: linear probes against classical baselines, and 2-D maps."""
 
-from biotf.analysis.baselines import BASELINES, kmer_frequencies, morgan_fingerprints
-from biotf.analysis.labels import labels
-from biotf.analysis.plot import plot_file, plot_map, project
-from biotf.analysis.probe import ProbeReport, run_probe
+from biotf.lazy import lazy_exports
 
-__all__ = ["BASELINES", "ProbeReport", "kmer_frequencies", "labels", "morgan_fingerprints", "plot_file", "plot_map",
-           "project", "run_probe"]
+# name -> submodule; each is imported when first used (see biotf/lazy.py).
+_EXPORTS = {
+    "BASELINES": "baselines", "kmer_frequencies": "baselines", "morgan_fingerprints": "baselines",
+    "labels": "labels", "plot_file": "plot", "plot_map": "plot", "project": "plot", "ProbeReport": "probe",
+    "run_probe": "probe",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -6,11 +6,14 @@ r"""Labels for probes and maps: a metadata column of an embedding file, optional
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from biotf.errors import ConfigError, InputError
-from biotf.export.writers import EmbeddingTable
+
+if TYPE_CHECKING:
+    from biotf.export.writers import EmbeddingTable
 
 
 def labels(table: EmbeddingTable, column: str, pattern: str | None = None) -> np.ndarray:

@@ -16,7 +16,6 @@ import numpy as np
 from biotf.analysis.labels import labels, numeric
 from biotf.errors import BiotfError, ConfigError
 from biotf.export.outputs import check_output
-from biotf.export.writers import publish, read_embeddings
 
 METHODS = ("auto", "pca", "umap")
 MAX_CATEGORIES = 20
@@ -74,6 +73,8 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     axes.set_ylabel(f"{method.upper()} 2")
     axes.set_title(title)
     figure.tight_layout()
+    from biotf.export.writers import publish  # torch and pandas load when a map is drawn, not for `--help`
+
     try:
         return publish(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
     finally:
@@ -84,6 +85,8 @@ def plot_file(embeddings: str | Path, output: str | Path, color: str | None = No
               label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False) -> str:
     """Draw the map of an embedding file into `output` (PNG); returns the projection method used.
     `output` follows `biotf.export.outputs.check_output`: never the input, never a file that is not a PNG."""
+    from biotf.export.writers import read_embeddings
+
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)
     if array not in table.arrays:

@@ -19,11 +19,12 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from biotf.errors import ConfigError
-from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
-from biotf.inference.hf_checkpoint import (DTYPES, GenerationDefaults, HFCheckpoint, is_hf_directory,
-                                          load_hf_checkpoint, parse_dtype)
+
+if TYPE_CHECKING:  # torch loads when the command runs, not for `biotf --help`
+    from biotf.inference.hf_checkpoint import HFCheckpoint
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-p", type=float, metavar="P", help="sample within the smallest set of probability P")
     parser.add_argument("--repetition-penalty", type=float, metavar="R", help="HF's repetition penalty (1 = none)")
     parser.add_argument("--seed", type=int, help="random seed for sampling (same seed, same text)")
-    parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="weights and compute dtype")
+    parser.add_argument("--dtype", default="float32",
+                        help="weights and compute dtype: float32 (default) or bfloat16 (checked when loading)")
     parser.add_argument("--truncate-prompt", action="store_true",
                         help="cut too long prompts from the left (with a warning) instead of refusing them")
     parser.set_defaults(run=run)
@@ -50,6 +52,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def load_model(source: Path, dtype: str) -> HFCheckpoint:
     """A Hugging Face directory with its generation defaults, or a biotf model with its tokenizer's eos."""
+    from biotf.inference.hf_checkpoint import (GenerationDefaults, HFCheckpoint, is_hf_directory, load_hf_checkpoint,
+                                              parse_dtype)
+
     if is_hf_directory(source) and not (source / "checkpoints").is_dir():
         return load_hf_checkpoint(source, dtype)
     from biotf.inference.loading import load_pretrained
@@ -67,6 +72,8 @@ def read_prompts(path: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
+
     prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
     if args.system is not None and not args.chat:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")

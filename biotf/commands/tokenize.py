@@ -47,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def presets() -> dict[str, Path]:
     """The tokenizer presets of training (`tokenizer=<name>`): every `<name>.yaml` of the config's tokenizer group."""
-    from biotf.training.config import CONF_DIR
+    from biotf.resources import CONF_DIR
 
     return {path.stem: path for path in sorted((CONF_DIR / "tokenizer").glob("*.yaml"))}
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from biotf.training.config import REPO_ROOT
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -17,7 +15,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.training.entry import main
+    from biotf.training import entry
 
-    # Lightning's DDP launcher re-runs sys.argv[0] in each worker process: point it at train.py.
-    return main(args.overrides, script=str(REPO_ROOT / "train.py"))
+    # Lightning's DDP launcher re-runs sys.argv[0] in each worker process: point it at the entry module's file,
+    # which runs as a script too, so that an installed wheel (no train.py) can launch workers.
+    return entry.main(args.overrides, script=entry.__file__, prog="biotf train")

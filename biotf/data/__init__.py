@@ -3,17 +3,17 @@
 `prepare_dataset` is the entry point training uses; `read_records` streams any supported file.
 """
 
-from biotf.data.cache import ShardCache, TokenShard, tokenize_to_cache
-from biotf.data.collators import MLMCollator, pad_batch
-from biotf.data.datasets import (IGNORE_INDEX, LONG_POLICIES, LengthGroupedBatchSampler, LongSequenceStats,
-                                 PackedBlockDataset, SequenceDataset)
-from biotf.data.prepare import OBJECTIVES, PreparedData, prepare_dataset, unigram_cross_entropy
-from biotf.data.readers import FORMATS, ReaderOptions, Record, detect_format, read_records
-from biotf.data.split import is_validation
+from biotf.lazy import lazy_exports
 
-__all__ = [
-    "FORMATS", "IGNORE_INDEX", "LONG_POLICIES", "OBJECTIVES", "LengthGroupedBatchSampler", "LongSequenceStats",
-    "MLMCollator", "PackedBlockDataset", "PreparedData", "ReaderOptions", "Record", "SequenceDataset", "ShardCache",
-    "TokenShard", "detect_format", "is_validation", "pad_batch", "prepare_dataset", "read_records",
-    "tokenize_to_cache", "unigram_cross_entropy",
-]
+# name -> submodule; each is imported when first used (see biotf/lazy.py).
+_EXPORTS = {
+    "ShardCache": "cache", "TokenShard": "cache", "tokenize_to_cache": "cache", "MLMCollator": "collators",
+    "pad_batch": "collators", "TRAINING_LONG_POLICIES": "datasets",
+    "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
+    "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
+    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "FORMATS": "readers",
+    "ReaderOptions": "readers", "Record": "readers", "detect_format": "readers", "read_records": "readers",
+    "is_validation": "split",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from biotf.data.datasets import IGNORE_INDEX, seeded_rng
+from biotf.data.datasets import seeded_rng
 from biotf.errors import ConfigError
+from biotf.model.loss import IGNORE_INDEX
 from biotf.tokenizers.base import Tokenizer
 
 

@@ -21,10 +21,11 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from biotf.data.cache import TokenShard
-from biotf.errors import ConfigError, InputError
+from biotf.errors import ConfigError, InputError, check_choice, check_int
+from biotf.model.loss import IGNORE_INDEX
 
-LONG_POLICIES = ("crop", "drop", "error")
-IGNORE_INDEX = -100  # labels ignored by the loss (torch and HF convention)
+# What training does with a sequence longer than data.max_length (`data.long_policy`).
+TRAINING_LONG_POLICIES = ("crop", "drop", "error")
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,8 @@ class SequenceDataset(Dataset):
 
     def __init__(self, shard: TokenShard, max_length: int, long_policy: str = "crop", seed: int = 0,
                  training: bool = True, special_ids: frozenset[int] = frozenset(), name: str = "train"):
-        if long_policy not in LONG_POLICIES:
-            raise ConfigError("data.long_policy", long_policy, allowed=", ".join(LONG_POLICIES))
-        if max_length < 2:
-            raise ConfigError("data.max_length", max_length, allowed="an integer >= 2")
+        check_choice("data.long_policy", long_policy, TRAINING_LONG_POLICIES)
+        check_int("data.max_length", max_length, 2)
         self.shard, self.max_length, self.long_policy = shard, max_length, long_policy
         self.seed, self.training, self.special_ids, self.epoch = seed, training, special_ids, 0
         lengths = shard.lengths
@@ -109,8 +108,7 @@ class PackedBlockDataset(Dataset):
     """
 
     def __init__(self, shard: TokenShard, block_size: int, separator_id: int, pad_id: int):
-        if block_size < 2:
-            raise ConfigError("data.max_length", block_size, allowed="an integer >= 2")
+        check_int("data.max_length", block_size, 2)
         self.shard, self.block_size, self.separator_id, self.pad_id = shard, block_size, separator_id, pad_id
         lengths = shard.lengths
         ends = shard.offsets[1:] - 1
@@ -154,8 +152,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
     def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, group_batches: int = 50, num_replicas: int = 1, rank: int = 0):
-        if batch_size < 1:
-            raise ConfigError("data.batch_size", batch_size, allowed="an integer >= 1")
+        check_int("data.batch_size", batch_size)
         if not 0 <= rank < num_replicas:
             raise ConfigError("rank", rank, allowed=f"0..{num_replicas - 1}")
         self.lengths, self.batch_size, self.shuffle, self.seed = np.asarray(lengths), batch_size, shuffle, seed
@@ -168,8 +165,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         The order is a pure function of (seed, epoch), so a resumed run that passes the number of
         batches already consumed continues with exactly the batches an uninterrupted run would see.
         """
-        if start_batch < 0:
-            raise ConfigError("start_batch", start_batch, allowed="an integer >= 0")
+        check_int("start_batch", start_batch, 0)
         self.epoch, self.start_batch = epoch, start_batch
 
     def _all_batches(self) -> list[np.ndarray]:

@@ -27,7 +27,8 @@ from biotf.data import read_records
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
-from biotf.training.config import REPO_ROOT, TrainConfig
+from biotf.resources import SAMPLES_DIR
+from biotf.training.config import TrainConfig
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 TRAIN_LENGTH = 128
@@ -45,16 +46,16 @@ EVAL_TOKENS_PER_BATCH = 16384
 class Corpus:
     """A shipped file, how its records join into one stream, and the tokenizer overrides it trains with."""
 
-    source: str  # relative to the repository root
+    source: str  # a file in data/
     joiner: str
     tokenizer: tuple[str, ...]
 
 
 CORPORA = {
     # Arabidopsis thaliana chloroplast genome (154,478 bp), one token per nucleotide.
-    "dna": Corpus("data/biopython_NC_000932_Athaliana_chloroplast.gb", "", ("tokenizer=dna_char",)),
+    "dna": Corpus("biopython_NC_000932_Athaliana_chloroplast.gb", "", ("tokenizer=dna_char",)),
     # tiny-shakespeare's first 10,000 lines, byte-level BPE with 1,024 tokens learned on the training split.
-    "text": Corpus("data/tinyshakespeare_head10k.txt", "\n", ("tokenizer=bpe", "tokenizer.vocab_size=1024")),
+    "text": Corpus("tinyshakespeare_head10k.txt", "\n", ("tokenizer=bpe", "tokenizer.vocab_size=1024")),
 }
 
 
@@ -65,9 +66,9 @@ QUICK_OVERRIDES = ("trainer.max_steps=10", "trainer.val_check_interval=5", "trai
 
 def chunk_corpus(corpus: Corpus, target: Path) -> Path:
     """The corpus as a CSV of `CHUNK_CHARACTERS`-character records (columns id, sequence)."""
-    source = REPO_ROOT / corpus.source
+    source = SAMPLES_DIR / corpus.source
     if not source.is_file():
-        raise InputError(f"corpus file {source} is missing: it ships in data/ (see data/README.md)")
+        raise InputError(f"corpus file {source} is missing: it ships in data/ (see its README.md)")
     stream = corpus.joiner.join(record.sequence for record in read_records(source))
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as handle:

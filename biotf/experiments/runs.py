@@ -192,7 +192,8 @@ def compose_config(overrides: list[str]) -> TrainConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from biotf.training.config import CONF_DIR, register_configs, validate
+    from biotf.resources import CONF_DIR
+    from biotf.training.config import register_configs, validate
     from biotf.training.entry import describe
 
     register_configs()

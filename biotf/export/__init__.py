@@ -5,13 +5,14 @@
     sequences = npz_text(np.load("proteins.npz"), "sequences")  # an .npz's text columns, as strings
 """
 
-from biotf.export.embed import LONG_POLICIES, EmbedOptions, EmbedStats, Embedder, RecordEmbedding
-from biotf.export.files import embed_file
-from biotf.export.pooling import POOLS
-from biotf.export.windows import Window, plan_windows
-from biotf.export.writers import FORMATS, EmbeddingTable, EmbeddingWriter, npz_text, read_embeddings
+from biotf.lazy import lazy_exports
 
-__all__ = [
-    "FORMATS", "LONG_POLICIES", "POOLS", "EmbedOptions", "EmbedStats", "Embedder", "EmbeddingTable",
-    "EmbeddingWriter", "RecordEmbedding", "Window", "embed_file", "npz_text", "plan_windows", "read_embeddings",
-]
+# name -> submodule; each is imported when first used (see biotf/lazy.py).
+_EXPORTS = {
+    "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed", "RecordEmbedding": "embed",
+    "embed_file": "files", "FORMATS": "formats", "POOLS": "pooling", "LONG_POLICIES": "windows", "Window": "windows",
+    "plan_windows": "windows", "EmbeddingTable": "writers", "EmbeddingWriter": "writers", "read_embeddings": "writers",
+    "npz_text": "writers",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

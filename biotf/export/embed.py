@@ -33,13 +33,12 @@ import numpy as np
 import torch
 
 from biotf.data.readers import Record, with_source
-from biotf.errors import ConfigError, InputError, TokenizationError
+from biotf.errors import ConfigError, InputError, TokenizationError, check_choice, check_int
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
-from biotf.export.windows import Window, plan_windows
+from biotf.export.windows import LONG_POLICIES, Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
-LONG_POLICIES = ("chunk", "truncate", "error")
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
 try:
@@ -68,18 +67,14 @@ class EmbedOptions:
     block_tokens: int = 1 << 19
 
     def __post_init__(self) -> None:
-        if self.pool not in POOLS:
-            raise ConfigError("pool", self.pool, allowed=", ".join(POOLS))
-        if self.long not in LONG_POLICIES:
-            raise ConfigError("long", self.long, allowed=", ".join(LONG_POLICIES))
+        check_choice("pool", self.pool, POOLS)
+        check_choice("long", self.long, LONG_POLICIES)
         if self.layer != "all" and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
             raise ConfigError("layer", self.layer, allowed="an integer (-1 = last) or 'all'")
-        for key in ("batch_tokens", "block_tokens", "max_length"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ConfigError(key, value, allowed="an integer >= 1")
-        if self.overlap is not None and (not isinstance(self.overlap, int) or self.overlap < 0):
-            raise ConfigError("overlap", self.overlap, allowed="an integer >= 0")
+        check_int("batch_tokens", self.batch_tokens)
+        check_int("block_tokens", self.block_tokens)
+        check_int("max_length", self.max_length, optional=True)
+        check_int("overlap", self.overlap, 0, optional=True)
 
 
 @dataclass

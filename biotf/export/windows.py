@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from biotf.errors import ConfigError
+from biotf.errors import ConfigError, check_int
+
+# What `biotf embed --long` does with a record longer than the model: windows, its first tokens, or an error.
+LONG_POLICIES = ("chunk", "truncate", "error")
 
 
 class Window(NamedTuple):
@@ -27,8 +30,7 @@ class Window(NamedTuple):
 
 def plan_windows(n_tokens: int, width: int, overlap: int) -> list[Window]:
     """Windows covering `n_tokens` content tokens, each at most `width` long, owning disjoint ranges that tile [0, n)."""
-    if width < 1:
-        raise ConfigError("width", width, allowed="an integer >= 1")
+    check_int("width", width)
     if not 0 <= overlap < width:
         raise ConfigError("overlap", overlap, allowed=f"an integer in [0, {width - 1}] (below the window width {width})")
     if n_tokens <= width:

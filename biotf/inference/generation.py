@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from biotf.errors import ConfigError, InputError
+from biotf.errors import ConfigError, InputError, check_int
 from biotf.inference.chat import render_chat
 from biotf.model import KVCache, Transformer
 from biotf.model.layout import arrange_for_decoding
@@ -152,8 +152,7 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_ne
     """
     if not model.config.causal:
         raise ConfigError("causal", False, "true", reason="generation needs a causal (decoder) model")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError("max_new_tokens", max_new_tokens, allowed="an integer >= 1")
+    check_int("max_new_tokens", max_new_tokens)
     if not prompts:
         return []
     prompts = fit_prompts(prompts, max_new_tokens, model.config.max_seq_len, truncate_prompt)

@@ -4,12 +4,13 @@
     model = Transformer(TransformerConfig.preset("protein-small", vocab_size=tokenizer.vocab_size))
     out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
 
-Modules: config (TransformerConfig, presets), positions, norms, attention, mlp, block, head (the masked-LM
-head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways, ESM into biotf).
+Modules: config (TransformerConfig; its presets are conf/model/*.yaml), positions, norms, attention, mlp,
+block, head (the masked-LM head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways,
+ESM into biotf).
 """
 
 from biotf.model.cache import KVCache
-from biotf.model.config import PRESETS, TransformerConfig
+from biotf.model.config import TransformerConfig
 from biotf.model.transformer import IGNORE_INDEX, Transformer, TransformerOutput, TrunkOutput
 
-__all__ = ["IGNORE_INDEX", "KVCache", "PRESETS", "Transformer", "TransformerConfig", "TransformerOutput", "TrunkOutput"]
+__all__ = ["IGNORE_INDEX", "KVCache", "Transformer", "TransformerConfig", "TransformerOutput", "TrunkOutput"]

@@ -8,12 +8,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biotf.model.config import TransformerConfig
 from biotf.model.linear import Linear
+
+if TYPE_CHECKING:  # config.py imports this registry to know the allowed `mlp` values
+    from biotf.model.config import TransformerConfig
 
 
 class FeedForward(nn.Module):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biotf.model.config import TransformerConfig
+if TYPE_CHECKING:  # config.py imports this registry to know the allowed `norm` values
+    from biotf.model.config import TransformerConfig
 
 
 class LayerNorm(nn.Module):

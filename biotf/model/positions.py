@@ -7,17 +7,22 @@ A position scheme can act at three places, and each class overrides only the one
 `positions` are integer position ids of shape (batch or 1, length); the transformer derives them
 from the padding mask so that left padding does not shift absolute positions.
 
-Register a new scheme with `@register_position("name")` and add the name to `config.POSITIONS`.
+Register a new scheme with `@register_position("name")`: `pos` allows every registered name, and the
+class checks the config fields it needs in its `check_config` classmethod.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from biotf.model.config import TransformerConfig
+from biotf.errors import ConfigError
+
+if TYPE_CHECKING:  # config.py imports this registry to know the allowed `pos` values
+    from biotf.model.config import TransformerConfig
 
 POSITION_CLASSES: dict[str, type[PositionEncoding]] = {}
 
@@ -40,6 +45,10 @@ class PositionEncoding(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
 
+    @classmethod
+    def check_config(cls, config: TransformerConfig) -> None:
+        """Raise ConfigError where `config` lacks what this scheme needs (called when the config is built)."""
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x
 
@@ -51,12 +60,15 @@ class PositionEncoding(nn.Module):
         return None
 
 
-register_position("none")(PositionEncoding)
-
-
 @register_position("learned")
 class LearnedPositions(PositionEncoding):
     """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT)."""
+
+    @classmethod
+    def check_config(cls, config: TransformerConfig) -> None:
+        if config.max_seq_len is None:
+            raise ConfigError("max_seq_len", None, "an integer >= 1",
+                              reason="pos=learned needs max_seq_len rows in its position table")
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
@@ -81,6 +93,12 @@ def sinusoidal_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
 @register_position("sinusoidal")
 class SinusoidalPositions(PositionEncoding):
     """Fixed sines and cosines added to the token embeddings (Vaswani et al. 2017); no parameters."""
+
+    @classmethod
+    def check_config(cls, config: TransformerConfig) -> None:
+        if config.d_model % 2:
+            raise ConfigError("d_model", config.d_model, "an even number",
+                              reason="sinusoidal positions pair a sine and a cosine per frequency")
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
@@ -115,6 +133,13 @@ class RotaryPositions(PositionEncoding):
     (transformers PR #19587). A state dict without the buffer (biotf checkpoints before it existed) gets the
     computed values. The buffer stays float32 whatever dtype the model is cast to, as HF keeps it.
     """
+
+    @classmethod
+    def check_config(cls, config: TransformerConfig) -> None:
+        if config.head_dim % 2:
+            raise ConfigError("pos", config.pos, " | ".join(p for p in POSITION_CLASSES if p != "rope"),
+                              reason=f"RoPE rotates pairs of dimensions but the head size d_model/n_heads="
+                                     f"{config.head_dim} is odd")
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
@@ -210,3 +235,7 @@ class AlibiPositions(PositionEncoding):
         distance = distance if causal else distance.abs()
         slopes = torch.tensor(self.slopes, dtype=torch.float32, device=distance.device)
         return -slopes[None, :, None, None] * distance[:, None]
+
+
+# Registered last, so that it closes the list of allowed values (learned | sinusoidal | rope | alibi | none).
+register_position("none")(PositionEncoding)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import CheckpointError, ConfigError
+from biotf.errors import CheckpointError, check_choice
 from biotf.tokenizers._arrays import NON_ASCII, CharTable, refuse
 from biotf.tokenizers.base import PolicyStats, register_tokenizer
 from biotf.tokenizers.vocabulary import VocabularyTokenizer
@@ -50,11 +50,6 @@ RARE_POLICIES = ("keep", "to_x", "error")
 UNKNOWN_POLICIES = ("error", "to_unk")
 STOP_POLICIES = ("error", "strip_terminal", "to_unk")
 STOP = "*"
-
-
-def check_choice(key: str, value: object, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, value, allowed=", ".join(allowed))
 
 
 @register_tokenizer("protein")

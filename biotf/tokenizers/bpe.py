@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import ConfigError, InputError, TokenizationError
+from biotf.errors import ConfigError, InputError, TokenizationError, check_int
 from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
+from biotf.tokenizers.loading import load_tokenizer
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -99,8 +100,7 @@ class BPETokenizer(Tokenizer):
 
         if not isinstance(vocab_size, int) or vocab_size < 257:
             raise ConfigError("tokenizer.vocab_size", vocab_size, allowed="an integer >= 257 (256 bytes + merges)")
-        if not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ConfigError("tokenizer.min_frequency", min_frequency, allowed="an integer >= 1")
+        check_int("tokenizer.min_frequency", min_frequency)
         tokens, roles = special_token_roles(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
         backend = HFTokenizer(models.BPE())
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -190,8 +190,6 @@ class BPETokenizer(Tokenizer):
     def check_config(cls, options: dict[str, Any]) -> None:
         """A `path` must load now; the training options are HF's to check once the data is there."""
         if options.get("path"):
-            from biotf.tokenizers.loading import load_tokenizer
-
             load_tokenizer(options["path"])
 
     @classmethod
@@ -205,8 +203,6 @@ class BPETokenizer(Tokenizer):
         `special_tokens`) on `files`, or on `texts`. The training options are unused when loading."""
         check_options(cls, options)
         if options.get("path"):
-            from biotf.tokenizers.loading import load_tokenizer
-
             return load_tokenizer(options["path"])
         training = {"vocab_size": options.get("vocab_size", 4096), "min_frequency": options.get("min_frequency", 2),
                     "special_tokens": options.get("special_tokens")}

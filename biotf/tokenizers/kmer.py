@@ -35,9 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import BiotfError, ConfigError, TokenizationError
+from biotf.errors import BiotfError, ConfigError, TokenizationError, check_choice
 from biotf.tokenizers._arrays import CharTable, assemble, refuse, span_positions
-from biotf.tokenizers.amino_acid import check_choice
 from biotf.tokenizers.base import PolicyStats, register_tokenizer
 from biotf.tokenizers.vocabulary import VocabularyTokenizer
 

@@ -141,9 +141,7 @@ def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
             raise InputError(f"{file}: fingerprint {saved} does not match the tokenizer it describes "
                              f"({tokenizer.fingerprint}); the file was edited or written by an incompatible version")
         return tokenizer
-    if "model" in data:
-        from biotf.tokenizers.bpe import BPETokenizer
-
-        return BPETokenizer._from_hf_json(text, file)
+    if "model" in data:  # through the registry: bpe.py imports this module for its `path` option
+        return tokenizer_class("bpe")._from_hf_json(text, file)
     raise InputError(f"{file} is neither a biotf tokenizer (no 'biotf_tokenizer' key) nor a Hugging Face "
                      "tokenizer.json (no 'model' section)")

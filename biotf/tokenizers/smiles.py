@@ -33,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from biotf.errors import ConfigError
+from biotf.errors import ConfigError, check_choice, check_int
 from biotf.tokenizers._arrays import TABLE_SIZE, codes_of, refuse, span_positions, text_starts
-from biotf.tokenizers.amino_acid import check_choice
 from biotf.tokenizers.base import PolicyStats, check_options, register_tokenizer
 from biotf.tokenizers.vocabulary import VocabularyTokenizer
 
@@ -96,8 +95,7 @@ class SmilesTokenizer(VocabularyTokenizer):
         `options` are the constructor's policies; with whitespace='strip' the corpus is stripped too.
         Unmatched characters in the corpus are errors, as when encoding.
         """
-        if not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ConfigError("tokenizer.min_frequency", min_frequency, allowed="an integer >= 1")
+        check_int("tokenizer.min_frequency", min_frequency)
         splitter = cls(**options)
         counts: Counter[str] = Counter()
         batch: list[str] = []

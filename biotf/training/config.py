@@ -20,29 +20,17 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from biotf.data import LONG_POLICIES
-from biotf.errors import ConfigError, InputError
+from biotf.data.datasets import TRAINING_LONG_POLICIES
+from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
+from biotf.resources import SAMPLES_DIR
 from biotf.tokenizers.loading import check_tokenizer_config
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
 
 PRECISIONS = ("32", "32-true", "bf16-mixed")
 STRATEGIES = ("auto", "ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 LOGGERS = ("csv", "tensorboard")
 NONFINITE_POLICIES = ("stop", "skip")
-
-
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, value, " | ".join(allowed))
-
-
-def _at_least(key: str, value: float, minimum: float) -> None:
-    if value < minimum:
-        raise ConfigError(key, value, f"a number >= {minimum:g}")
 
 
 @dataclass
@@ -69,15 +57,15 @@ class DataConfig:
     cache_dir: str = ".cache/biotf/tokens"
 
     def __post_init__(self) -> None:
-        _choice("data.long_policy", self.long_policy, LONG_POLICIES)
+        check_choice("data.long_policy", self.long_policy, TRAINING_LONG_POLICIES)
         if not 0.0 < self.validation_fraction < 1.0:
             raise ConfigError("data.validation_fraction", self.validation_fraction, "0 < fraction < 1",
                               reason="training reports validation loss, so the split needs records on both sides")
         if not 0.0 < self.mask_probability < 1.0:
             raise ConfigError("data.mask_probability", self.mask_probability, "0 < probability < 1")
-        _at_least("data.max_length", self.max_length, 2)
-        _at_least("data.batch_size", self.batch_size, 1)
-        _at_least("data.num_workers", self.num_workers, 0)
+        check_int("data.max_length", self.max_length, 2)
+        check_int("data.batch_size", self.batch_size)
+        check_int("data.num_workers", self.num_workers, 0)
 
 
 @dataclass
@@ -94,10 +82,11 @@ class OptimConfig:
     def __post_init__(self) -> None:
         if not self.lr > 0:
             raise ConfigError("optim.lr", self.lr, "a number > 0")
-        _at_least("optim.weight_decay", self.weight_decay, 0)
+        if self.weight_decay < 0:
+            raise ConfigError("optim.weight_decay", self.weight_decay, "a number >= 0")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError("optim.betas", list(self.betas), "two numbers in [0, 1)")
-        _at_least("optim.warmup_steps", self.warmup_steps, 0)
+        check_int("optim.warmup_steps", self.warmup_steps, 0)
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigError("optim.min_lr_ratio", self.min_lr_ratio, "0 <= ratio <= 1")
 
@@ -131,23 +120,23 @@ class TrainerConfig:
     nonfinite: str = "stop"
 
     def __post_init__(self) -> None:
-        _choice("trainer.accelerator", self.accelerator, ACCELERATORS)
-        _choice("trainer.nonfinite", self.nonfinite, NONFINITE_POLICIES)
-        _choice("trainer.strategy", self.strategy, STRATEGIES)
-        _choice("trainer.precision", self.precision, PRECISIONS)
-        _choice("trainer.logger", self.logger, LOGGERS)
+        check_choice("trainer.accelerator", self.accelerator, ACCELERATORS)
+        check_choice("trainer.nonfinite", self.nonfinite, NONFINITE_POLICIES)
+        check_choice("trainer.strategy", self.strategy, STRATEGIES)
+        check_choice("trainer.precision", self.precision, PRECISIONS)
+        check_choice("trainer.logger", self.logger, LOGGERS)
         if self.logger == "tensorboard" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
             raise ConfigError("trainer.logger", self.logger, "csv, or tensorboard once installed",
                               reason="the tensorboard package is not installed (pip install 'biotf[tensorboard]')")
         for key in ("num_nodes", "max_steps", "val_check_interval", "accumulate_grad_batches",
                     "checkpoint_every_n_steps", "log_every_n_steps"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"trainer.{key}", getattr(self, key), "an integer >= 1")
+            check_int(f"trainer.{key}", getattr(self, key))
         limit = self.limit_val_batches
         if not ((isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1)
                 or (isinstance(limit, float) and 0.0 < limit <= 1.0)):
             raise ConfigError("trainer.limit_val_batches", limit, "a fraction in (0.0, 1.0] or a batch count >= 1")
-        _at_least("trainer.gradient_clip_val", self.gradient_clip_val, 0)
+        if self.gradient_clip_val < 0:
+            raise ConfigError("trainer.gradient_clip_val", self.gradient_clip_val, "a number >= 0")
         devices = self.devices
         if not (devices == "auto" or (isinstance(devices, int) and devices >= 1)
                 or (isinstance(devices, list) and devices and all(isinstance(d, int) for d in devices))):
@@ -177,10 +166,11 @@ class TrainConfig:
 
 
 def register_configs() -> None:
-    """Register the schema with Hydra's ConfigStore and the `${biotf_root:}` resolver (idempotent)."""
+    """Register the schema with Hydra's ConfigStore and the `${biotf_samples:}` resolver, the directory of the
+    shipped data samples that `conf/data/*.yaml` train on (idempotent)."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-    if not OmegaConf.has_resolver("biotf_root"):
-        OmegaConf.register_new_resolver("biotf_root", lambda: str(REPO_ROOT))
+    if not OmegaConf.has_resolver("biotf_samples"):
+        OmegaConf.register_new_resolver("biotf_samples", lambda: str(SAMPLES_DIR))
 
 
 def _section(cfg: DictConfig, name: str) -> Any:

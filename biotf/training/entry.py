@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError
-from biotf.training.config import CONF_DIR, register_configs, validate
+from biotf.resources import CONF_DIR
+from biotf.training.config import register_configs, validate
 
 register_configs()
 
@@ -72,19 +73,21 @@ def _hydra_job(cfg: DictConfig) -> float:
         sys.exit(2)
 
 
-def main(argv: list[str] | None = None, script: str | None = None) -> int:
+def main(argv: list[str] | None = None, script: str | None = None, prog: str | None = None) -> int:
     """Run training with Hydra command-line arguments `argv` (default: sys.argv[1:]).
 
-    `script` is the file Lightning re-runs for DDP worker processes (default: the current sys.argv[0]).
+    `script` is the file Lightning re-runs for DDP worker processes (default: the current sys.argv[0]);
+    `prog` names the command in error lines (default: the script's file name).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     script = script or sys.argv[0]
+    prog = prog or Path(script).name
     args = get_args_parser().parse_args(argv)
     if not (args.help or args.hydra_help or args.info or args.cfg or args.shell_completion):
         try:
             preflight(args.overrides)
         except (BiotfError, HydraException, OmegaConfBaseException) as error:
-            print(f"{Path(script).name}: error: {describe(error)}", file=sys.stderr)
+            print(f"{prog}: error: {describe(error)}", file=sys.stderr)
             return 2
     sys.argv = [script, *argv]  # hydra.main and Lightning's DDP launcher both read sys.argv
     try:
@@ -92,3 +95,7 @@ def main(argv: list[str] | None = None, script: str | None = None) -> int:
     except SystemExit as exit_:  # a job's BiotfError (status 2) or Hydra's own error exit
         return exit_.code if isinstance(exit_.code, int) else 1
     return 0
+
+
+if __name__ == "__main__":  # the script Lightning's DDP launcher re-runs for `biotf train` (see commands/train.py)
+    sys.exit(main())

@@ -64,10 +64,10 @@ def esm_pair():
     """biotf's esm2-8m preset and an `EsmModel` of the same shape (random weights, eval mode)."""
     from transformers import EsmConfig, EsmModel
 
-    from biotf.model import PRESETS, Transformer, TransformerConfig
+    from biotf.model import Transformer, TransformerConfig
 
     torch.manual_seed(0)
-    ours = Transformer(TransformerConfig(**PRESETS["esm2-8m"])).eval()
+    ours = Transformer(TransformerConfig.preset("esm2-8m")).eval()
     config = EsmConfig(vocab_size=33, hidden_size=320, num_hidden_layers=6, num_attention_heads=20,
                        intermediate_size=1280, max_position_embeddings=1026, position_embedding_type="rotary",
                        pad_token_id=1, mask_token_id=32, token_dropout=True, attn_implementation="sdpa")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from biotf.data.collators import MLMCollator, kmer_span, pad_batch
-from biotf.data.datasets import IGNORE_INDEX
 from biotf.errors import ConfigError
+from biotf.model.loss import IGNORE_INDEX
 
 
 def batch_of(char_tokenizer, n: int = 64, length: int = 200, seed: int = 0) -> list[np.ndarray]:

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from biotf.data import IGNORE_INDEX, LengthGroupedBatchSampler, MLMCollator, ReaderOptions, prepare_dataset
+from biotf.data import LengthGroupedBatchSampler, MLMCollator, ReaderOptions, prepare_dataset
 from biotf.errors import TokenizationError
+from biotf.model.loss import IGNORE_INDEX
 from biotf.tokenizers import AminoAcidTokenizer, BPETokenizer, KmerTokenizer, SmilesTokenizer
 
 

@@ -10,7 +10,7 @@ from biotf.cli import main
 from biotf.data import ReaderOptions, read_records
 from biotf.experiments import extrapolation
 from biotf.experiments.runs import compose_config, read_run
-from biotf.training.config import REPO_ROOT
+from biotf.resources import SAMPLES_DIR
 from experiment_helpers import config, healthy, write_run
 
 
@@ -18,15 +18,15 @@ def test_chunked_genome_is_the_genome_cut_into_records(tmp_path):
     corpus = extrapolation.CORPORA["dna"]
     target = extrapolation.chunk_corpus(corpus, tmp_path / "dna.csv")
     chunks = [r.sequence for r in read_records(target, ReaderOptions(column="sequence", id_column="id"))]
-    genome = "".join(r.sequence for r in read_records(REPO_ROOT / corpus.source))
+    genome = "".join(r.sequence for r in read_records(SAMPLES_DIR / corpus.source))
     assert "".join(chunks) == genome and len(genome) == 154_478
     assert len(chunks) == -(-len(genome) // extrapolation.CHUNK_CHARACTERS)
     assert {len(c) for c in chunks[:-1]} == {extrapolation.CHUNK_CHARACTERS}
 
 
 def test_missing_corpus_names_the_file(tmp_path):
-    with pytest.raises(Exception, match="corpus file .*missing.*data/README.md"):
-        extrapolation.chunk_corpus(extrapolation.Corpus("data/absent.gb", "", ()), tmp_path / "x.csv")
+    with pytest.raises(Exception, match="corpus file .*absent.gb is missing.*data/"):
+        extrapolation.chunk_corpus(extrapolation.Corpus("absent.gb", "", ()), tmp_path / "x.csv")
 
 
 def synthetic_results(tmp_path):

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.config import MLPS, NORM_POSITIONS, NORMS, POSITIONS
 
-COMBINATIONS = list(itertools.product(POSITIONS, NORMS, NORM_POSITIONS, MLPS, [True, False]))
+COMBINATIONS = list(itertools.product(*TransformerConfig.choices().values(), [True, False]))
 
 
 @pytest.mark.parametrize("pos, norm, norm_position, mlp, causal", COMBINATIONS,

@@ -70,3 +70,19 @@ def test_an_lm_head_part_without_lm_head_is_refused():
     with pytest.raises(ConfigError, match=r"lm_head_bias=True: it is part of the LM head, and lm_head is false"):
         TransformerConfig(lm_head=False, lm_head_bias=True)
     assert not TransformerConfig(lm_head=False).lm_head
+
+
+def test_a_registered_scheme_is_allowed_and_checks_its_own_fields(monkeypatch):
+    from biotf.model.positions import POSITION_CLASSES, PositionEncoding
+
+    class EvenLayers(PositionEncoding):
+        @classmethod
+        def check_config(cls, config: TransformerConfig) -> None:
+            if config.n_layers % 2:
+                raise ConfigError("n_layers", config.n_layers, "an even number")
+
+    monkeypatch.setitem(POSITION_CLASSES, "even_layers", EvenLayers)
+    assert TransformerConfig.choices()["pos"][-1] == "even_layers"
+    assert TransformerConfig(pos="even_layers", n_layers=2).pos == "even_layers"
+    with pytest.raises(ConfigError, match=r"invalid config n_layers=3 \(allowed: an even number\)"):
+        TransformerConfig(pos="even_layers", n_layers=3)

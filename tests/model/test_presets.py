@@ -1,29 +1,50 @@
-"""Presets: Python values and conf/model/*.yaml agree one to one; sizes match the published models."""
+"""Presets: each conf/model/*.yaml is the one source of its preset; sizes match the published models."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from biotf.model import PRESETS, Transformer, TransformerConfig
+from biotf.errors import ConfigError
+from biotf.model import Transformer, TransformerConfig
+from biotf.model import config as model_config
+from biotf.resources import CONF_DIR
+from biotf.training.config import register_configs
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
+NAMES = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))
 
 
-def test_every_yaml_is_a_preset_and_every_preset_has_a_yaml():
-    assert {p.stem for p in CONF.glob("*.yaml")} == set(PRESETS)
+def test_the_presets_are_the_shipped_yaml_files():
+    assert NAMES == TransformerConfig.preset_names() == ["esm2-8m", "gpt2-small", "protein-small", "qwen2.5-0.5b",
+                                                         "tiny", "vaswani"]
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_yaml_mirrors_the_python_preset_key_for_key(name):
-    values = yaml.safe_load((CONF / f"{name}.yaml").read_text())
+@pytest.mark.parametrize("name", NAMES)
+def test_every_yaml_spells_every_field_and_builds_the_preset(name):
+    values = yaml.safe_load((CONF_DIR / "model" / f"{name}.yaml").read_text())
     assert list(values) == TransformerConfig.field_names()  # every field, in the dataclass's order
-    assert values == PRESETS[name]
-    assert all(type(values[k]) is type(PRESETS[name][k]) for k in values)
-    assert TransformerConfig.from_dict(values) == TransformerConfig.preset(name)
+    assert TransformerConfig.preset(name) == TransformerConfig.from_dict(values)  # validated at construction
+    assert TransformerConfig.preset(name).to_dict() == values  # nothing in the file is a placeholder for a default
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hydra_composes_the_preset_preset_reads(name):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"model={name}"])
+    assert TransformerConfig.from_dict(OmegaConf.to_container(cfg.model)) == TransformerConfig.preset(name)
+
+
+def test_preset_reads_the_file_so_an_edit_is_seen(tmp_path, monkeypatch):
+    values = {**TransformerConfig.preset("tiny").to_dict(), "n_layers": 3}
+    (tmp_path / "edited.yaml").write_text(yaml.safe_dump(values))
+    monkeypatch.setattr(model_config, "PRESET_DIR", tmp_path)
+    assert TransformerConfig.preset("edited").n_layers == 3
+    with pytest.raises(ConfigError, match=r"invalid config model='tiny': unknown model preset \(allowed: edited\)"):
+        TransformerConfig.preset("tiny")
 
 
 def test_qwen25_05b_parameter_count_on_meta_device():

@@ -8,17 +8,16 @@ settings run 30 examples per property and tokenizer; `pytest -m fuzz` runs 3,000
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from biotf.errors import BiotfError, TokenizationError
+from biotf.resources import CONF_DIR
 from biotf.tokenizers import Tokenizer, build_tokenizer
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "tokenizer"
+CONF = CONF_DIR / "tokenizer"
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
 

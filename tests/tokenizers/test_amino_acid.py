@@ -100,7 +100,7 @@ def test_error_without_records_names_batch_item():
 
 
 def test_bad_option_is_config_error():
-    with pytest.raises(ConfigError, match="rare_residues.*allowed: keep, to_x, error"):
+    with pytest.raises(ConfigError, match=r"rare_residues.*allowed: keep \| to_x \| error"):
         AminoAcidTokenizer(rare_residues="drop")
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 from itertools import product
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.resources import CONF_DIR
 from biotf.tokenizers import (AminoAcidTokenizer, BPETokenizer, KmerTokenizer, SmilesTokenizer, Tokenizer,
                               build_tokenizer, load_tokenizer, register_tokenizer, registered_tokenizers,
                               tokenizer_class)
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "tokenizer"
+CONF = CONF_DIR / "tokenizer"
 
 BUILT = [AminoAcidTokenizer(), AminoAcidTokenizer(rare_residues="to_x", unknown="to_unk"), KmerTokenizer(),
          KmerTokenizer(k=6, stride=1, uracil="to_t"), KmerTokenizer(k=1), SmilesTokenizer(),

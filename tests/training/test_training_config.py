@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
+from biotf.resources import CONF_DIR, SAMPLES_DIR
 from biotf.training import entry
-from biotf.training.config import CONF_DIR, TrainConfig, validate
+from biotf.training.config import TrainConfig, validate
 
 EXPERIMENTS = ["protein_mlm", "dna_mlm", "smiles_mlm", "text_clm"]
 
@@ -27,7 +28,7 @@ def test_every_experiment_composes_and_validates(experiment):
 def test_default_is_the_protein_run():
     config = composed()
     assert (config.experiment, config.tokenizer["kind"], config.objective) == ("protein_mlm", "protein", "mlm")
-    assert config.data.path.endswith("data/deeploc_our_val_set.fasta")
+    assert config.data.path == str(SAMPLES_DIR / "deeploc_our_val_set.fasta")
 
 
 @pytest.mark.parametrize("override, expected", [
@@ -65,7 +66,7 @@ def test_biotf_train_is_train_py(capsys, monkeypatch, tmp_path):
 
     monkeypatch.chdir(tmp_path)
     assert biotf_cli(["train", "model.pos=foo"]) == 2
-    assert "invalid config model.pos='foo'" in capsys.readouterr().err
+    assert "biotf train: error: invalid config model.pos='foo'" in capsys.readouterr().err
 
 
 def test_tensorboard_logger_needs_its_package_or_works(capsys, monkeypatch, tmp_path):

@@ -1,0 +1,28 @@
+"""The wheel carries what an installed `biotf train` needs: the Hydra config tree and the data samples."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_ships_the_configs_and_the_samples(tmp_path):
+    source = tmp_path / "source"  # built from a copy: the build writes build/ and *.egg-info beside the sources
+    for folder in ("biotf", "conf", "data"):  # biotf/conf and biotf/samples stay links to ../conf and ../data
+        shutil.copytree(REPO / folder, source / folder, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("biotf-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {f"biotf/{inside}/{path.relative_to(source / folder).as_posix()}"
+              for folder, inside in (("conf", "conf"), ("data", "samples"))
+              for path in (source / folder).rglob("*") if path.is_file()}
+    assert "biotf/conf/model/esm2-8m.yaml" in wanted and "biotf/samples/deeploc_our_val_set.fasta" in wanted
+    assert wanted - shipped == set()
