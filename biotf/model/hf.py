@@ -57,7 +57,7 @@ import re
 from collections.abc import Callable, Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -65,7 +65,9 @@ from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
 from biotf.model.positions import rope_inverse_frequency
-from biotf.model.transformer import Transformer
+
+if TYPE_CHECKING:  # the model class is passed in by `Transformer.from_hf`: this module does not import it
+    from biotf.model.transformer import Transformer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -414,9 +416,10 @@ LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
 }
 
 
-def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32, for_decoding: bool = False) -> Transformer:
-    """A biotf Transformer with the weights of a HF model object or model directory (see module docstring);
-    `for_decoding` stores its matrices in their decoding layout (`layout.py`) as they are read."""
+def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32,
+            for_decoding: bool = False) -> Transformer:
+    """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see module
+    docstring); `for_decoding` stores its matrices in their decoding layout (`layout.py`) as they are read."""
     if isinstance(model_or_directory, (str, PathLike)):
         directory = Path(model_or_directory)
         if not directory.is_dir():
@@ -439,7 +442,7 @@ def load_hf(model_or_directory: Any, dtype: torch.dtype = torch.float32, for_dec
     state = convert(weights, config)
     del weights  # the sources of fused tensors go now, not at return
     with torch.device("meta"):
-        model = Transformer(config)
+        model = model_class(config)
     expected = model.state_dict()
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):

@@ -292,7 +292,7 @@ class Transformer(nn.Module):
         (`biotf.model.layout`; training is 2-3% slower in it)."""
         from biotf.model.hf import load_hf
 
-        return load_hf(model_or_directory, dtype=dtype, for_decoding=for_decoding)
+        return load_hf(cls, model_or_directory, dtype=dtype, for_decoding=for_decoding)
 
     def to_hf(self, directory: str | PathLike) -> None:
         """Write a Qwen2 checkpoint (config.json + model.safetensors) that `transformers` loads."""
