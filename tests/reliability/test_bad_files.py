@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.inference.loading import save_pretrained
+from biotf.checkpoint import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 
