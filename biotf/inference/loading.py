@@ -11,13 +11,14 @@ Sources, tried in order (`LOADERS`):
 
 The file formats, their checksums and the tokenizer check live in `biotf.checkpoint`; this module
 turns them into models. The stored config is checked against the weights' shapes before the model is
-allocated, so a damaged or edited config (vocab_size 1e8, n_layers 1e6) fails in milliseconds naming
-the mismatch rather than after allocating gigabytes.
+allocated (`_check_shapes`), so a damaged or edited config (vocab_size 1e8, n_layers 1e6) fails in
+milliseconds naming the mismatch rather than after allocating gigabytes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -49,20 +50,30 @@ class Pretrained(NamedTuple):
 
 
 # --- config against weights -------------------------------------------------------------------
-class _SkipInit(TorchFunctionMode):
-    """Makes in-place initialisers no-ops: on the meta device they only cost time (seconds for the first
-    `normal_`), and the shapes are all that is wanted."""
+class _ShapesOnly(TorchFunctionMode):
+    """Builds a model for its parameter names and shapes only: tensors of more than `LARGE` elements are
+    allocated on the meta device (no memory), smaller ones stay real because modules may compute with them
+    while they are built (ALiBi's slopes), and initialisers do nothing (they only cost time)."""
+
+    LARGE = 1 << 16
+    FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn}
+    INITIALISERS = {"normal_", "uniform_", "zero_", "fill_", "ones_", "zeros_", "trunc_normal_"}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in ("normal_", "uniform_", "zero_", "fill_", "ones_", "zeros_"):
+        kwargs = dict(kwargs or {})
+        if getattr(func, "__name__", "") in self.INITIALISERS:
             return args[0] if args else kwargs["tensor"]
-        return func(*args, **(kwargs or {}))
+        if func in self.FACTORIES:
+            size = args[0] if args and isinstance(args[0], (tuple, list, torch.Size)) else args
+            if math.prod(int(n) for n in size if isinstance(n, int)) > self.LARGE:
+                kwargs["device"] = "meta"
+        return func(*args, **kwargs)
 
 
 def _check_shapes(config: TransformerConfig, state: dict[str, torch.Tensor], source: str) -> None:
-    """Refuse a config that does not describe `state`, without allocating its model: a one-layer model on
-    the meta device gives the shapes outside the blocks and those of every block."""
-    with torch.device("meta"), _SkipInit():
+    """Refuse a config that does not describe `state`, without allocating its model: a one-layer model built
+    for its shapes gives those outside the blocks and those of every block."""
+    with _ShapesOnly():
         one_layer = Transformer(replace(config, n_layers=1)).state_dict()
     layers = {int(match.group(1)) for match in map(LAYER.fullmatch, state) if match}
     if len(layers) != config.n_layers or (layers and max(layers) != config.n_layers - 1):

@@ -33,7 +33,7 @@ class VerifiedCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: str | Path, map_location: Any | None = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
-        return read_checkpoint(path, map_location=map_location or "cpu")
+        return read_checkpoint(path, map_location=map_location or "cpu")  # always weights_only
 
 
 class RunInterrupted(Exception):
@@ -58,6 +58,11 @@ class RunControl:
         self.next_save = math.inf
         self.sigterm = False
         self.save_agreed = self.stop_agreed = False
+
+    @property
+    def started(self) -> bool:
+        """Whether training began (the wall-time clock starts with it)."""
+        return self.next_save != math.inf
 
     def requests(self) -> tuple[bool, bool]:
         """(stop, save) as this process sees them: one flag and one clock read, nothing more per step."""

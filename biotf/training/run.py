@@ -78,9 +78,12 @@ def prepare_data(config: TrainConfig, tokenizer: Tokenizer) -> PreparedData:
                            max_length=data.max_length, long_policy=data.long_policy, objective=config.objective)
 
 
-def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl) -> L.Trainer:
-    """A Trainer writing into `run_dir`: metrics.csv (or tensorboard/), checkpoints/{last,best}.ckpt."""
+def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None) -> L.Trainer:
+    """A Trainer writing into `run_dir`: metrics.csv (or tensorboard/), checkpoints/{last,best}.ckpt.
+
+    `control` is shared with the task (`LanguageModelTask(control=...)`), which makes the ranks agree on it."""
     checkpoints = run_dir / CHECKPOINT_DIR
+    control = control or RunControl(trainer.checkpoint_every_minutes)
     if trainer.logger == "csv":
         logger = RunCSVLogger(run_dir)  # -> run_dir/metrics.csv, continued by a resume
     else:
@@ -129,7 +132,7 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
 
     def before_training(signum: int, frame: Any) -> None:
         control.on_sigterm(signum, frame)
-        if control.next_save == float("inf"):  # the wall-time clock starts with training
+        if not control.started:
             raise RunInterrupted(None)
 
     previous = signal.signal(signal.SIGTERM, before_training)

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,18 @@ def test_an_edited_config_fails_before_allocating(model, tmp_path, kind, key, va
                             timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0 and expected in result.stdout, result.stderr[-2000:]
     assert "weights do not fit the stored model config" in result.stdout
+
+
+@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "alibi", "none"])
+def test_every_position_encoding_round_trips(tmp_path, pos):
+    """The shape check builds each kind of model without allocating its large tensors (ALiBi computes with small
+    ones while it is built)."""
+    torch.manual_seed(0)
+    model = Transformer(replace(CONFIG, pos=pos))
+    loaded, _ = load_pretrained(save_pretrained(model, AminoAcidTokenizer(), tmp_path / pos))
+    ids = torch.tensor([[1, 5, 6, 7, 2]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
 
 
 def test_files_get_the_users_umask(model, tmp_path):

@@ -83,29 +83,51 @@ def test_default_run_directories_are_unique_within_a_second():
 
 
 # --- SIGTERM, then resume in place -----------------------------------------------------------------
-# Runs train.py's entry point and sends itself SIGTERM as optimizer step N+1 begins, as a scheduler would.
+# Runs train.py's entry point and sends itself SIGTERM as a scheduler would: at `step:N` as optimizer step N+1
+# begins, or at `prepare` while the data is being prepared (before training).
 TERMINATOR = '''
 import os, signal, sys
+from biotf.training import run
 from biotf.training.module import LanguageModelTask
-step, n = LanguageModelTask.training_step, int(sys.argv[1])
-def training_step(self, batch, batch_idx):
-    if self.global_step == n:
+where, _, n = sys.argv[1].partition(":")
+if where == "step":
+    step = LanguageModelTask.training_step
+    def training_step(self, batch, batch_idx):
+        if self.global_step == int(n):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, batch, batch_idx)
+    LanguageModelTask.training_step = training_step
+else:
+    prepare = run.prepare_data
+    def prepare_data(*args):
         os.kill(os.getpid(), signal.SIGTERM)
-    return step(self, batch, batch_idx)
-LanguageModelTask.training_step = training_step
+        return prepare(*args)
+    run.prepare_data = prepare_data
 from biotf.training.entry import main
 sys.exit(main(sys.argv[3:], script=sys.argv[2]))
 '''
 
 
-@pytest.mark.slow
-def test_sigterm_saves_stops_and_resumes_in_place_exactly(common, tmp_path):
+def terminated(tmp_path, where: str, args: list[str]) -> subprocess.CompletedProcess:
     terminator = tmp_path / "terminator.py"
     terminator.write_text(TERMINATOR)
+    return subprocess.run([sys.executable, str(terminator), where, str(REPO / "train.py"), *args], cwd=tmp_path,
+                          env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_sigterm_before_training_stops_at_once(common, tmp_path):
     run_dir = tmp_path / "run"
-    stopped = subprocess.run([sys.executable, str(terminator), "6", str(REPO / "train.py"), *common,
-                              f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=SUBPROCESS_ENV, capture_output=True,
-                             text=True, timeout=300)
+    stopped = terminated(tmp_path, "prepare", [*common, f"hydra.run.dir={run_dir}"])
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == ("train: stopped by SIGTERM before training began; "
+                                                      "no checkpoint written")
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "run.lock").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_saves_stops_and_resumes_in_place_exactly(common, tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = terminated(tmp_path, "step:6", [*common, f"hydra.run.dir={run_dir}"])
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     message = stopped.stderr.strip().splitlines()[-1]
