@@ -31,8 +31,8 @@ from biotf.tokenizers import Tokenizer, build_tokenizer
 from biotf.training.callbacks import LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO
 from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
-from biotf.training.module import LanguageModelTask
 from biotf.training.metrics_log import RunCSVLogger
+from biotf.training.module import LanguageModelTask
 from biotf.training.rundir import RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, trim_metrics
 from biotf.training.summary import RunSummary, next_steps
 
