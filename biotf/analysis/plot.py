@@ -73,10 +73,10 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     axes.set_ylabel(f"{method.upper()} 2")
     axes.set_title(title)
     figure.tight_layout()
-    from biotf.export.writers import publish  # torch and pandas load when a map is drawn, not for `--help`
+    from biotf.checkpoint.files import atomic_write  # loads torch: when a map is drawn, not for `--help`
 
     try:
-        return publish(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
+        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
     finally:
         plt.close(figure)
 

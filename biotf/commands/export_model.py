@@ -16,7 +16,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.inference.loading import load_pretrained, save_pretrained
+    from biotf.checkpoint import save_pretrained
+    from biotf.inference.loading import load_pretrained
 
     model, tokenizer = load_pretrained(args.source)
     path = save_pretrained(model, tokenizer, args.directory)

@@ -30,7 +30,6 @@ columns `id`, `record_index`, `position`, `token_id`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import zipfile
@@ -46,24 +45,12 @@ import numpy as np
 from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
-from biotf.inference.loading import atomic_write
+from biotf.checkpoint.files import atomic_write
 
 FORMATS = (".npz", ".parquet", ".h5ad")
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
 RESERVED = {"id", "sequence", "embeddings", *TOKEN_COLUMNS}
 CHUNK_ROWS = 8192
-
-
-def publish(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """`atomic_write` with the permissions a plain `open()` would give (mkstemp's temporaries are 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-
-    def write_readable(temporary: Path) -> None:
-        write(temporary)
-        os.chmod(temporary, 0o666 & ~umask)
-
-    return atomic_write(path, write_readable)
 
 
 def output_format(path: str | Path) -> str:
@@ -164,7 +151,7 @@ class EmbeddingWriter:
             if not self.ids:
                 raise InputError(f"no records to write to {self.path}")
             self.info = {**self.info, "records": len(self.ids)}
-            return publish(self.path, lambda temporary: WRITERS[self.format](temporary, self))
+            return atomic_write(self.path, lambda temporary: WRITERS[self.format](temporary, self))
         finally:
             self.abort()
 

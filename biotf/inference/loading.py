@@ -1,6 +1,6 @@
 """`load_pretrained`: a model and its tokenizer from a run directory, a checkpoint or an exported directory.
 
-    model, tokenizer = biotf.load_pretrained("outputs/protein_mlm/2026-11-29_18-00-00")
+    model, tokenizer = biotf.load_pretrained("outputs/protein_mlm/2026-11-29_18-00-00_123456")
 
 Sources, tried in order (`LOADERS`):
 - a training run directory (holds `checkpoints/`): its `best.ckpt` (lowest validation loss), else
@@ -9,43 +9,36 @@ Sources, tried in order (`LOADERS`):
 - an exported directory (`biotf export-model`): `config.json`, `model.safetensors`, `tokenizer.json`;
 - a Hugging Face checkpoint directory (Qwen2, or ESM with its vocab.txt; `hf_checkpoint.load_hf_model`).
 
-The format, in one place: a checkpoint holds `checkpoint["biotf"]` = {"format": 1, "model": the
-TransformerConfig fields, "tokenizer": {"kind", "fingerprint", "config": its `to_config()`, vocabulary
-included}, "tokenizer_fingerprint": ...,
-"train_config": the resolved training config or None}; model weights are the Lightning
-`state_dict` under the `model.` prefix. An exported `config.json` holds the same keys except the
-tokenizer, which is `tokenizer.json` beside it. A tokenizer whose fingerprint differs from the one
-the weights were trained with is refused, naming both fingerprints: the embedding rows would mean
-other tokens and every vector would be silently wrong.
-
-Safety: weights are read with `torch.load(weights_only=True)` or safetensors, never unpickled
-code. Writes go to a temporary name first and are renamed into place, so a killed process never
-leaves a half-written file under the final name.
+The file formats, their checksums and the tokenizer check live in `biotf.checkpoint`; this module
+turns them into models. The stored config is checked against the weights' shapes before the model is
+allocated (`_check_shapes`), so a damaged or edited config (vocab_size 1e8, n_layers 1e6) fails in
+milliseconds naming the mismatch rather than after allocating gigabytes.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
+import math
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from torch.overrides import TorchFunctionMode
 
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, STATE_PREFIX, ensure_same_tokenizer,
+                              payload_fingerprint, read_checkpoint, read_exported, save_pretrained,
+                              tokenizer_from_payload)
 from biotf.errors import CheckpointError
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import load_tokenizer
-from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, tokenizer_class
+from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
-CHECKPOINT_KEY = "biotf"
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-CHECKPOINT_DIR = "checkpoints"
-STATE_PREFIX = "model."
+__all__ = ["LOADERS", "Pretrained", "load_pretrained", "save_pretrained"]
+
+LAYER = re.compile(r"blocks\.(\d+)\.(.*)")
 
 
 class Pretrained(NamedTuple):
@@ -55,60 +48,48 @@ class Pretrained(NamedTuple):
     tokenizer: Tokenizer
 
 
-# --- the checkpoint payload ---------------------------------------------------------------------
-def tokenizer_payload(tokenizer: Tokenizer) -> dict[str, Any]:
-    """The tokenizer as plain values: kind, fingerprint and the `to_config()` that rebuilds it."""
-    return {"kind": tokenizer.kind, "fingerprint": tokenizer.fingerprint, "config": tokenizer.to_config()}
+# --- config against weights -------------------------------------------------------------------
+class _ShapesOnly(TorchFunctionMode):
+    """Builds a model for its parameter names and shapes only: tensors of more than `LARGE` elements are
+    allocated on the meta device (no memory), smaller ones stay real because modules may compute with them
+    while they are built (ALiBi's slopes), and initialisers do nothing (they only cost time)."""
+
+    LARGE = 1 << 16
+    FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn}
+    INITIALISERS = {"normal_", "uniform_", "zero_", "fill_", "ones_", "zeros_", "trunc_normal_"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if getattr(func, "__name__", "") in self.INITIALISERS:
+            return args[0] if args else kwargs["tensor"]
+        if func in self.FACTORIES:
+            size = args[0] if args and isinstance(args[0], (tuple, list, torch.Size)) else args
+            if math.prod(int(n) for n in size if isinstance(n, int)) > self.LARGE:
+                kwargs["device"] = "meta"
+        return func(*args, **kwargs)
 
 
-def tokenizer_from_payload(payload: dict[str, Any], source: str) -> Tokenizer:
-    """Rebuild a tokenizer from `tokenizer_payload` and check that it still has the recorded fingerprint."""
-    try:
-        tokenizer = tokenizer_class(payload["kind"]).from_config(payload["config"])
-    except (KeyError, TypeError) as error:
-        raise CheckpointError(f"{source}: the stored tokenizer cannot be rebuilt ({error})") from None
-    if tokenizer.fingerprint != payload.get("fingerprint"):
-        raise CheckpointError(f"{source}: the stored tokenizer rebuilds with fingerprint {tokenizer.fingerprint}, "
-                              f"not the recorded {payload.get('fingerprint')}")
-    return tokenizer
+def _check_shapes(config: TransformerConfig, state: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse a config that does not describe `state`, without allocating its model: a one-layer model built
+    for its shapes gives those outside the blocks and those of every block."""
+    with _ShapesOnly():
+        one_layer = Transformer(replace(config, n_layers=1)).state_dict()
+    layers = {int(match.group(1)) for match in map(LAYER.fullmatch, state) if match}
+    if len(layers) != config.n_layers or (layers and max(layers) != config.n_layers - 1):
+        raise CheckpointError(f"{source}: weights do not fit the stored model config (n_layers={config.n_layers}, "
+                              f"the weights hold {len(layers)} layers)")
+    for name, tensor in state.items():
+        match = LAYER.fullmatch(name)
+        expected = one_layer.get(f"blocks.0.{match.group(2)}" if match else name)
+        if expected is not None and tuple(expected.shape) != tuple(tensor.shape):
+            raise CheckpointError(f"{source}: weights do not fit the stored model config ({name} has shape "
+                                  f"{tuple(tensor.shape)}, the config implies {tuple(expected.shape)})")
 
 
-def checkpoint_payload(model_config: TransformerConfig, tokenizer: Tokenizer,
-                       train_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`checkpoint["biotf"]`: everything needed to rebuild the model and its tokenizer, as plain values."""
-    return {"format": FORMAT_VERSION, "model": model_config.to_dict(), "tokenizer": tokenizer_payload(tokenizer),
-            "tokenizer_fingerprint": tokenizer.fingerprint, "train_config": train_config}
-
-
-def check_tokenizer(payload: dict[str, Any] | None, tokenizer: Tokenizer, source: str) -> None:
-    """Refuse `tokenizer` when it is not the one the weights in `payload` were trained with."""
-    if payload is None:
-        raise CheckpointError(f"{source} has no '{CHECKPOINT_KEY}' section: not written by biotf training")
-    expected = payload["tokenizer_fingerprint"]
-    if tokenizer.fingerprint != expected:
-        raise CheckpointError(f"tokenizer mismatch: {source} was trained with tokenizer fingerprint {expected}, "
-                              f"the given {tokenizer.kind} tokenizer has fingerprint {tokenizer.fingerprint}")
-
-
-# --- atomic writes ------------------------------------------------------------------------------
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call `write(temporary_path)` then rename it to `path`; a crash leaves only a hidden temporary."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
-
-
-# --- loaders ------------------------------------------------------------------------------------
 def _model(config: dict[str, Any], state: dict[str, torch.Tensor], source: str) -> Transformer:
-    model = Transformer(TransformerConfig.from_dict(config))
+    model_config = TransformerConfig.from_dict(config)
+    _check_shapes(model_config, state, source)
+    model = Transformer(model_config)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:
@@ -117,34 +98,15 @@ def _model(config: dict[str, Any], state: dict[str, torch.Tensor], source: str) 
     return model.eval()
 
 
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # unpickling errors come in many types; all mean "not a safe biotf checkpoint"
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
-
-
-def read_checkpoint_payload(path: str | Path) -> dict[str, Any] | None:
-    """The `checkpoint["biotf"]` section of a checkpoint file (None when it has none)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    checkpoint = _read_checkpoint(path)
-    return checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
-
-
+# --- loaders ------------------------------------------------------------------------------------
 def load_checkpoint(path: str | Path) -> Pretrained:
     """Model and tokenizer from a biotf Lightning checkpoint file."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    checkpoint = _read_checkpoint(path)
+    checkpoint = read_checkpoint(path)
     payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
     if payload is None or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is not a biotf training checkpoint (no '{CHECKPOINT_KEY}' section)")
-    tokenizer = tokenizer_from_payload(payload["tokenizer"], str(path))
-    check_tokenizer(payload, tokenizer, str(path))
+    tokenizer = tokenizer_from_payload(payload, str(path))
     state = {k[len(STATE_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(STATE_PREFIX)}
     return Pretrained(_model(payload["model"], state, str(path)), tokenizer)
 
@@ -160,31 +122,22 @@ def run_checkpoint(run_dir: str | Path) -> Path:
 
 def load_run(run_dir: str | Path) -> Pretrained:
     """Model and tokenizer of a training run directory (its tokenizer.json must match the checkpoint's)."""
-    loaded = load_checkpoint(run_checkpoint(run_dir))
+    checkpoint = run_checkpoint(run_dir)
+    loaded = load_checkpoint(checkpoint)
     side_file = Path(run_dir) / TOKENIZER_FILE
     if side_file.is_file():
-        side = load_tokenizer(side_file)
-        if side.fingerprint != loaded.tokenizer.fingerprint:
-            raise CheckpointError(f"tokenizer mismatch in run {run_dir}: {side_file} has fingerprint {side.fingerprint}, "
-                                  f"its checkpoint was trained with {loaded.tokenizer.fingerprint}")
+        ensure_same_tokenizer(loaded.tokenizer.fingerprint, load_tokenizer(side_file), str(checkpoint),
+                              candidate=str(side_file))
     return loaded
 
 
 def load_exported(directory: str | Path) -> Pretrained:
     """Model and tokenizer from a directory written by `save_pretrained` / `biotf export-model`."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
-    for name in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE):
-        if not (directory / name).is_file():
-            raise CheckpointError(f"exported model directory {directory} has no {name}")
-    config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    config, state = read_exported(directory)
     tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
-    check_tokenizer(config, tokenizer, str(directory / CONFIG_FILE))
-    try:
-        state = load_file(directory / WEIGHTS_FILE)
-    except Exception as error:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"cannot read weights {directory / WEIGHTS_FILE}: {error}") from None
+    ensure_same_tokenizer(payload_fingerprint(config, str(directory / CONFIG_FILE)), tokenizer,
+                          str(directory / CONFIG_FILE), candidate=str(directory / TOKENIZER_FILE))
     return Pretrained(_model(config["model"], state, str(directory)), tokenizer)
 
 
@@ -243,35 +196,6 @@ def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None,
     else:
         kinds = ", ".join(name for name, _, _ in LOADERS)
         raise CheckpointError(f"cannot load a model from {path} (allowed: {kinds})")
-    if tokenizer is not None and tokenizer.fingerprint != stored.fingerprint:
-        raise CheckpointError(f"tokenizer mismatch: {path} was trained with tokenizer fingerprint {stored.fingerprint}, "
-                              f"the given {tokenizer.kind} tokenizer has fingerprint {tokenizer.fingerprint}")
+    if tokenizer is not None:
+        ensure_same_tokenizer(stored.fingerprint, tokenizer, str(path))
     return Pretrained(model.to(device), tokenizer or stored)
-
-
-def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | Path,
-                    train_config: dict[str, Any] | None = None) -> Path:
-    """Write config.json, model.safetensors and tokenizer.json into a new `directory`, all or nothing.
-
-    The files are written into a hidden sibling directory that is renamed into place at the end.
-    """
-    from safetensors.torch import save_file
-
-    directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise CheckpointError(f"export directory {directory} already exists and is not empty; choose a new one")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    try:
-        config = {"biotf_format": FORMAT_VERSION, "model": model.config.to_dict(),
-                  "tokenizer_fingerprint": tokenizer.fingerprint, "train_config": train_config}
-        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(staging / WEIGHTS_FILE))
-        tokenizer.save(staging)
-        if directory.exists():
-            directory.rmdir()
-        os.rename(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return directory

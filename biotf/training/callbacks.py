@@ -1,41 +1,127 @@
-"""Checkpointing pieces: atomic checkpoint files and `last.ckpt` every n optimizer steps and at the end."""
+"""Checkpointing pieces: verified atomic checkpoint files, and when `last.ckpt` is written.
+
+`last.ckpt` is written every `trainer.checkpoint_every_n_steps` optimizer steps, every
+`trainer.checkpoint_every_minutes` of wall time, after the first validation, at the final step, and
+when the process receives SIGTERM (preemption, `docker stop`, Slurm's time limit): then the run saves
+at the end of the current optimizer step and stops before the next one (`RunInterrupted`, which says
+where and how to resume); a SIGTERM during the last step lets the run finish.
+Every save happens at the end of an optimizer step, the point a resume continues from exactly.
+"""
 
 from __future__ import annotations
 
+import math
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from biotf.inference.loading import atomic_write
+from biotf.checkpoint import read_checkpoint, save_checkpoint
+
+SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """torch.save into a hidden temporary file, then rename: a kill mid-write never leaves a torn checkpoint."""
+class VerifiedCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written atomically with their content CRC-32 (`biotf.checkpoint`), checked when resumed."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        atomic_write(path, lambda temporary: torch.save(checkpoint, temporary))
+        save_checkpoint(checkpoint, path)
+
+    def load_checkpoint(self, path: str | Path, map_location: Any | None = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        return read_checkpoint(path, map_location=map_location or "cpu")  # always weights_only
+
+
+class RunInterrupted(Exception):
+    """Training stopped on SIGTERM after saving `path` at optimizer step `step` (None: before training began)."""
+
+    def __init__(self, path: Path | None, step: int = 0):
+        self.path, self.step = path, step
+        super().__init__(f"stopped by SIGTERM at step {step}; saved {path}" if path is not None
+                         else "stopped by SIGTERM before training began; no checkpoint written")
+
+
+class RunControl:
+    """Requests every rank must act on at the same optimizer step: save now (the wall-time clock ran out),
+    stop now (SIGTERM). Each process notes its own (`requests`); the task combines them across ranks in
+    the one reduction it makes per step anyway (`LanguageModelTask.training_step`) and hands the result
+    back (`agree`), so a checkpoint write, which all ranks join, starts on all of them together."""
+
+    clock = staticmethod(time.monotonic)
+
+    def __init__(self, every_minutes: float):
+        self.every_seconds = every_minutes * 60.0
+        self.next_save = math.inf
+        self.sigterm = False
+        self.save_agreed = self.stop_agreed = False
+
+    @property
+    def started(self) -> bool:
+        """Whether training began (the wall-time clock starts with it)."""
+        return self.next_save != math.inf
+
+    def requests(self) -> tuple[bool, bool]:
+        """(stop, save) as this process sees them: one flag and one clock read, nothing more per step."""
+        return self.sigterm, self.clock() >= self.next_save
+
+    def agree(self, stop: bool, save: bool) -> None:
+        self.stop_agreed, self.save_agreed = stop, save
+
+    def saved(self) -> None:
+        self.next_save = self.clock() + self.every_seconds
+        self.save_agreed = False
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        self.sigterm = True
 
 
 class LastCheckpoint(L.Callback):
-    """Writes `path` (checkpoints/last.ckpt) every `every_n_steps` optimizer steps and after the final step.
+    """Writes `path` (checkpoints/last.ckpt) as the module docstring lists; stops the run on SIGTERM.
 
     Lightning's ModelCheckpoint saves on multiples of n only, so a run whose max_steps is not a
     multiple would end with a stale last.ckpt; this one always ends with the final weights.
     """
 
-    def __init__(self, path: str | Path, every_n_steps: int):
-        self.path, self.every_n_steps = Path(path), every_n_steps
-        self._saved_step = -1
+    def __init__(self, path: str | Path, every_n_steps: int, control: RunControl):
+        self.path, self.every_n_steps, self.control = Path(path), every_n_steps, control
+        self._last_step = self._saved_step = -1
+        self._validated = self._after_validation = False
+        self._stopping: RunInterrupted | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_step = trainer.global_step
+        self.control.saved()  # the wall-time clock starts now
+        # Lightning installed its own SIGTERM handler (it raises at once, saving nothing); ours waits for the
+        # end of the optimizer step. Lightning restores the previous handler when fit ends.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.control.on_sigterm)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and not self._validated:
+            self._validated = True
+            self._after_validation = self._saved_step != trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step
-        # With gradient accumulation several batches end at the same step; save once, after it stepped.
-        if step == 0 or step == self._saved_step:
+        # With gradient accumulation several batches end at the same step; act once, after it stepped.
+        if step == self._last_step:
             return
-        if step % self.every_n_steps == 0 or step >= trainer.max_steps:
+        self._last_step = step
+        control = self.control
+        if (step % self.every_n_steps == 0 or step >= trainer.max_steps or self._after_validation
+                or control.save_agreed or control.stop_agreed):
             trainer.save_checkpoint(self.path, weights_only=False)
-            self._saved_step = step
+            self._saved_step, self._after_validation = step, False
+            control.saved()
+        if control.stop_agreed:  # stopped as the next batch starts, once this step's metrics are logged
+            self._stopping = RunInterrupted(self.path, step)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._stopping is not None:
+            raise self._stopping

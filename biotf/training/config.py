@@ -11,6 +11,7 @@ node *is* `biotf.model.TransformerConfig`, so its fields and checks live in one 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import typing
 from dataclasses import dataclass, field
@@ -96,7 +97,9 @@ class TrainerConfig:
     """Lightning Trainer settings; counts are optimizer steps unless named otherwise.
 
     devices: a count, a list of device indices or "auto". val_check_interval: training batches
-    between validations. limit_val_batches: validation batches per check (a count, or a fraction).
+    between validations. checkpoints/last.ckpt is written every `checkpoint_every_n_steps` optimizer
+    steps and every `checkpoint_every_minutes` of training wall time, whichever comes first, after the
+    first validation, at the end, and on SIGTERM. limit_val_batches: validation batches per check (a count, or a fraction).
     nonfinite: a NaN/inf training loss "stop"s the run (an error naming the step; checkpoints/last.ckpt
     keeps the last good weights) or is "skip"ped (no update from that batch, counted in
     train/nonfinite_skipped and the run summary).
@@ -113,6 +116,7 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1
     gradient_clip_val: float = 1.0
     checkpoint_every_n_steps: int = 100
+    checkpoint_every_minutes: float = 1.0
     log_every_n_steps: int = 10
     compile: bool = False
     logger: str = "csv"
@@ -137,6 +141,8 @@ class TrainerConfig:
             raise ConfigError("trainer.limit_val_batches", limit, "a fraction in (0.0, 1.0] or a batch count >= 1")
         if self.gradient_clip_val < 0:
             raise ConfigError("trainer.gradient_clip_val", self.gradient_clip_val, "a number >= 0")
+        if not self.checkpoint_every_minutes > 0:
+            raise ConfigError("trainer.checkpoint_every_minutes", self.checkpoint_every_minutes, "a number > 0")
         devices = self.devices
         if not (devices == "auto" or (isinstance(devices, int) and devices >= 1)
                 or (isinstance(devices, list) and devices and all(isinstance(d, int) for d in devices))):
@@ -183,28 +189,57 @@ def _section(cfg: DictConfig, name: str) -> Any:
         raise ConfigError(f"{name}.{error.key}", error.value, error.allowed, error.reason) from None
 
 
+def _schema_fields(schema: type) -> dict[str, Any]:
+    """A config dataclass's fields and their types (class constants such as CHOICES are not keys)."""
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
+
+
+def _not_a_key(name: str, value: Any, fields: dict[str, Any]) -> ConfigError:
+    key = name.rpartition(".")[2]
+    close = difflib.get_close_matches(key, list(fields), n=1)
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    return ConfigError(name, value, ", ".join(fields), reason=f"not a config key{hint}")
+
+
+def check_key(key: str, value: Any) -> None:
+    """ConfigError for a dotted override key the schema lacks, naming the closest key and the allowed ones
+    (Hydra's own message suggests `+key`, which the schema then refuses too)."""
+    schema, prefix = TrainConfig, ""
+    for part in key.split("."):
+        fields = _schema_fields(schema)
+        if part not in fields:
+            raise _not_a_key(f"{prefix}{part}", value, fields)
+        schema, prefix = fields[part], f"{prefix}{part}."
+        if not dataclasses.is_dataclass(schema):
+            return  # free-form below here (the tokenizer mapping) or a plain value
+
+
 def check_keys(values: dict[str, Any], schema: type, prefix: str = "") -> None:
     """ConfigError for a key `schema` lacks. Hydra refuses unknown keys in overrides, but `+key=value`
     appends one past that check, and the dataclass conversion would then drop it silently (a typo such
     as `+trainer.max_step=10`, or a `_target_` that suggests something gets instantiated)."""
-    fields = typing.get_type_hints(schema)
+    fields = _schema_fields(schema)
     for key, value in values.items():
         name = f"{prefix}{key}"
         if key not in fields:
-            raise ConfigError(name, value, ", ".join(fields),
-                              reason="not a config key (a `+` override adds keys the schema does not have)")
+            raise _not_a_key(name, value, fields)
         if dataclasses.is_dataclass(fields[key]) and isinstance(value, dict):
             check_keys(value, fields[key], f"{name}.")
 
 
 def validate(cfg: DictConfig) -> TrainConfig:
     """The composed config as validated dataclasses; raises ConfigError/InputError before any data is read."""
-    check_keys(OmegaConf.to_container(cfg, resolve=False), TrainConfig)
+    values = OmegaConf.to_container(cfg, resolve=False)
+    values.pop("hydra", None)  # present when composed with the Hydra config (entry.preflight), not ours
+    check_keys(values, TrainConfig)
     sections = {name: _section(cfg, name) for name in ("model", "data", "trainer", "optim")}
     tokenizer = OmegaConf.to_container(cfg.tokenizer, resolve=True)
     check_tokenizer_config(tokenizer)
     config = TrainConfig(experiment=cfg.experiment, seed=cfg.seed, ckpt_path=cfg.ckpt_path, tokenizer=tokenizer,
                          **sections)
+    if not 0 <= config.seed < 2**32:
+        raise ConfigError("seed", config.seed, "an integer from 0 to 4294967295")
     model, data = config.model, config.data
     if model.max_seq_len is not None and data.max_length > model.max_seq_len:
         raise ConfigError("data.max_length", data.max_length, f"<= model.max_seq_len={model.max_seq_len}")

@@ -1,14 +1,20 @@
 """`python train.py [overrides]` and `biotf train [overrides]`: compose with Hydra, validate, train.
 
 Before Hydra runs anything, `preflight` composes the config for the given overrides (each value of
-a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment or a missing data
-file stops the command at once with one line on stderr and exit status 2, before any data is read
-or any run directory is created. Hydra then runs the job(s) as usual (run directories, multirun,
-and Lightning's DDP relaunch, which re-runs this script in each worker process).
+a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment, a missing data
+file or a run directory that holds another run stops the command at once with one line on stderr
+and exit status 2, before any data is read or any run directory is created or touched. Hydra then
+runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
+this script in each worker process).
+
+Resuming (`ckpt_path=<run>/checkpoints/last.ckpt`) continues that run's directory unless
+`hydra.run.dir` names another. A run stopped by SIGTERM exits with status 143 after saving
+last.ckpt, printing the command that resumes it.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -23,7 +29,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError
 from biotf.resources import CONF_DIR
-from biotf.training.config import register_configs, validate
+from biotf.training.config import check_key, register_configs, validate
+from biotf.training.rundir import check_run_dir, checkpoint_run_dir, is_launch_rank_zero
 
 register_configs()
 
@@ -54,16 +61,50 @@ def _expand_sweeps(overrides: list[str]) -> list[list[str]]:
     return combos
 
 
-def preflight(overrides: list[str]) -> None:
-    """Compose and validate every job the overrides describe; raises on the first bad one."""
+def _parsed(overrides: list[str]) -> list:
+    return OverridesParser.create().parse_overrides(overrides)
+
+
+def check_override_keys(overrides: list[str]) -> None:
+    """Refuse an override of a key the schema lacks, with the closest key (a typo) and the allowed ones."""
+    for override in _parsed(overrides):
+        key = override.key_or_group
+        if override.is_delete() or key.startswith("hydra") or "/" in key or "@" in key:
+            continue
+        check_key(key, override.input_line.partition("=")[2] if override.is_sweep_override() else override.value())
+
+
+def resume_in_place(overrides: list[str]) -> list[str]:
+    """The overrides, plus `hydra.run.dir=<run>` when they resume `<run>/checkpoints/*.ckpt` and name no
+    run directory: a resume continues its run's directory (metrics appended, one summary of all steps)."""
+    parsed = _parsed(overrides)
+    if any(o.key_or_group == "hydra.run.dir" for o in parsed):
+        return overrides
+    for override in parsed:
+        if override.key_or_group == "ckpt_path" and not override.is_sweep_override():
+            run_dir = checkpoint_run_dir(override.get_value_element_as_str())
+            if run_dir is not None and run_dir.is_dir():
+                return [*overrides, f"hydra.run.dir={run_dir}"]
+    return overrides
+
+
+def preflight(overrides: list[str], multirun: bool = False) -> None:
+    """Compose and validate every job the overrides describe, and check a single run's directory; raises on
+    the first problem."""
+    check_override_keys(overrides)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
         for combo in _expand_sweeps(overrides):
-            validate(compose(config_name="config", overrides=combo))
+            cfg = compose(config_name="config", overrides=combo, return_hydra_config=not multirun)
+            config = validate(cfg)
+            # Rank 0 only: the DDP workers Lightning launches re-run this in the directory rank 0 holds.
+            if not multirun and is_launch_rank_zero():
+                check_run_dir(Path(cfg.hydra.run.dir), config.ckpt_path)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> float:
     """One Hydra job; returns the final validation loss (the objective a Hydra sweeper minimises)."""
+    from biotf.training.callbacks import SIGTERM_STATUS, RunInterrupted
     from biotf.training.run import train  # Lightning is imported only once a job really runs
 
     try:
@@ -71,6 +112,14 @@ def _hydra_job(cfg: DictConfig) -> float:
     except BiotfError as error:
         print(f"train: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except RunInterrupted as stop:
+        if is_launch_rank_zero():
+            resume = ""
+            if stop.path is not None:
+                overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
+                resume = "; resume with: " + shlex.join(["python", sys.argv[0], *overrides, f"ckpt_path={stop.path}"])
+            print(f"train: {stop}{resume}", file=sys.stderr)
+        sys.exit(SIGTERM_STATUS)
 
 
 def main(argv: list[str] | None = None, script: str | None = None, prog: str | None = None) -> int:
@@ -85,7 +134,11 @@ def main(argv: list[str] | None = None, script: str | None = None, prog: str | N
     args = get_args_parser().parse_args(argv)
     if not (args.help or args.hydra_help or args.info or args.cfg or args.shell_completion):
         try:
-            preflight(args.overrides)
+            if not args.multirun:
+                overrides = resume_in_place(args.overrides)
+                argv += overrides[len(args.overrides):]
+                args.overrides = overrides
+            preflight(args.overrides, multirun=args.multirun)
         except (BiotfError, HydraException, OmegaConfBaseException) as error:
             print(f"{prog}: error: {describe(error)}", file=sys.stderr)
             return 2

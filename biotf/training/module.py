@@ -6,7 +6,7 @@ accuracy for MLM, next-token accuracy for CLM: the target has the largest logit)
 val/acc computed exactly over the whole validation split (sums of per-token losses, not a mean of
 batch means).
 
-Every checkpoint carries `checkpoint["biotf"]` (see `biotf.inference.loading`): the model config,
+Every checkpoint carries `checkpoint["biotf"]` (see `biotf.checkpoint.format`): the model config,
 the tokenizer's saved JSON and its fingerprint. Resuming with a different tokenizer is refused,
 and the torch RNG state is saved too so that dropout after a resume repeats the uninterrupted run.
 """
@@ -20,30 +20,36 @@ from typing import Any
 import lightning as L
 import torch
 
+from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, ensure_same_tokenizer, payload_fingerprint
 from biotf.errors import BiotfError
-from biotf.inference.loading import CHECKPOINT_KEY, check_tokenizer, checkpoint_payload
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers.base import Tokenizer
+from biotf.training.callbacks import RunControl
 from biotf.training.config import OptimConfig
 from biotf.training.optim import build_optimizer
 
 RNG_KEY = "biotf_rng"
 SKIPPED_KEY = "biotf_nonfinite_skipped"
+PROGRESS_KEY = "biotf_progress"  # tokens seen and training seconds so far: a resumed run's summary counts them all
 
 
 class LanguageModelTask(L.LightningModule):
     """Trains a Transformer with masked-LM (bidirectional config) or causal-LM (causal config) loss."""
 
     def __init__(self, model_config: TransformerConfig, tokenizer: Tokenizer, optim: OptimConfig, total_steps: int,
-                 compile: bool = False, train_config: dict[str, Any] | None = None, nonfinite: str = "stop"):
+                 compile: bool = False, train_config: dict[str, Any] | None = None, nonfinite: str = "stop",
+                 control: RunControl | None = None):
         super().__init__()
         self.model = Transformer(model_config)
         self.tokenizer, self.optim_config, self.total_steps = tokenizer, optim, total_steps
         self.train_config = train_config
         if compile:
             self.model.compile()  # in place: state_dict keys stay those of the plain model
-        self.nonfinite = nonfinite
+        self.nonfinite, self.control = nonfinite, control
         self.tokens_seen = 0
+        self._batch_tokens = 0
+        self._seconds_before = 0.0  # training seconds of the run before the resumed checkpoint
+        self._train_start: float | None = None
         self.nonfinite_skipped = 0  # batches whose loss was NaN/inf, under nonfinite="skip"
         self._last_batch_end: float | None = None
         self._val_sums: torch.Tensor | None = None
@@ -58,8 +64,7 @@ class LanguageModelTask(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
         loss = out.loss
-        # Decided on all ranks together: one rank skipping alone would leave the others waiting in backward.
-        if not self.trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss.detach())), all=True):
+        if not self._agree(bool(torch.isfinite(loss.detach()))):
             return self._nonfinite(loss, batch_idx)
         with torch.no_grad():
             self.log("train/loss", loss, prog_bar=True)
@@ -67,6 +72,17 @@ class LanguageModelTask(L.LightningModule):
             self.log("train/acc", out.correct / out.scored.clamp(min=1))
             self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
+
+    def _agree(self, finite: bool) -> bool:
+        """Whether the loss is finite on every rank, and the run control's requests (stop, save) of any rank,
+        in one reduction: one rank skipping alone would leave the others waiting in backward, one rank
+        saving alone would leave them waiting in the checkpoint write."""
+        stop, save = self.control.requests() if self.control is not None else (False, False)
+        flags = torch.tensor([not finite, stop, save], dtype=torch.float32, device=self.device)
+        not_finite, stop, save = (value > 0 for value in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist())
+        if self.control is not None:
+            self.control.agree(stop, save)
+        return not not_finite
 
     def _nonfinite(self, loss: torch.Tensor, batch_idx: int) -> None:
         """The `trainer.nonfinite` policy for a NaN/inf loss: stop with an error, or skip the batch (counted).
@@ -80,13 +96,24 @@ class LanguageModelTask(L.LightningModule):
         self.log("train/nonfinite_skipped", float(self.nonfinite_skipped))
         return None
 
-    def on_train_batch_end(self, outputs: Any, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def on_train_start(self) -> None:
+        self._train_start = time.perf_counter()
+
+    def train_seconds(self) -> float:
+        """Wall time spent in training so far, over all the processes that resumed this run."""
+        return self._seconds_before + (time.perf_counter() - self._train_start if self._train_start else 0.0)
+
+    def on_train_batch_start(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        # Counted as the batch starts, so that a checkpoint written as it ends (callbacks run first) counts it.
         mask = batch.get("attention_mask")
-        tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-        self.tokens_seen += tokens * self.trainer.world_size
+        self._batch_tokens = (int(mask.sum()) if mask is not None else batch["input_ids"].numel()) \
+            * self.trainer.world_size
+        self.tokens_seen += self._batch_tokens
+
+    def on_train_batch_end(self, outputs: Any, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         now = time.perf_counter()
         if self._last_batch_end is not None:
-            rate = tokens * self.trainer.world_size / max(now - self._last_batch_end, 1e-9)
+            rate = self._batch_tokens / max(now - self._last_batch_end, 1e-9)
             self.log("train/tokens_per_s", rate, prog_bar=True)
         self._last_batch_end = now
 
@@ -116,12 +143,17 @@ class LanguageModelTask(L.LightningModule):
         checkpoint[CHECKPOINT_KEY] = checkpoint_payload(self.model.config, self.tokenizer, self.train_config)
         checkpoint[RNG_KEY] = {"torch": torch.get_rng_state()}
         checkpoint[SKIPPED_KEY] = self.nonfinite_skipped
+        checkpoint[PROGRESS_KEY] = {"tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds()}
         if torch.cuda.is_available():
             checkpoint[RNG_KEY]["cuda"] = torch.cuda.get_rng_state_all()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        check_tokenizer(checkpoint.get(CHECKPOINT_KEY), self.tokenizer, source="the resumed checkpoint")
+        ensure_same_tokenizer(payload_fingerprint(checkpoint.get(CHECKPOINT_KEY), "the resumed checkpoint"),
+                              self.tokenizer, "the resumed checkpoint", candidate="the configured tokenizer")
         self.nonfinite_skipped = checkpoint.get(SKIPPED_KEY, 0)
+        progress = checkpoint.get(PROGRESS_KEY, {})
+        self.tokens_seen = progress.get("tokens_seen", 0)
+        self._seconds_before = progress.get("train_seconds", 0.0)
         state = checkpoint.get(RNG_KEY)
         if state is not None:
             torch.set_rng_state(state["torch"])

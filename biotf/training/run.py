@@ -9,10 +9,13 @@ same tokenizer (deterministic from the same data) and only rank 0 writes into th
 
 from __future__ import annotations
 
-import time
+import signal
+import threading
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -20,21 +23,23 @@ import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger
 
+from biotf.checkpoint import CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint
 from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
-from biotf.inference.loading import CHECKPOINT_DIR, check_tokenizer, read_checkpoint_payload
 from biotf.tokenizers import Tokenizer, build_tokenizer
-from biotf.training.callbacks import AtomicCheckpointIO, LastCheckpoint
+from biotf.training.callbacks import LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO
 from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
+from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.module import LanguageModelTask
+from biotf.training.rundir import RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, trim_metrics
 from biotf.training.summary import RunSummary, next_steps
 
-RESOLVED_CONFIG = "config.yaml"
-
-# The run directory already holds Hydra's and our files when the CSV logger starts: expected, not a problem.
+# The run directory already holds Hydra's and our files when the CSV logger starts, and a resumed run's
+# checkpoints when ModelCheckpoint starts: expected (rundir.py refuses a directory that holds another run).
 warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 # Emitted by Lightning's own pytree use under torch 2.13; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
@@ -56,11 +61,13 @@ def training_texts(config: TrainConfig) -> Iterator[str]:
             yield record.sequence
 
 
-def build_run_tokenizer(config: TrainConfig) -> Tokenizer:
+def build_run_tokenizer(config: TrainConfig, resumed: dict[str, Any] | None) -> Tokenizer:
     """The configured tokenizer; when resuming it must equal the checkpoint's (fingerprints compared)."""
     tokenizer = build_tokenizer(config.tokenizer, texts=training_texts(config))
-    if config.ckpt_path is not None:
-        check_tokenizer(read_checkpoint_payload(config.ckpt_path), tokenizer, f"checkpoint {config.ckpt_path}")
+    if resumed is not None:
+        source = f"checkpoint {config.ckpt_path}"
+        ensure_same_tokenizer(payload_fingerprint(resumed.get(CHECKPOINT_KEY), source), tokenizer, source,
+                              candidate="the configured tokenizer")
     return tokenizer
 
 
@@ -71,16 +78,19 @@ def prepare_data(config: TrainConfig, tokenizer: Tokenizer) -> PreparedData:
                            max_length=data.max_length, long_policy=data.long_policy, objective=config.objective)
 
 
-def build_trainer(trainer: TrainerConfig, run_dir: Path) -> L.Trainer:
-    """A Trainer writing into `run_dir`: metrics.csv (or tensorboard/), checkpoints/{last,best}.ckpt."""
+def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None) -> L.Trainer:
+    """A Trainer writing into `run_dir`: metrics.csv (or tensorboard/), checkpoints/{last,best}.ckpt.
+
+    `control` is shared with the task (`LanguageModelTask(control=...)`), which makes the ranks agree on it."""
     checkpoints = run_dir / CHECKPOINT_DIR
+    control = control or RunControl(trainer.checkpoint_every_minutes)
     if trainer.logger == "csv":
-        logger = CSVLogger(save_dir=run_dir, name="", version="")  # -> run_dir/metrics.csv
+        logger = RunCSVLogger(run_dir)  # -> run_dir/metrics.csv, continued by a resume
     else:
         logger = TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="")
     best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min", save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
-    callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps), best]
+    callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps, control), best]
     if trainer.enable_progress_bar:  # tqdm: loss, tokens/s and val/loss on one line, also in plain logs
         callbacks.append(TQDMProgressBar(refresh_rate=1))
     built = L.Trainer(
@@ -91,7 +101,7 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path) -> L.Trainer:
         limit_val_batches=trainer.limit_val_batches, accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val or None, log_every_n_steps=trainer.log_every_n_steps,
         logger=logger, callbacks=callbacks,
-        plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, enable_progress_bar=trainer.enable_progress_bar,
+        plugins=[VerifiedCheckpointIO()], default_root_dir=run_dir, enable_progress_bar=trainer.enable_progress_bar,
         enable_model_summary=False, num_sanity_val_steps=0,
         # The batch sampler shards by rank itself (and resumes mid-epoch); Lightning must not replace it.
         use_distributed_sampler=False,
@@ -112,24 +122,56 @@ def write_run_files(run_dir: Path, config: TrainConfig, tokenizer: Tokenizer) ->
     tokenizer.save(run_dir)
 
 
+@contextmanager
+def sigterm_stops(control: RunControl) -> Iterator[None]:
+    """SIGTERM before training starts stops at once (nothing to save); during training `LastCheckpoint` saves
+    at the end of the optimizer step and stops; after the last step the run just finishes (seconds)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def before_training(signum: int, frame: Any) -> None:
+        control.on_sigterm(signum, frame)
+        if not control.started:
+            raise RunInterrupted(None)
+
+    previous = signal.signal(signal.SIGTERM, before_training)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
-    """Train as `config` says, writing everything into `run_dir`; returns the summary (on every rank)."""
+    """Train as `config` says, writing everything into `run_dir`; returns the summary (on every rank).
+
+    Raises `RunInterrupted` after saving last.ckpt when SIGTERM arrives during training."""
     run_dir = Path(run_dir)
+    control = RunControl(config.trainer.checkpoint_every_minutes)
+    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
+        return _train(config, run_dir, control)
+
+
+def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
-    tokenizer = build_run_tokenizer(config)
+    # Read (and checked against its CRC-32) before any data work: a damaged checkpoint fails in seconds.
+    resumed = read_checkpoint(config.ckpt_path) if config.ckpt_path is not None else None
+    tokenizer = build_run_tokenizer(config, resumed)
     prepared = prepare_data(config, tokenizer)
     model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
     task = LanguageModelTask(model_config, tokenizer, config.optim, config.trainer.max_steps,
                              compile=config.trainer.compile, train_config=to_plain(config),
-                             nonfinite=config.trainer.nonfinite)
+                             nonfinite=config.trainer.nonfinite, control=control)
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
-    trainer = build_trainer(config.trainer, run_dir)
+    trainer = build_trainer(config.trainer, run_dir, control)
+    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and trainer.is_global_zero:
+        trim_metrics(run_dir, resumed["global_step"])  # rows past the resumed step are logged again
+    del resumed
     write_run_files(run_dir, config, tokenizer)
 
-    start = time.perf_counter()
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
     trainer.fit(task, datamodule=datamodule, ckpt_path=config.ckpt_path, weights_only=True)
-    train_seconds = time.perf_counter() - start
+    train_seconds = task.train_seconds()
     # A last validation on the final weights: the periodic ones need not fall on the last step.
     final = trainer.validate(task, datamodule=datamodule, verbose=False)[0]
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None

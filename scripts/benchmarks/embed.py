@@ -33,7 +33,7 @@ CHILD = """
 import json, sys, time, torch
 import anndata.io, h5py  # the .h5ad writer's imports, loaded before the baseline like biotf's own
 from biotf.export import EmbedOptions, embed_file
-from biotf.inference.loading import save_pretrained
+from biotf.checkpoint import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 

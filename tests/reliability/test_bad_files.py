@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from biotf.cli import main
+from biotf.checkpoint import save_pretrained
 from biotf.export import npz_text
-from biotf.inference.loading import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 

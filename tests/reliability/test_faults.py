@@ -22,7 +22,7 @@ import torch
 
 from biotf.cli import main
 from biotf.data.cache import tokenize_to_cache
-from biotf.inference.loading import save_pretrained
+from biotf.checkpoint import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 from biotf.training import entry

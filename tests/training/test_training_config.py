@@ -39,7 +39,7 @@ def test_default_is_the_protein_run():
     ("trainer.strategy=horovod", "trainer.strategy='horovod' (allowed: auto | ddp | fsdp)"),
     ("data.long_policy=squash", "data.long_policy='squash' (allowed: crop | drop | error)"),
     ("model.d_model=abc", "model.d_model=abc"),
-    ("trainer.max_stepz=3", "Key 'max_stepz' not in 'TrainerConfig'"),
+    ("trainer.max_stepz=3", "trainer.max_stepz=3: not a config key; did you mean `max_steps`?"),
     ("data.max_length=4096", "data.max_length=4096 (allowed: <= model.max_seq_len=512)"),
     ("tokenizer=nope", "tokenizer='nope': no such option"),
     ("data.path=/no/such/file.fasta", "data.path: input file /no/such/file.fasta does not exist"),

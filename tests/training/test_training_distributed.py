@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 
 import pytest
+import torch
 
 import biotf
 from biotf.training import entry
-from training_helpers import TINY, run_script
+from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command
 
 
 @pytest.mark.slow
 def test_ddp_on_cpu_writes_one_run_directory(tmp_path, cache_dir):
+    # last.ckpt due by wall time at every step: each save goes through the ranks' per-step agreement.
     result = run_script(["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", *TINY,
-                         "trainer.max_steps=5", f"data.cache_dir={cache_dir}"], cwd=tmp_path, timeout=400)
+                         "trainer.max_steps=5", "trainer.checkpoint_every_minutes=1e-9", f"data.cache_dir={cache_dir}"],
+                        cwd=tmp_path, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = list((tmp_path / "outputs" / "protein_mlm").iterdir())
     assert len(runs) == 1, runs  # not one per rank
@@ -24,6 +30,28 @@ def test_ddp_on_cpu_writes_one_run_directory(tmp_path, cache_dir):
     assert result.stdout.count("biotf run summary") == 1  # only rank 0 reports
     model, tokenizer = biotf.load_pretrained(run / "checkpoints" / "last.ckpt")
     assert model.config.vocab_size == tokenizer.vocab_size
+
+
+@pytest.mark.slow
+def test_ddp_sigterm_to_the_launching_process_only_saves_and_stops_every_rank(tmp_path, cache_dir):
+    """`docker stop` signals only the first process: the other rank learns it in the per-step agreement, both
+    join the checkpoint write and stop, instead of one waiting forever in the next all-reduce."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(train_command(["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp",
+                                              *TINY, "trainer.max_steps=400", f"data.cache_dir={cache_dir}",
+                                              f"hydra.run.dir={run_dir}"]),
+                               cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not last.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err[-3000:]
+    step = torch.load(last, weights_only=True)["global_step"]
+    assert 2 <= step < 400 and f"stopped by SIGTERM at step {step}; saved {last}" in err
+    assert err.count("stopped by SIGTERM") == 1  # rank 0 reports
 
 
 @pytest.mark.slow

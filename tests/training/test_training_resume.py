@@ -7,23 +7,13 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 import torch
 
 from biotf.training import entry
-from training_helpers import SUBPROCESS_ENV, TINY, train_command
+from training_helpers import SUBPROCESS_ENV, TINY, train_command, write_proteins
 
 STEPS = 24
-
-
-def write_proteins(path, n=60, seed=0):
-    """Short random proteins: epochs of ~8 batches, so 24 steps cross epoch boundaries."""
-    rng = np.random.default_rng(seed)
-    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
-    with open(path, "w") as handle:
-        for i in range(n):
-            handle.write(f">p{i}\n{''.join(rng.choice(letters, rng.integers(20, 90)))}\n")
 
 
 def weights(run_dir):

@@ -30,11 +30,12 @@ def run_dir(tmp_path_factory, cache_dir):
 
 
 def test_run_directory_layout(run_dir):
-    assert run_dir.parent.name == "protein_mlm" and len(run_dir.name) == len("2026-11-29_18-00-00")
+    assert run_dir.parent.name == "protein_mlm" and len(run_dir.name) == len("2026-11-29_18-00-00_123456")
     for name in ("checkpoints/last.ckpt", "checkpoints/best.ckpt", "tokenizer.json", "config.yaml", "metrics.csv",
                  "summary.json", "summary.txt"):
         assert (run_dir / name).is_file(), name
     assert not list(run_dir.rglob("*.tmp"))  # atomic writes leave no temporaries behind
+    assert not (run_dir / "run.lock").exists()  # released when the run ends
     resolved = (run_dir / "config.yaml").read_text()
     assert "${" not in resolved and "experiment: protein_mlm" in resolved
     with open(run_dir / "metrics.csv") as handle:
@@ -56,7 +57,7 @@ def test_checkpoint_holds_config_tokenizer_and_fingerprint(run_dir):
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     payload = checkpoint["biotf"]
     saved = json.loads((run_dir / "tokenizer.json").read_text())
-    assert payload["tokenizer_fingerprint"] == saved["fingerprint"] == payload["tokenizer"]["fingerprint"]
+    assert saved["fingerprint"] == payload["tokenizer"]["fingerprint"] and "tokenizer_fingerprint" not in payload
     assert payload["model"]["d_model"] == 32 and payload["model"]["vocab_size"] == 33
     assert checkpoint["global_step"] == 4
 
@@ -88,6 +89,23 @@ def test_a_different_tokenizer_is_refused_naming_both_fingerprints(run_dir):
     with pytest.raises(CheckpointError) as error:
         biotf.load_pretrained(run_dir, tokenizer=other)
     assert stored in str(error.value) and other.fingerprint in str(error.value)
+
+
+def test_resuming_a_damaged_checkpoint_stops_before_training(run_dir, cache_dir, tmp_path, monkeypatch, capsys):
+    """100 zeroed bytes inside a weight: refused by its CRC-32, by load_pretrained and by a resume alike."""
+    damaged = tmp_path / "damaged.ckpt"
+    data = bytearray((run_dir / "checkpoints" / "last.ckpt").read_bytes())
+    embedding = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]["model.embed.weight"]
+    start = data.find(embedding.numpy().tobytes()) + 256
+    data[start:start + 100] = bytes(100)
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=f"{damaged} is damaged"):
+        biotf.load_pretrained(damaged)
+    monkeypatch.chdir(tmp_path)
+    assert entry.main([*TINY, f"data.cache_dir={cache_dir}", f"ckpt_path={damaged}"]) == 2
+    err = capsys.readouterr().err
+    assert f"train: error: {damaged} is damaged: its content has CRC-32" in err and "Traceback" not in err, err
+    assert not list((tmp_path / "outputs").rglob("*.ckpt"))
 
 
 def test_resuming_with_a_different_tokenizer_stops_before_training(run_dir, cache_dir, tmp_path, monkeypatch, capsys):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A tiny bidirectional model and a few short steps: seconds per run on 2 CPU cores.
@@ -31,3 +33,11 @@ def run_script(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.C
     """`python train.py *args` in a fresh process, waiting for it to finish."""
     return subprocess.run(train_command(args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=SUBPROCESS_ENV)
+
+
+def write_proteins(path: Path, n: int = 60, seed: int = 0) -> Path:
+    """Short random proteins: epochs of ~8 batches (TINY), so a few dozen steps cross epoch boundaries."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    path.write_text("".join(f">p{i}\n{''.join(rng.choice(letters, rng.integers(20, 90)))}\n" for i in range(n)))
+    return path

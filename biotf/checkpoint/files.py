@@ -1,0 +1,63 @@
+"""All-or-nothing writes: a file or a directory appears under its final name complete, or not at all.
+
+Everything is written under a hidden temporary name beside the target and renamed into place at the
+end (a rename within one directory is atomic on POSIX), so a killed process leaves at most a hidden
+`.<name>.*.tmp`. The temporaries that `tempfile` creates are private (0600 / 0700); they are given the
+permissions a plain `open()` / `mkdir()` would have had under the user's umask before the rename, so a
+checkpoint or an export is as readable by the user's group as any other file they write.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(temporary_path)` then rename it to `path`; a crash leaves only a hidden temporary."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@contextmanager
+def atomic_directory(directory: str | Path) -> Iterator[Path]:
+    """Yield a hidden staging directory that becomes `directory` when the block ends without an error.
+
+    `directory` must not exist or be empty; on an error the staging directory is removed. Files in it get
+    the permissions a plain `open()` would give (safetensors, for one, creates its files 0600).
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        yield staging
+        mask = _umask()
+        for path in staging.rglob("*"):
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+        os.chmod(staging, 0o777 & ~mask)
+        if directory.exists():
+            directory.rmdir()
+        os.rename(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

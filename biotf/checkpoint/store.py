@@ -1,0 +1,107 @@
+"""Reading and writing biotf checkpoints (Lightning .ckpt files) and exported directories, verified.
+
+Writes are atomic (`files`); every checkpoint carries the CRC-32 of its content (`digest`) and every
+export records the CRC-32 of its weights, checked on each read with a one-line error naming the file.
+Files written before the checksum existed (format 1) are read without one.
+
+Safety: weights are read with `torch.load(weights_only=True)` or safetensors, never unpickled code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
+from biotf.checkpoint.files import atomic_directory, atomic_write
+from biotf.checkpoint.format import CHECKPOINT_KEY, CONFIG_FILE, FORMAT_VERSION, WEIGHTS_FILE
+from biotf.errors import CheckpointError
+from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
+
+if TYPE_CHECKING:
+    from biotf.model import Transformer
+
+EXPORT_DIGEST_KEY = "weights_crc32"
+
+
+def _check_digest(expected: Any, content: Any, path: Path) -> None:
+    if expected is None:
+        return  # format 1: written before checkpoints carried a checksum
+    actual = content_crc32(content)
+    if actual != expected:
+        raise CheckpointError(f"{path} is damaged: its content has CRC-32 {actual:08x}, it was written with "
+                              f"{int(expected):08x} (use an earlier checkpoint, or retrain)")
+
+
+def _by_name(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors in name order: safetensors does not keep the order they were saved in."""
+    return dict(sorted(state.items()))
+
+
+def save_checkpoint(checkpoint: dict[str, Any], path: str | Path) -> Path:
+    """torch.save `checkpoint` with its content CRC-32 added, atomically."""
+    stamped = {**checkpoint, DIGEST_KEY: content_crc32(checkpoint)}
+    return atomic_write(path, lambda temporary: torch.save(stamped, temporary))
+
+
+def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint file's content, loaded without unpickling code and checked against its CRC-32."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # unpickling errors come in many types; all mean "not a safe biotf checkpoint"
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
+    if isinstance(checkpoint, dict):
+        _check_digest(checkpoint.pop(DIGEST_KEY, None), checkpoint, path)
+    return checkpoint
+
+
+def read_payload(path: str | Path) -> dict[str, Any] | None:
+    """The `checkpoint["biotf"]` section of a checkpoint file (None when it has none)."""
+    checkpoint = read_checkpoint(path)
+    return checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+
+
+def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | Path,
+                    train_config: dict[str, Any] | None = None) -> Path:
+    """Write config.json, model.safetensors and tokenizer.json into a new `directory`, all or nothing."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise CheckpointError(f"export directory {directory} already exists and is not empty; choose a new one")
+    state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
+    config = {"biotf_format": FORMAT_VERSION, "model": model.config.to_dict(),
+              "tokenizer_fingerprint": tokenizer.fingerprint, "train_config": train_config,
+              EXPORT_DIGEST_KEY: content_crc32(_by_name(state))}
+    with atomic_directory(directory) as staging:
+        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        save_file(state, str(staging / WEIGHTS_FILE))
+        tokenizer.save(staging)
+    return directory
+
+
+def read_exported(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """An exported directory's config.json and weights (checked against the recorded CRC-32)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    for name in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE):
+        if not (directory / name).is_file():
+            raise CheckpointError(f"exported model directory {directory} has no {name}")
+    try:
+        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise CheckpointError(f"{directory / CONFIG_FILE} is not valid JSON ({error})") from None
+    try:
+        state = load_file(directory / WEIGHTS_FILE)
+    except Exception as error:  # safetensors raises its own error types for damaged files
+        raise CheckpointError(f"cannot read weights {directory / WEIGHTS_FILE}: {error}") from None
+    _check_digest(config.get(EXPORT_DIGEST_KEY), _by_name(state), directory / WEIGHTS_FILE)
+    return config, state

@@ -1,0 +1,128 @@
+"""The run directory: one run owns it, a resume continues it, and nothing in it is overwritten by another run.
+
+Layout: config.yaml (resolved config), tokenizer.json, metrics.csv (or tensorboard/), checkpoints/
+{last,best}.ckpt, summary.json / summary.txt, and run.lock while a process trains in it. The rules:
+- a run directory holds one run: training into a directory that already holds one (config.yaml,
+  metrics.csv, checkpoints/ ...) is refused unless the run resumes a checkpoint of that directory;
+- one process at a time: `run.lock` records the training process's pid and host; a second run is
+  refused while that process lives, and a lock left by a dead process (SIGKILL, power loss) is taken over;
+- a resume continues the directory: metrics.csv keeps the rows before the resumed step (the rows after
+  it are logged again, identically, by the exact resume) and gains the new ones (`metrics_log`).
+Only rank 0 of a distributed launch claims the directory; the other ranks write nothing into it.
+No Lightning here: `entry.preflight` checks the directory before Hydra writes into it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from biotf.checkpoint import CHECKPOINT_DIR, atomic_write
+from biotf.errors import BiotfError
+
+RESOLVED_CONFIG = "config.yaml"
+METRICS_FILE = "metrics.csv"
+LOCK_FILE = "run.lock"
+# Files whose presence means a run already used the directory (Hydra's own .hydra/ does not count).
+RUN_FILES = (RESOLVED_CONFIG, METRICS_FILE, CHECKPOINT_DIR, "summary.json", "tensorboard")
+
+
+class RunDirectoryError(BiotfError):
+    """A run directory that is in use by another process, or holds another run."""
+
+
+def is_launch_rank_zero() -> bool:
+    """Rank 0 of a distributed launch, from the variables Lightning's DDP workers, torchrun and Slurm set."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+
+
+def checkpoint_run_dir(ckpt_path: str | Path) -> Path | None:
+    """The run directory a checkpoint belongs to (`<run>/checkpoints/<name>.ckpt`), None for a loose file."""
+    path = Path(ckpt_path).resolve()
+    return path.parent.parent if path.parent.name == CHECKPOINT_DIR else None
+
+
+def _lock_owner(run_dir: Path) -> dict | None:
+    """The live process that holds the directory's lock, or None when there is no lock or its process died."""
+    try:
+        owner = json.loads((run_dir / LOCK_FILE).read_text(encoding="utf-8"))
+        pid, host = int(owner["pid"]), str(owner["host"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):  # a torn lock file: its writer died mid-write
+        return None
+    if host != socket.gethostname():
+        return owner  # another machine's process: cannot be checked from here, so assumed alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    return owner
+
+
+def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
+    """Refuse a run directory that another process trains in, or that holds a run this one does not resume."""
+    run_dir = Path(run_dir)
+    owner = _lock_owner(run_dir)
+    if owner is not None and not (owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()):
+        raise RunDirectoryError(f"run directory {run_dir} is in use by process {owner['pid']} on {owner['host']} "
+                                f"(lock file {run_dir / LOCK_FILE}; delete it if that process is gone); "
+                                "choose another hydra.run.dir")
+    used = [name for name in RUN_FILES if (run_dir / name).exists()]
+    resumes_it = ckpt_path is not None and checkpoint_run_dir(ckpt_path) == run_dir.resolve()
+    if used and not resumes_it:
+        last = run_dir / CHECKPOINT_DIR / "last.ckpt"
+        raise RunDirectoryError(f"run directory {run_dir} already holds a run ({', '.join(used)}); resume it with "
+                                f"ckpt_path={last} or choose a new hydra.run.dir")
+
+
+@contextmanager
+def claim_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> Iterator[None]:
+    """Hold `run_dir` for this process (rank 0) while the block runs: checked, then locked, then released."""
+    run_dir = Path(run_dir)
+    if not is_launch_rank_zero():
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / LOCK_FILE
+    stale = lock.exists() and _lock_owner(run_dir) is None
+    check_run_dir(run_dir, ckpt_path)
+    if stale:  # left by a process that is gone
+        lock.unlink(missing_ok=True)
+    try:
+        handle = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another process took it between the check and here
+        check_run_dir(run_dir, ckpt_path)
+        raise
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname()}, file)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def trim_metrics(run_dir: str | Path, before_step: int) -> int:
+    """Keep metrics.csv's rows logged before `before_step` (the resumed step); returns how many were dropped."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return 0
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        fields, rows = reader.fieldnames or [], list(reader)
+    kept = [row for row in rows if row.get("step") and float(row["step"]) < before_step]
+    if len(kept) < len(rows):
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(kept)
+        atomic_write(path, lambda temporary: temporary.write_text(text.getvalue(), encoding="utf-8"))
+    return len(rows) - len(kept)

@@ -1,0 +1,213 @@
+"""A run directory belongs to one run: locked while training, refused when used, continued by a resume; SIGTERM
+saves and stops; last.ckpt by wall time and after the first validation; config typos and bad seeds caught early."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from biotf.training import callbacks, entry
+from biotf.resources import CONF_DIR
+from training_helpers import REPO, SUBPROCESS_ENV, TINY, write_proteins
+
+STEPS = 12
+
+
+@pytest.fixture
+def common(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fasta = write_proteins(tmp_path / "proteins.fasta")
+    return [*TINY, f"data.path={fasta}", f"data.cache_dir={cache_dir}", f"trainer.max_steps={STEPS}",
+            "trainer.val_check_interval=5", "model.dropout=0.1"]
+
+
+def last(run_dir) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+
+
+def metric_steps(run_dir) -> list[int]:
+    with open(run_dir / "metrics.csv") as handle:
+        return [int(float(row["step"])) for row in csv.DictReader(handle) if row.get("train/loss")]
+
+
+# --- one run per directory -------------------------------------------------------------------------
+def test_a_run_directory_in_use_is_refused(common, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (run_dir / "run.lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
+        assert entry.main([*common, f"hydra.run.dir={run_dir}"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert f"run directory {run_dir} is in use by process {holder.pid}" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.lock"]  # nothing written, not even Hydra's .hydra/
+
+
+def test_a_stale_lock_is_taken_over_and_released(common, tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    assert entry.main([*common, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]) == 0
+    assert (run_dir / "summary.json").is_file() and not (run_dir / "run.lock").exists()
+
+
+def test_training_into_a_used_run_directory_is_refused(common, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert entry.main([*common, "trainer.max_steps=4", f"hydra.run.dir={run_dir}"]) == 0
+    before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert entry.main([*common, "trainer.max_steps=2", "optim.lr=0.01", f"hydra.run.dir={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert f"run directory {run_dir} already holds a run" in err and "ckpt_path=" in err, err
+    after = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert after == before  # best.ckpt, metrics, config and Hydra's own files untouched
+
+
+def test_default_run_directories_are_unique_within_a_second():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
+        names = {compose(config_name="config", return_hydra_config=True).hydra.run.dir for _ in range(3)}
+    assert len(names) == 3, names
+
+
+# --- SIGTERM, then resume in place -----------------------------------------------------------------
+# Runs train.py's entry point and sends itself SIGTERM as a scheduler would: at `step:N` as optimizer step N+1
+# begins, or at `prepare` while the data is being prepared (before training).
+TERMINATOR = '''
+import os, signal, sys
+from biotf.training import run
+from biotf.training.module import LanguageModelTask
+where, _, n = sys.argv[1].partition(":")
+if where == "step":
+    step = LanguageModelTask.training_step
+    def training_step(self, batch, batch_idx):
+        if self.global_step == int(n):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, batch, batch_idx)
+    LanguageModelTask.training_step = training_step
+else:
+    prepare = run.prepare_data
+    def prepare_data(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return prepare(*args)
+    run.prepare_data = prepare_data
+from biotf.training.entry import main
+sys.exit(main(sys.argv[3:], script=sys.argv[2]))
+'''
+
+
+def terminated(tmp_path, where: str, args: list[str]) -> subprocess.CompletedProcess:
+    terminator = tmp_path / "terminator.py"
+    terminator.write_text(TERMINATOR)
+    return subprocess.run([sys.executable, str(terminator), where, str(REPO / "train.py"), *args], cwd=tmp_path,
+                          env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_sigterm_before_training_stops_at_once(common, tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = terminated(tmp_path, "prepare", [*common, f"hydra.run.dir={run_dir}"])
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == ("train: stopped by SIGTERM before training began; "
+                                                      "no checkpoint written")
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "run.lock").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_saves_stops_and_resumes_in_place_exactly(common, tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = terminated(tmp_path, "step:6", [*common, f"hydra.run.dir={run_dir}"])
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    message = stopped.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"train: stopped by SIGTERM at step 7; saved {checkpoint}; resume with: python ")
+    assert message.endswith(f"ckpt_path={checkpoint}") and "Traceback" not in stopped.stderr
+    assert last(run_dir)["global_step"] == 7 and not (run_dir / "summary.json").exists()
+    assert not (run_dir / "run.lock").exists()
+
+    # The printed command, as a user pastes it: no hydra.run.dir, so the run continues in its own directory.
+    assert entry.main([*common, f"ckpt_path={checkpoint}"]) == 0
+    assert not (tmp_path / "outputs").exists()
+    reference_dir = tmp_path / "uninterrupted"
+    assert entry.main([*common, f"hydra.run.dir={reference_dir}"]) == 0
+    resumed, reference = last(run_dir), last(reference_dir)
+    assert resumed["global_step"] == reference["global_step"] == STEPS
+    for name, value in reference["state_dict"].items():
+        assert torch.equal(resumed["state_dict"][name], value), name
+    # One run: every step logged once, one summary counting all steps and all tokens.
+    assert metric_steps(run_dir) == metric_steps(reference_dir) == list(range(STEPS))
+    summary, reference_summary = (json.loads((d / "summary.json").read_text()) for d in (run_dir, reference_dir))
+    assert summary["steps"] == STEPS and summary["tokens_seen"] == reference_summary["tokens_seen"]
+    assert summary["final_val_loss"] == reference_summary["final_val_loss"]
+
+
+def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp_path, recwarn):
+    run_dir = tmp_path / "run"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0
+    best_score = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["callbacks"]
+    recwarn.clear()
+    assert entry.main([*common, "trainer.max_steps=8", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]) == 0
+    assert not [w for w in recwarn if "dirpath" in str(w.message)], [str(w.message) for w in recwarn]
+    assert metric_steps(run_dir) == list(range(8))
+    callbacks_state = last(run_dir)["callbacks"]
+    (key,) = [k for k in callbacks_state if k.startswith("ModelCheckpoint")]
+    assert callbacks_state[key]["best_model_score"] <= best_score[key]["best_model_score"]  # carried over, not reset
+
+
+# --- when last.ckpt is written ---------------------------------------------------------------------
+@pytest.fixture
+def saves(monkeypatch):
+    """The global steps at which last.ckpt was written, in order."""
+    steps: list[int] = []
+    save = callbacks.save_checkpoint
+
+    def recording(checkpoint, path):
+        if Path(path).name == "last.ckpt":
+            steps.append(checkpoint["global_step"])
+        return save(checkpoint, path)
+
+    monkeypatch.setattr(callbacks, "save_checkpoint", recording)
+    return steps
+
+
+def test_last_checkpoint_by_wall_time(common, tmp_path, saves, monkeypatch):
+    clock = iter(range(0, 10**6, 20))  # every read of the clock is 20 s later: 30 s are due every other read
+    monkeypatch.setattr(callbacks.RunControl, "clock", staticmethod(lambda: float(next(clock))))
+    assert entry.main([*common, "trainer.max_steps=6", "trainer.val_check_interval=100",
+                       "trainer.checkpoint_every_n_steps=1000", "trainer.checkpoint_every_minutes=0.5",
+                       f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    assert saves[-1] == 6 and len(saves) >= 3 and saves == sorted(set(saves)), saves
+
+
+def test_last_checkpoint_after_the_first_validation(common, tmp_path, saves):
+    assert entry.main([*common, "trainer.max_steps=8", "trainer.val_check_interval=3",
+                       "trainer.checkpoint_every_n_steps=1000", "trainer.checkpoint_every_minutes=1000",
+                       f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    assert saves == [4, 8]  # the step after the first validation (at 3) and the final one; not after the second
+
+
+# --- config errors ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("override, expected", [
+    ("model.poss=rope", "invalid config model.poss='rope': not a config key; did you mean `pos`? (allowed: "),
+    ("+model.poss=rope", "invalid config model.poss='rope': not a config key; did you mean `pos`? (allowed: "),
+    ("trainer.max_step=3", "did you mean `max_steps`?"),
+    ("seed=-1", "invalid config seed=-1 (allowed: an integer from 0 to 4294967295)"),
+])
+def test_config_mistakes_are_one_line_before_any_data_is_read(override, expected, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert entry.main([override]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert "CHOICES" not in err and "+model" not in err and "Traceback" not in err
+    assert not (tmp_path / "outputs").exists()
