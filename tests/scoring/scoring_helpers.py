@@ -48,15 +48,16 @@ def masked_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str,
     """Meier et al. 2021: mask every mutated position (0-based residues) at once, sum log p(alt) - log p(wt);
     token index = residue + 1 for <cls>."""
     ids = tokenizer.encode(wild_type)
-    masked = list(ids)
     for _, position, _ in mutations:
-        masked[position + 1] = tokenizer.mask_id
-    table = log_probs(model, masked)
-    return sum(table[p + 1, tokenizer.encode(alt, False)[0]].item() - table[p + 1, tokenizer.encode(wt, False)[0]].item()
-               for wt, p, alt in mutations)
+        ids[position + 1] = tokenizer.mask_id
+    return _log_ratio(log_probs(model, ids), tokenizer, mutations)
 
 
 def wt_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
-    table = log_probs(model, tokenizer.encode(wild_type))
-    return sum(table[p + 1, tokenizer.encode(alt, False)[0]].item() - table[p + 1, tokenizer.encode(wt, False)[0]].item()
-               for wt, p, alt in mutations)
+    """The same differences read off the unmasked wild type."""
+    return _log_ratio(log_probs(model, tokenizer.encode(wild_type)), tokenizer, mutations)
+
+
+def _log_ratio(table: torch.Tensor, tokenizer, mutations: list[tuple[str, int, str]]) -> float:
+    token = lambda residue: tokenizer.encode(residue, False)[0]  # noqa: E731
+    return sum(table[p + 1, token(alt)].item() - table[p + 1, token(wt)].item() for wt, p, alt in mutations)
