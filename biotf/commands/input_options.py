@@ -14,9 +14,10 @@ from biotf.data.readers import FORMATS, ReaderOptions
 from biotf.errors import ConfigError
 
 
-def add_input_arguments(parser: argparse.ArgumentParser) -> None:
-    """--input FILE plus the reader options that say how to read it."""
-    parser.add_argument("--input", required=True, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
+def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--input FILE plus the reader options that say how to read it (`required`: False where another option
+    can name the file instead, as `biotf score --variants`)."""
+    parser.add_argument("--input", required=required, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
     parser.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
     parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
     parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")

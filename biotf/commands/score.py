@@ -1,0 +1,81 @@
+"""`biotf score`: sequence log-likelihoods, or variant effects against a reference, from a trained model.
+
+    biotf score --model outputs/protein_mlm/<run> --input proteins.fasta --output scores.csv
+    biotf score --model run/ --variants dms.csv --reference wt.fasta --offset 24 --output effects.parquet
+    biotf score --model dna_run/ --variants snvs.tsv --reference locus.fa --both-strands --output snvs.csv
+
+--input: per record, the log-likelihood (exact for causal models; the pseudo-log-likelihood, each token
+masked once, for masked models), its means per token and per residue, and the perplexity.
+--variants: one score per variant (log-likelihood ratio of variant vs reference, nats): codes like A42G or
+A42G:K50R (a CSV column `mutant`, ProteinGym / fair-esm layout, or one per line), `pos ref alt` rows (DNA
+SNVs and indels), or whole variant sequences (FASTA). Positions count from --offset (the number of the
+reference's first residue, default 1). A mutation whose reference residue does not match is refused.
+Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal, wt-marginal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from biotf.scoring import FORMATS, METHODS
+
+    parser = subparsers.add_parser("score", help="sequence likelihoods and variant effects (zero-shot)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, metavar="PATH",
+                        help="run directory, .ckpt, exported directory or any source biotf.load_pretrained reads")
+    add_input_arguments(parser, required=False)
+    parser.add_argument("--variants", type=Path, metavar="FILE",
+                        help="score variants of --reference instead of the records of --input")
+    parser.add_argument("--reference", metavar="SEQ|FILE", help="the reference sequence, or a file with one record")
+    parser.add_argument("--offset", type=int, default=1, metavar="N",
+                        help="number of the reference's first residue in the variants' positions (default 1)")
+    parser.add_argument("--mutation-column", metavar="NAME", help="CSV/TSV column of mutation codes "
+                        "(default: mutant, mutation, mutations or variant)")
+    parser.add_argument("--both-strands", action="store_true",
+                        help="DNA: average each variant's score with its score on the reverse complement")
+    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(FORMATS)}")
+    parser.add_argument("--method", choices=METHODS, default="auto",
+                        help="auto (default): causal for decoders; masked-marginal for masked models with one token "
+                             "per residue and substitutions; pll otherwise")
+    parser.add_argument("--batch-tokens", type=int, default=16384, metavar="N",
+                        help="padded tokens per forward pass (default 16384)")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="tokens per window, special tokens included (default: the model's max_seq_len)")
+    parser.add_argument("--overlap", type=int, metavar="N",
+                        help="tokens shared by consecutive windows of long inputs (default: a quarter window)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from biotf.scoring import ScoreOptions, score_file, score_variants_file
+
+    if (args.input is None) == (args.variants is None):
+        raise ConfigError("--input/--variants", None, allowed="exactly one of them")
+    options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap)
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.input is not None:
+        for flag in ("reference", "mutation_column"):
+            if getattr(args, flag) is not None:
+                raise ConfigError(f"--{flag.replace('_', '-')}", getattr(args, flag), reason="it needs --variants")
+        summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
+                             args.device, progress)
+        source = args.input
+    else:
+        if args.reference is None:
+            raise ConfigError("--reference", None, reason="--variants are scored against a reference",
+                              allowed="a sequence or a file with one record")
+        summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
+                                      args.offset, args.both_strands, options, reader_options(args),
+                                      args.mutation_column, args.device, progress)
+        source = args.variants
+    print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
+    return 0

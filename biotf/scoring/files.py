@@ -1,0 +1,165 @@
+"""`score_file` and `score_variants_file`: one input file in, one table out — what `biotf score` runs.
+
+Output: one row per input record, in input order, as .csv, .tsv or .parquet (written under a temporary name
+and renamed, so the output name holds a complete file or nothing). Columns: `id`, the scores, then the
+record's metadata exactly as read (FASTA descriptions, every other CSV column), as the embedding files do.
+- sequences: `sequence`, `method`, `log_likelihood`, `mean_per_token`, `mean_per_residue`, `perplexity`,
+  `tokens`, `scored_tokens`, `residues`, `windows` (nats; means and perplexity over scored tokens);
+- variants: `variant` (the mutations, numbered from `offset`), `mutations`, `method`, `score`, and with
+  both strands `score_forward` and `score_reverse` (`score` is their mean).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+from biotf.data.readers import Record, ReaderOptions, read_records, with_source
+from biotf.errors import InputError, TokenizationError
+from biotf.scoring.scorer import ScoreOptions, Scorer
+from biotf.scoring.variant_files import read_reference, read_variants
+from biotf.tokenizers.base import PolicyStats
+
+FORMATS = (".csv", ".tsv", ".parquet")
+RECORDS_PER_CALL = 256  # sequences scored together: their rows share batches
+
+
+@dataclass
+class ScoreSummary:
+    """What a run did, for its summary line."""
+
+    method: str = ""
+    records: int = 0
+    tokens: int = 0
+    windows: int = 0
+    chunked: int = 0
+    policies: PolicyStats = field(default_factory=PolicyStats)
+
+    def summary(self) -> str:
+        windows = f", {self.tokens} tokens in {self.windows} windows ({self.chunked} records chunked)" \
+            if self.windows else ""
+        return f"{self.records} records scored by {self.method}{windows}; tokenizer policies: {self.policies.summary()}"
+
+
+
+def output_format(path: str | Path) -> str:
+    """The output's extension; anything but FORMATS is refused before the model loads."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(FORMATS)})")
+    return suffix
+
+
+def write_table(path: str | Path, rows: list[dict[str, object]]) -> Path:
+    """Rows of equal keys as .csv / .tsv (floats at full precision) or .parquet, atomically."""
+    from biotf.export.writers import publish
+
+    suffix = output_format(path)
+    names = list(rows[0]) if rows else []
+
+    def write(temporary: Path) -> None:
+        if suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({name: [row[name] for row in rows] for name in names}), temporary)
+            return
+        with open(temporary, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, delimiter="\t" if suffix == ".tsv" else ",")
+            writer.writerow(names)
+            writer.writerows([row[name] for name in names] for row in rows)
+
+    return publish(path, write)
+
+
+def _with_metadata(record: Record, columns: dict[str, object]) -> dict[str, object]:
+    for name, value in record.metadata.items():
+        if name in columns:
+            raise InputError(f"record {record.id!r}: input column {name!r} has the name of an output column "
+                             f"(output columns: {', '.join(columns)}); rename it")
+        columns[name] = value
+    return columns
+
+
+def _progress(progress: bool, description: str):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(unit="pos", unit_scale=True, desc=description, leave=False)
+
+
+def score_file(model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
+               options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
+               device: str = "cpu", progress: bool = False) -> ScoreSummary:
+    """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`."""
+    from biotf.inference.loading import load_pretrained
+
+    output_format(output_path)
+    scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    summary = ScoreSummary(method=scorer.resolve(method))
+    rows = []
+    bar = _progress(progress, f"scoring {Path(input_path).name}")
+    try:
+        records = read_records(input_path, reader_options, summary.policies)
+        while chunk := list(islice(records, RECORDS_PER_CALL)):
+            try:
+                scores = scorer.sequence_scores([r.sequence for r in chunk], summary.method, [r.id for r in chunk], bar)
+            except TokenizationError as error:
+                raise with_source(error, input_path) from None
+            for record, score in zip(chunk, scores):
+                summary.records += 1
+                summary.tokens += score.tokens
+                summary.windows += score.windows
+                summary.chunked += score.windows > 1
+                rows.append(_with_metadata(record, {
+                    "id": record.id, "sequence": record.sequence, "method": summary.method,
+                    "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
+                    "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
+                    "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
+                    "windows": score.windows}))
+    finally:
+        if bar is not None:
+            bar.close()
+    summary.policies.update(scorer.policies)
+    write_table(output_path, rows)
+    return summary
+
+
+def score_variants_file(model_source: str | Path, variants_path: str | Path, reference: str,
+                        output_path: str | Path, method: str = "auto", offset: int = 1, both_strands: bool = False,
+                        options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
+                        mutation_column: str | None = None, device: str = "cpu",
+                        progress: bool = False) -> ScoreSummary:
+    """A score per variant of `variants_path` against `reference` (a sequence or a one-record file)."""
+    from biotf.inference.loading import load_pretrained
+
+    output_format(output_path)
+    _, reference_sequence = read_reference(reference)
+    summary = ScoreSummary()
+    pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)
+    scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    variants = [variant for _, variant in pairs]
+    summary.method = scorer.resolve(method, variants, reference_sequence)
+    bar = _progress(progress, f"scoring {Path(variants_path).name}")
+    try:
+        scores = scorer.variant_scores(reference_sequence, variants, summary.method, both_strands, bar)
+    except TokenizationError as error:
+        raise with_source(error, variants_path) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    rows = []
+    for (record, variant), score in zip(pairs, scores):
+        columns: dict[str, object] = {"id": record.id, "variant": variant.code(offset),
+                                      "mutations": len(variant.mutations), "method": summary.method,
+                                      "score": score.score}
+        if both_strands:
+            columns.update(score_forward=score.strands[0], score_reverse=score.strands[1])
+        rows.append(_with_metadata(record, columns))
+    summary.records = len(rows)
+    summary.policies.update(scorer.policies)
+    write_table(output_path, rows)
+    return summary

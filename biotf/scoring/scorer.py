@@ -1,0 +1,288 @@
+"""`Scorer`: sequence log-likelihoods and variant effects from any biotf model and tokenizer.
+
+Sequence methods (every record of a file):
+- "causal" (decoder models, exact): sum over content tokens t of log p(x_t | x_<t); the tokens before
+  the content (<cls>/<bos>) condition the first one, the end token (<eos>) is not scored. A tokenizer that
+  puts nothing before the content leaves the first token unscored (counted: `scored_tokens`).
+- "pll" (masked models): the pseudo-log-likelihood of Salazar et al. 2020, sum over content tokens t of
+  log p(x_t | x with t alone masked). Masked copies are batched many per forward (`batching.py`).
+  ESM models with token dropout see one mask per copy and rescale for it, as HF's `EsmEmbeddings` does.
+
+Variant methods (a reference and its variants; a score of 0 means "as likely as the reference"):
+- "masked-marginal" (Meier et al. 2021, fair-esm examples/variant-prediction/predict.py): sum over mutated
+  positions i of log p(alt_i | x with every mutated position masked) - log p(wt_i | the same). Variants that
+  mutate the same positions share one forward. For single mutants this is fair-esm's score exactly.
+- "wt-marginal": the same read off one forward of the unmasked reference.
+- "causal" / "pll": the difference of the whole-sequence (pseudo-)log-likelihoods of variant and reference,
+  each re-tokenized. The only exact choice for multi-token schemes (k-mers, BPE), where one base change
+  re-tokenizes its neighbourhood and a residue has no token of its own; also the only one for indels.
+"auto" picks causal for decoders, masked-marginal for masked models whose tokenizer makes one token per
+residue when every variant is a substitution, and pll otherwise. `both_strands` (DNA) averages each score
+with the same variant scored on the reverse complement of the reference.
+
+Long inputs are cut into the overlapping windows of `biotf embed` (`biotf.export.windows`): every token is
+scored once, in the window that owns it, with that window as its context.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from biotf.errors import ConfigError, InputError
+from biotf.export.windows import Window, plan_windows
+from biotf.model import Transformer
+from biotf.scoring.batching import Row, row_log_probs
+from biotf.scoring.mutations import Variant, apply, reverse_strand
+from biotf.tokenizers.base import PolicyStats, Tokenizer
+
+METHODS = ("auto", "causal", "pll", "masked-marginal", "wt-marginal")
+SEQUENCE_METHODS = ("auto", "causal", "pll")
+MARGINAL_METHODS = ("masked-marginal", "wt-marginal")
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """`batch_tokens`: padded tokens per forward. `max_length`: tokens per window, special tokens included
+    (default the model's max_seq_len). `overlap`: tokens shared by consecutive windows (default a quarter)."""
+
+    batch_tokens: int = 16384
+    max_length: int | None = None
+    overlap: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("batch_tokens", "max_length"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(key, value, allowed="an integer >= 1")
+        if self.overlap is not None and (isinstance(self.overlap, bool) or not isinstance(self.overlap, int)
+                                         or self.overlap < 0):
+            raise ConfigError("overlap", self.overlap, allowed="an integer >= 0")
+
+
+@dataclass
+class SequenceScore:
+    """One sequence's (pseudo-)log-likelihood in nats; means are NaN when nothing was scored."""
+
+    log_likelihood: float
+    tokens: int
+    scored_tokens: int
+    residues: int
+    windows: int
+
+    @property
+    def mean_per_token(self) -> float:
+        return self.log_likelihood / self.scored_tokens if self.scored_tokens else math.nan
+
+    @property
+    def mean_per_residue(self) -> float:
+        return self.log_likelihood / self.residues if self.residues else math.nan
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(-self.mean_per_token) if self.scored_tokens else math.nan
+
+
+@dataclass
+class VariantScore:
+    """`score` (nats, > 0: more likely than the reference); `strands` = (forward, reverse) with both strands."""
+
+    score: float
+    strands: tuple[float, ...]
+
+
+class Scorer:
+    """Scores sequences and variants with one model; see the module docstring."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, options: ScoreOptions = ScoreOptions()):
+        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        self.max_length = options.max_length or model.config.max_seq_len
+        if self.max_length > model.config.max_seq_len:
+            raise ConfigError("max_length", self.max_length,
+                              allowed=f"1..{model.config.max_seq_len} (the model's max_seq_len)")
+        self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padding is masked anyway
+        self.policies = PolicyStats()
+        self._prefix: np.ndarray | None = None
+        self._suffix: np.ndarray | None = None
+
+    # --- methods ------------------------------------------------------------------------------------
+    def resolve(self, method: str, variants: Sequence[Variant] | None = None, reference: str | None = None) -> str:
+        """The concrete method `method` means for this model (and these variants); refuses what cannot work."""
+        allowed = METHODS if variants is not None else SEQUENCE_METHODS
+        if method not in allowed:
+            raise ConfigError("method", method, allowed=", ".join(allowed))
+        causal = self.model.config.causal
+        if method == "auto":
+            if causal:
+                return "causal"
+            if (variants is not None and all(v.is_substitution for v in variants)
+                    and self._per_residue(reference or "")):
+                return "masked-marginal"
+            method = "pll"
+        if causal != (method == "causal"):
+            kind = "a causal (decoder)" if causal else "a masked (bidirectional)"
+            fits = "causal" if causal else ", ".join(m for m in allowed if m not in ("auto", "causal"))
+            raise ConfigError("method", method, reason=f"the model is {kind} language model", allowed=fits)
+        if method != "causal" and method != "wt-marginal" and self.tokenizer.mask_id is None:
+            raise ConfigError("method", method, reason=f"the {self.tokenizer.kind} tokenizer has no <mask> token")
+        if method in MARGINAL_METHODS:
+            for variant in variants or ():
+                if not variant.is_substitution:
+                    raise InputError(f"variant {variant.name!r} ({variant.code()}) is not a substitution: "
+                                     f"{method} scores residues in place (allowed for indels: --method pll)")
+            if not self._per_residue(reference or ""):
+                raise ConfigError("method", method, reason=f"the {self.tokenizer.kind} tokenizer does not make one "
+                                  "token per residue of the reference, so a residue has no token to mask",
+                                  allowed="pll (re-tokenizes each variant)")
+        return method
+
+    def _per_residue(self, sequence: str) -> bool:
+        return len(self.tokenizer.tokenize(sequence)) == len(sequence)
+
+    # --- sequences ------------------------------------------------------------------------------------
+    def sequence_scores(self, sequences: Sequence[str], method: str = "auto", names: Sequence[str] | None = None,
+                        progress=None) -> list[SequenceScore]:
+        """The (pseudo-)log-likelihood of each sequence under `method` ("auto", "causal" or "pll")."""
+        method = self.resolve(method)
+        contents = self.tokenizer.encode_batch(list(sequences), False, records=names, stats=self.policies)
+        rows: list[Row] = []
+        owners: list[int] = []
+        windows = []
+        for slot, (sequence, content) in enumerate(zip(sequences, contents)):
+            plan = self._windows(sequence, content)
+            windows.append(len(plan))
+            for window in plan:
+                made = self._causal_rows(content, window) if method == "causal" else self._masked_rows(content, window)
+                rows.extend(made)
+                owners.extend([slot] * len(made))
+        totals = np.zeros(len(contents))
+        scored = np.zeros(len(contents), np.int64)
+        for slot, log_probs in zip(owners, row_log_probs(self.model, rows, self.options.batch_tokens, self.pad_id,
+                                                         progress)):
+            totals[slot] += log_probs.sum()
+            scored[slot] += log_probs.size
+        return [SequenceScore(float(totals[i]), len(contents[i]), int(scored[i]), len(sequences[i]), windows[i])
+                for i in range(len(contents))]
+
+    def _causal_rows(self, content: np.ndarray, window: Window) -> list[Row]:
+        """One row per window: the logits at p - 1 predict the token at p."""
+        ids = self._framed(content[window.start:window.end])
+        at = len(self._prefix) - window.start + np.arange(window.own_start, window.own_end)
+        at = at[at >= 1]
+        return [Row(ids, at - 1, ids[at][:, None])] if len(at) else []
+
+    def _masked_rows(self, content: np.ndarray, window: Window) -> list[Row]:
+        """One masked copy of the window per owned token, predicting it."""
+        ids = self._framed(content[window.start:window.end])
+        rows = []
+        for position in len(self._prefix) - window.start + np.arange(window.own_start, window.own_end):
+            copy = ids.copy()
+            copy[position] = self.tokenizer.mask_id
+            rows.append(Row(copy, np.array([position]), ids[[position]][:, None]))
+        return rows
+
+    # --- variants -------------------------------------------------------------------------------------
+    def variant_scores(self, reference: str, variants: Sequence[Variant], method: str = "auto",
+                       both_strands: bool = False, progress=None) -> list[VariantScore]:
+        """Each variant's score against `reference` (mutations checked by `make_variant`); see the module docstring."""
+        method = self.resolve(method, variants, reference)
+        forward = self._variant_scores(reference, variants, method, progress)
+        if not both_strands:
+            return [VariantScore(score, (score,)) for score in forward]
+        from biotf.tokenizers.kmer import reverse_complement
+
+        flipped = [reverse_strand(len(reference), variant) for variant in variants]
+        reverse = self._variant_scores(reverse_complement(reference, "reference"), flipped, method, progress)
+        return [VariantScore((a + b) / 2, (a, b)) for a, b in zip(forward, reverse)]
+
+    def _variant_scores(self, reference: str, variants: Sequence[Variant], method: str, progress) -> list[float]:
+        if method in MARGINAL_METHODS:
+            return self._marginal_scores(reference, variants, method == "masked-marginal", progress)
+        sequences = {reference: 0}
+        for variant in variants:
+            sequences.setdefault(apply(reference, variant), len(sequences))
+        names = ["reference"] + [""] * (len(sequences) - 1)
+        for variant in variants:
+            index = sequences[apply(reference, variant)]
+            names[index] = names[index] or variant.name
+        scores = self.sequence_scores(list(sequences), method, names, progress)
+        return [scores[sequences[apply(reference, v)]].log_likelihood - scores[0].log_likelihood for v in variants]
+
+    def _marginal_scores(self, reference: str, variants: Sequence[Variant], masked: bool, progress) -> list[float]:
+        """Masked- or wt-marginal: log p(alt) - log p(wt) summed over each variant's positions."""
+        content = self.tokenizer.encode_batch([reference], False, records=["reference"], stats=self.policies)[0]
+        plan = self._windows(reference, content)
+        residue_ids = self._residue_ids({m.alt for v in variants for m in v.mutations} | set(reference.upper()),
+                                        variants)
+        groups = sorted({tuple(m.start for m in v.mutations) for v in variants} if masked else {()})
+        rows: list[Row] = []
+        keys: list[tuple[tuple[int, ...], np.ndarray]] = []
+        for group in groups:
+            positions = np.array(group, np.int64)
+            for window in plan:
+                if masked:
+                    owned = positions[(positions >= window.own_start) & (positions < window.own_end)]
+                else:
+                    owned = np.arange(window.own_start, window.own_end)
+                if not len(owned):
+                    continue
+                ids = self._framed(content[window.start:window.end])
+                shift = len(self._prefix) - window.start
+                visible = positions[(positions >= window.start) & (positions < window.end)]
+                ids[visible + shift] = self.tokenizer.mask_id  # token index = residue + len(prefix) (<cls>)
+                rows.append(Row(ids, owned + shift))
+                keys.append((group, owned))
+        log_probs: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
+        for (group, owned), block in zip(keys, row_log_probs(self.model, rows, self.options.batch_tokens,
+                                                             self.pad_id, progress)):
+            log_probs.update({(group, int(p)): vector for p, vector in zip(owned, block)})
+        scores = []
+        for variant in variants:
+            group = tuple(m.start for m in variant.mutations) if masked else ()
+            scores.append(float(sum(log_probs[group, m.start][residue_ids[m.alt]]
+                                    - log_probs[group, m.start][residue_ids[m.ref]] for m in variant.mutations)))
+        return scores
+
+    def _residue_ids(self, residues: set[str], variants: Sequence[Variant]) -> dict[str, int]:
+        """The one token id of each residue letter; a letter the tokenizer splits or refuses names its variant."""
+        ids = {}
+        for residue in sorted(residues):
+            name = next((v.name for v in variants for m in v.mutations if residue in (m.alt, m.ref)), "reference")
+            encoded = self.tokenizer.encode(residue, add_special_tokens=False, record=name)
+            if len(encoded) != 1:
+                raise InputError(f"variant {name!r}: residue {residue!r} is {len(encoded)} tokens for the "
+                                 f"{self.tokenizer.kind} tokenizer, not one")
+            ids[residue] = encoded[0]
+        return ids
+
+    # --- tokens and windows ---------------------------------------------------------------------------
+    def _framed(self, content: np.ndarray) -> np.ndarray:
+        return np.concatenate([self._prefix, content, self._suffix]).astype(np.int64)
+
+    def _windows(self, sequence: str, content: np.ndarray) -> list[Window]:
+        if not len(content):
+            return []  # nothing to score: log-likelihood 0 over 0 tokens
+        if self._prefix is None:
+            self._learn_specials(sequence, content)
+        width = self.max_length - len(self._prefix) - len(self._suffix)
+        overlap = self.options.overlap if self.options.overlap is not None else width // 4
+        if overlap >= width:
+            raise ConfigError("overlap", overlap, allowed=f"0..{width - 1} (below the window of {width} content tokens)")
+        return plan_windows(len(content), width, overlap)
+
+    def _learn_specials(self, sequence: str, content: np.ndarray) -> None:
+        """The tokens the tokenizer puts around content (<cls> ... <eos>), from one sequence encoded both ways."""
+        full = np.asarray(self.tokenizer.encode(sequence, True), np.int64)
+        for at in range(len(full) - len(content) + 1):
+            if np.array_equal(full[at:at + len(content)], content):
+                break
+        else:
+            raise InputError(f"the {self.tokenizer.kind} tokenizer's special tokens do not surround the content of "
+                             f"{sequence[:30]!r}, so windows cannot be formed")
+        self._prefix, self._suffix = full[:at], full[at + len(content):]
+        if self.max_length - len(self._prefix) - len(self._suffix) < 1:
+            raise ConfigError("max_length", self.max_length,
+                              allowed=f"at least {len(self._prefix) + len(self._suffix) + 1} (special tokens + 1)")

@@ -1,0 +1,63 @@
+"""Helpers of the scoring tests: tiny random models, and direct reference implementations (the plain loops a user
+writes, one forward per masked copy or per sequence, batch size 1, nothing shared with biotf.scoring)."""
+
+from __future__ import annotations
+
+import torch
+
+from biotf.model import Transformer, TransformerConfig
+
+# Weights large enough that predictions are far from uniform: a near-uniform model would make every score ~0
+# and hide an off-by-one position.
+SHAPE = dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=64, pos="rope", norm="layernorm", mlp="gelu",
+             init_std=0.3)
+
+
+def tiny_model(vocab_size: int, causal: bool, max_seq_len: int = 64, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    config = TransformerConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, causal=causal, **SHAPE)
+    return Transformer(config).eval()
+
+
+def log_probs(model, ids: list[int]) -> torch.Tensor:
+    """(length, vocab) float64 log-probabilities of one unpadded sequence."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
+def pseudo_log_likelihood(model, tokenizer, sequence: str) -> float:
+    """Mask each content token alone (one forward each) and sum log p(token)."""
+    ids = tokenizer.encode(sequence)
+    total = 0.0
+    for i in range(1, len(ids) - 1):  # <cls> ... <eos>: content is 1..n
+        masked = list(ids)
+        masked[i] = tokenizer.mask_id
+        total += log_probs(model, masked)[i, ids[i]].item()
+    return total
+
+
+def causal_log_likelihood(model, tokenizer, sequence: str) -> float:
+    """One forward; logits at t - 1 predict token t, for every content token (after <cls>, before <eos>)."""
+    ids = tokenizer.encode(sequence)
+    table = log_probs(model, ids)
+    return sum(table[t - 1, ids[t]].item() for t in range(1, len(ids) - 1))
+
+
+def masked_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
+    """Meier et al. 2021: mask every mutated position (0-based residues) at once, sum log p(alt) - log p(wt);
+    token index = residue + 1 for <cls>."""
+    ids = tokenizer.encode(wild_type)
+    for _, position, _ in mutations:
+        ids[position + 1] = tokenizer.mask_id
+    return _log_ratio(log_probs(model, ids), tokenizer, mutations)
+
+
+def wt_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
+    """The same differences read off the unmasked wild type."""
+    return _log_ratio(log_probs(model, tokenizer.encode(wild_type)), tokenizer, mutations)
+
+
+def _log_ratio(table: torch.Tensor, tokenizer, mutations: list[tuple[str, int, str]]) -> float:
+    token = lambda residue: tokenizer.encode(residue, False)[0]  # noqa: E731
+    return sum(table[p + 1, token(alt)].item() - table[p + 1, token(wt)].item() for wt, p, alt in mutations)
