@@ -8,14 +8,16 @@
     score_variants_file("run/", "variants.csv", "wt.fasta", "scores.csv")  # what `biotf score --variants` runs
 """
 
-from biotf.scoring.baselines import substitution_score
-from biotf.scoring.files import FORMATS, ScoreSummary, score_file, score_variants_file, write_table
-from biotf.scoring.mutations import Mutation, Variant, apply, difference, make_variant, parse_code, parse_pos_ref_alt
-from biotf.scoring.scorer import METHODS, SEQUENCE_METHODS, ScoreOptions, Scorer, SequenceScore, VariantScore
-from biotf.scoring.variant_files import read_reference, read_variants
+from biotf.lazy import lazy_exports
 
-__all__ = [
-    "FORMATS", "METHODS", "SEQUENCE_METHODS", "Mutation", "ScoreOptions", "ScoreSummary", "Scorer", "SequenceScore",
-    "Variant", "VariantScore", "apply", "difference", "make_variant", "parse_code", "parse_pos_ref_alt",
-    "read_reference", "read_variants", "score_file", "score_variants_file", "substitution_score", "write_table",
-]
+# name -> submodule; each is imported when first used (see biotf/lazy.py), so the command's parser loads no torch.
+_EXPORTS = {
+    "substitution_score": "baselines", "FORMATS": "choices", "METHODS": "choices", "SEQUENCE_METHODS": "choices",
+    "ScoreSummary": "files", "score_file": "files", "score_variants_file": "files", "write_table": "files",
+    "Mutation": "mutations", "Variant": "mutations", "apply": "mutations", "difference": "mutations",
+    "make_variant": "mutations", "parse_code": "mutations", "parse_pos_ref_alt": "mutations",
+    "ScoreOptions": "scorer", "Scorer": "scorer", "SequenceScore": "scorer", "VariantScore": "scorer",
+    "read_reference": "variant_files", "read_variants": "variant_files",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+from biotf.checkpoint.files import atomic_write
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
 from biotf.errors import InputError, TokenizationError
+from biotf.scoring.choices import FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import read_reference, read_variants
 from biotf.tokenizers.base import PolicyStats
 
-FORMATS = (".csv", ".tsv", ".parquet")
 RECORDS_PER_CALL = 256  # sequences scored together: their rows share batches
 
 
@@ -54,7 +55,6 @@ def output_format(path: str | Path) -> str:
 
 def write_table(path: str | Path, rows: list[dict[str, object]]) -> Path:
     """Rows of equal keys as .csv / .tsv (floats at full precision) or .parquet, atomically."""
-    from biotf.export.writers import publish
 
     suffix = output_format(path)
     names = list(rows[0]) if rows else []
@@ -71,7 +71,7 @@ def write_table(path: str | Path, rows: list[dict[str, object]]) -> Path:
             writer.writerow(names)
             writer.writerows([row[name] for name in names] for row in rows)
 
-    return publish(path, write)
+    return atomic_write(path, write)
 
 
 def _with_metadata(record: Record, columns: dict[str, object]) -> dict[str, object]:

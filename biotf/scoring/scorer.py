@@ -36,11 +36,10 @@ from biotf.errors import ConfigError, InputError
 from biotf.export.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.scoring.batching import Row, row_log_probs
+from biotf.scoring.choices import METHODS, SEQUENCE_METHODS
 from biotf.scoring.mutations import Variant, apply, reverse_strand
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
-METHODS = ("auto", "causal", "pll", "masked-marginal", "wt-marginal")
-SEQUENCE_METHODS = ("auto", "causal", "pll")
 MARGINAL_METHODS = ("masked-marginal", "wt-marginal")
 
 

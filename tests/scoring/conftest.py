@@ -26,6 +26,6 @@ def kmer_mlm():
 
 @pytest.fixture(scope="session")
 def saved_protein_mlm(tmp_path_factory, protein_mlm):
-    from biotf.inference.loading import save_pretrained
+    from biotf.checkpoint import save_pretrained
 
     return save_pretrained(*protein_mlm, tmp_path_factory.mktemp("scoring") / "protein_mlm")

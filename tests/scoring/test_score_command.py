@@ -9,7 +9,7 @@ import pytest
 import scoring_helpers as reference
 
 from biotf.cli import main
-from biotf.inference.loading import save_pretrained
+from biotf.checkpoint import save_pretrained
 from biotf.tokenizers import KmerTokenizer
 
 WILD_TYPE = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ"
