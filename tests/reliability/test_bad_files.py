@@ -16,10 +16,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.checkpoint import save_pretrained
 from biotf.export import npz_text
-from biotf.model import Transformer, TransformerConfig
-from biotf.tokenizers import AminoAcidTokenizer
 
 CLEAN_FASTA = b">p1 first\nMKVLAAGIVG\n>p2 second\nMSTNPKPQRK\nTKRNTNRR\n"
 
@@ -43,15 +40,6 @@ BAD_SEQUENCE_FILES = {
     "csv_header_only": ("in.csv", b"id,sequence\n", "no records"),
     "bad_residue": ("in.fasta", b">p1\nMKV\n>p2\nMK1V\n", "record 'p2', position 2"),
 }
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    """A tiny causal protein model: enough for embed, generate and export-model."""
-    torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
-                               max_seq_len=64, causal=True, pos="rope", norm="rmsnorm", mlp="swiglu")
-    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

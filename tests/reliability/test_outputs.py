@@ -9,22 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from biotf.cli import main
-from biotf.inference.loading import save_pretrained
-from biotf.model import Transformer, TransformerConfig
-from biotf.tokenizers import AminoAcidTokenizer
 
 FASTA = b">p1 Nucleus-S x\nMKVLAAGIVG\n>p2 Cytoplasm-U y\nMSTNPKPQRK\n>p3 Nucleus-M z\nMAAK\n"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
-                               max_seq_len=64, causal=False, pos="rope", norm="layernorm", mlp="gelu")
-    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture
