@@ -5,7 +5,8 @@
     out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
 
 Modules: config (TransformerConfig, presets), positions, norms, attention, mlp, block, head (the masked-LM
-head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways, ESM into biotf).
+head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways, ESM into biotf), tasks
+(classification / regression / per-token heads on the trunk, for fine-tuning), lora (low-rank adapters).
 """
 
 from biotf.model.cache import KVCache
