@@ -74,5 +74,9 @@ def read_split(path: Path, ids):
         rows = list(csv.DictReader(handle, delimiter="\t"))
     if not rows or not {"id", "split"} <= set(rows[0]):
         raise InputError(f"{path}: not a split file (needs tab-separated columns id and split)")
-    side = {row["id"]: row["split"] for row in rows}
+    side: dict[str, str] = {}
+    for row in rows:
+        if side.setdefault(row["id"], row["split"]) != row["split"]:
+            raise InputError(f"{path}: id {row['id']!r} is on two sides ({side[row['id']]}, {row['split']}); "
+                             "records sharing an id cannot be told apart")
     return np.array([side.get(str(i), "") for i in ids], dtype=object).astype(str)

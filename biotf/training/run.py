@@ -122,6 +122,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     task = LanguageModelTask(model_config, tokenizer, config.optim, config.trainer.max_steps,
                              compile=config.trainer.compile, train_config=to_plain(config),
                              nonfinite=config.trainer.nonfinite)
+    task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir)
     write_run_files(run_dir, config, tokenizer)

@@ -6,7 +6,9 @@ A sequence classifier (`biotf.model.tasks.TaskModel`, mean pool, 10 classes) on 
 - full fine-tuning with and without gradient checkpointing: time per step;
 - the memory a step holds, counted from the tensors themselves so that it means the same on any device:
   weights + gradients + AdamW state (two moments per trainable weight) + the activations autograd saves for
-  backward (`torch.autograd.graph.saved_tensors_hooks`, each storage counted once). On CUDA the allocator's
+  backward (`torch.autograd.graph.saved_tensors_hooks`, each storage counted once). With checkpointing the
+  blocks save only their inputs; in backward each block's activations exist again while it is recomputed, one
+  block at a time: the largest block's share of the plain run is added as "recompute". On CUDA the allocator's
   peak (`torch.cuda.max_memory_allocated`) is recorded too.
 """
 
@@ -53,24 +55,40 @@ def step_fn(model: TaskModel, data: dict[str, torch.Tensor]):
     return step
 
 
-def step_bytes(model: TaskModel, data: dict[str, torch.Tensor]) -> dict[str, float]:
-    """MiB of weights, gradients, AdamW state and saved activations of one training step."""
-    storages: dict[int, int] = {}
+def saved_activations(model: TaskModel, data: dict[str, torch.Tensor]) -> tuple[float, float]:
+    """MiB autograd saves for backward in one forward: in all, and in the block that saves most."""
+    storages: dict[int, tuple[int, int]] = {}  # storage -> (bytes, block index or -1)
+    weights = {p.data_ptr() for p in model.parameters()}
+    current = [-1]
+    hooks = []
+    for index, block in enumerate(model.trunk.blocks):
+        hooks.append(block.register_forward_pre_hook(lambda module, args, index=index: current.__setitem__(0, index)))
+        hooks.append(block.register_forward_hook(lambda *args: current.__setitem__(0, -1)))
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        if not any(tensor is p for p in model.parameters()):  # weights are counted as weights
-            storages[storage.data_ptr()] = storage.nbytes()
+        if storage.data_ptr() not in weights:  # weights are counted as weights
+            storages.setdefault(storage.data_ptr(), (storage.nbytes(), current[0]))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = model(**data).loss
-    loss.backward()
-    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        model(**data).loss.backward()
+    for hook in hooks:
+        hook.remove()
     model.zero_grad(set_to_none=True)
+    per_block: dict[int, int] = {}
+    for size, block in storages.values():
+        per_block[block] = per_block.get(block, 0) + size
+    return sum(per_block.values()) / MiB, max(v for k, v in per_block.items() if k >= 0) / MiB
+
+
+def step_bytes(model: TaskModel, data: dict[str, torch.Tensor], recompute: float = 0.0) -> dict[str, float]:
+    """MiB of weights, gradients, AdamW state and saved activations of one training step (+ `recompute`)."""
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return {"weights": weights / MiB, "gradients": trainable / MiB, "adamw": 2 * trainable / MiB,
-            "activations": sum(storages.values()) / MiB}
+    parts = {"weights": weights / MiB, "gradients": trainable / MiB, "adamw": 2 * trainable / MiB,
+             "activations": saved_activations(model, data)[0]}
+    return {**parts, "recompute": recompute} if recompute else parts
 
 
 def run(bench, quick: bool) -> None:
@@ -86,8 +104,9 @@ def run(bench, quick: bool) -> None:
     bench.compare(f"training step, gradient checkpointing vs none (full fine-tuning, {size} x {length})",
                   step_fn(checkpointed, data), step_fn(full, data), anchor_name="no checkpointing", unit="tokens",
                   work=tokens)
+    largest_block = saved_activations(full, data)[1]
     for name, model in (("full", full), ("lora", lora), ("full + checkpointing", checkpointed)):
-        parts = step_bytes(model, data)
+        parts = step_bytes(model, data, largest_block if model is checkpointed else 0.0)
         total = sum(parts.values())
         detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
         bench.record(f"step memory, {name}", total, "MiB", note=f"({detail} MiB)")
