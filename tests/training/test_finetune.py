@@ -157,3 +157,27 @@ def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
         from biotf.inference.task import load_task_model
 
         load_task_model(pretrained / "base")
+
+
+def test_gradient_checkpointing_switch_reaches_language_model_runs(tmp_path, cache_dir, monkeypatch):
+    """trainer.gradient_checkpointing recomputes every block in backward in a masked-LM run too."""
+    from biotf.model.block import Block
+    from biotf.training import entry
+    from training_helpers import TINY
+
+    monkeypatch.chdir(tmp_path)
+    forward, calls = Block.forward, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.training)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(Block, "forward", counted)
+    training_calls = {}
+    for switch in ("false", "true"):
+        calls.clear()
+        assert entry.main(["experiment=protein_mlm", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=5",
+                           f"trainer.gradient_checkpointing={switch}", f"data.cache_dir={cache_dir}",
+                           f"hydra.run.dir={tmp_path / switch}"]) == 0
+        training_calls[switch] = sum(calls)
+    assert training_calls == {"false": 2 * 2, "true": 2 * 2 * 2}  # 2 steps x 2 blocks, each run again in backward
