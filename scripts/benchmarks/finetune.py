@@ -79,7 +79,7 @@ def saved_activations(model: TaskModel, data: dict[str, torch.Tensor]) -> tuple[
     per_block: dict[int, int] = {}
     for size, block in storages.values():
         per_block[block] = per_block.get(block, 0) + size
-    return sum(per_block.values()) / MiB, max(v for k, v in per_block.items() if k >= 0) / MiB
+    return sum(per_block.values()) / MiB, max((v for k, v in per_block.items() if k >= 0), default=0) / MiB
 
 
 def step_bytes(model: TaskModel, data: dict[str, torch.Tensor], recompute: float = 0.0) -> dict[str, float]:
