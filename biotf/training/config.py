@@ -227,7 +227,8 @@ def validate(cfg: DictConfig) -> TrainConfig:
                          task=cfg.task, init_from=cfg.init_from, **sections)
     check_finetune(config.task, config.init_from, config.data.label_column, config.finetune)
     model, data = config.model, config.data
-    if model.max_seq_len is not None and data.max_length > model.max_seq_len:
+    # A fine-tuning run's model is init_from's, checked when it is loaded (`finetune.train_task`).
+    if config.task is None and model.max_seq_len is not None and data.max_length > model.max_seq_len:
         raise ConfigError("data.max_length", data.max_length, f"<= model.max_seq_len={model.max_seq_len}")
     path = Path(data.path)
     if not path.is_file():

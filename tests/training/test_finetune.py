@@ -137,6 +137,11 @@ def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_u
     assert all(torch.equal(tuned[k], base[k]) for k in base)
 
 
+def test_the_composed_model_group_does_not_limit_a_fine_tuning_run(pretrained):
+    """experiment=finetune's max_length (1024) exceeds the default model group's 512: init_from's model counts."""
+    assert config(pretrained, "data.label_column=label", "data.max_length=1024").data.max_length == 1024
+
+
 def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
     with pytest.raises(ConfigError, match="data.label_column"):
         config(pretrained, "data.label_column=null")
