@@ -53,7 +53,8 @@ class ProbeReport:
         lines = [f"{'features':{width}s}  {'dim':>5s}  {self.metric} ({over})"]
         for row in self.rows:
             dim = str(row.dim) if row.dim else "-"
-            lines.append(f"{row.name:{width}s}  {dim:>5s}  {row.scores.mean():.3f} ± {row.scores.std():.3f}")
+            spread = f" ± {row.scores.std():.3f}" if self.folds > 1 else ""
+            lines.append(f"{row.name:{width}s}  {dim:>5s}  {row.scores.mean():.3f}{spread}")
         return "\n".join(lines)
 
 
