@@ -377,7 +377,9 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
     (run_dir / RESULT_FILE).write_text(json.dumps({**dataclasses.asdict(summary), "classes": data.classes},
                                                   indent=2) + "\n", encoding="utf-8")
     print(summary.text())
-    print(f"predict with it: biotf predict --model {run_dir} --input {config.data.path} "
+    reader = "".join(f" --{flag} '{value}'" for flag, value in (("column", config.data.column),
+                                                              ("id-column", config.data.id_column)) if value)
+    print(f"predict with it: biotf predict --model {run_dir} --input {config.data.path}{reader} "
           f"--output {run_dir / 'predictions.tsv'}")
     return summary
 
