@@ -30,7 +30,6 @@ TASK_FILE = "task.json"
 HEAD_FILE = "task_head.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
 MODEL_DIR = "model"  # inside a fine-tuning run directory
-LONG_POLICIES = ("crop", "drop", "error")
 
 
 @dataclass
