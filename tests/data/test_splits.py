@@ -56,6 +56,14 @@ def test_assign_keeps_groups_whole_and_near_the_fractions():
     np.testing.assert_array_equal(splits, assign(groups, 0.1, 0.2, seed=3))
 
 
+def test_a_group_larger_than_the_test_share_goes_to_train():
+    groups = np.r_[np.zeros(300, np.int64), np.arange(1, 701)]  # one group of 300 among 700 singletons
+    for seed in range(10):
+        splits = assign(groups, validation=0.1, test=0.1, seed=seed)
+        assert set(splits[:300].tolist()) == {"train"}
+        assert abs(np.mean(splits == "test") - 0.1) < 0.01
+
+
 def test_identity_clusters_recover_families_of_homologs():
     sequences, family = families()
     assert automatic_k(sequences) == 5  # 20 amino acids: 20^-5 = 3e-7 <= 10^-6 < 20^-4
