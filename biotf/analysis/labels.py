@@ -25,17 +25,23 @@ def labels(table: EmbeddingTable, column: str, pattern: str | None = None) -> np
     else:
         raise InputError(f"label column {column!r} not found in the embedding file "
                          f"(columns: {', '.join(['id', *table.metadata]) })")
+    return parse_labels(table.ids, values, pattern, column)
+
+
+def parse_labels(ids, values: np.ndarray, pattern: str | None, column: str, key: str = "--label-pattern") -> np.ndarray:
+    """`values` as they are, or with `pattern` its first group (or whole match) in each; `key` names the option
+    in errors."""
     if pattern is None:
         return values
     try:
         regex = re.compile(pattern)
     except re.error as error:
-        raise ConfigError("--label-pattern", pattern, reason=str(error)) from None
+        raise ConfigError(key, pattern, reason=str(error)) from None
     parsed = []
-    for record, value in zip(table.ids, values):
+    for record, value in zip(ids, values):
         match = regex.search(value)
         if match is None:
-            raise InputError(f"record {str(record)!r}: {column} {str(value)!r} does not match --label-pattern {pattern!r}")
+            raise InputError(f"record {str(record)!r}: {column} {str(value)!r} does not match {key} {pattern!r}")
         parsed.append(match.group(1) if regex.groups else match.group(0))
     return np.array(parsed, dtype=str)
 

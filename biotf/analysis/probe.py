@@ -49,10 +49,12 @@ class ProbeReport:
 
     def table(self) -> str:
         width = max(len(row.name) for row in self.rows)
-        lines = [f"{'features':{width}s}  {'dim':>5s}  {self.metric} (mean ± sd over {self.folds} folds)"]
+        over = f"mean ± sd over {self.folds} folds" if self.folds > 1 else "on the test split"
+        lines = [f"{'features':{width}s}  {'dim':>5s}  {self.metric} ({over})"]
         for row in self.rows:
             dim = str(row.dim) if row.dim else "-"
-            lines.append(f"{row.name:{width}s}  {dim:>5s}  {row.scores.mean():.3f} ± {row.scores.std():.3f}")
+            spread = f" ± {row.scores.std():.3f}" if self.folds > 1 else ""
+            lines.append(f"{row.name:{width}s}  {dim:>5s}  {row.scores.mean():.3f}{spread}")
         return "\n".join(lines)
 
 
@@ -118,8 +120,12 @@ def cross_validate(features: np.ndarray, target: np.ndarray, splits: list[tuple[
 
 def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.ndarray, ids: np.ndarray,
               kind: str | None, task: str = "auto", folds: int = 5, seed: int = 0, deduplicate: bool = False,
-              baseline_kind: str | None = "auto", model_name: str = "biotf") -> ProbeReport:
+              baseline_kind: str | None = "auto", model_name: str = "biotf",
+              split: np.ndarray | None = None) -> ProbeReport:
     """Probe every array in `arrays` (name -> (N, D)), the baseline and a trivial predictor on the same folds.
+
+    `split` (one of train / validation / test / "" per record, e.g. a fine-tuning run's split.tsv) replaces the
+    folds by that one split: fitted on train + validation, scored on test; records with "" are left out (counted).
 
     `kind` is the tokenizer kind the file was made with; `baseline_kind` "auto" uses it, None skips the
     baseline, any other value names one of `biotf.analysis.baselines.BASELINES`.
@@ -130,13 +136,17 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
         raise ConfigError("--folds", folds, allowed="an integer >= 2")
     dropped: Counter = Counter()
     chosen = select_records(sequences, values, deduplicate, dropped)
+    if split is not None:
+        outside = split[chosen] == ""
+        dropped["not in the split"] += int(outside.sum())
+        chosen = chosen[~outside]
     task = _task(task, values[chosen])
     labels = values[chosen]
     n_classes = None
     if task == "classification":
         counts = Counter(labels.tolist())
         small = {label for label, count in counts.items() if count < folds}
-        if small:
+        if small and split is None:
             dropped[f"in classes with < {folds} records ({', '.join(sorted(small))})"] += sum(counts[s] for s in small)
             chosen = chosen[~np.isin(labels, list(small))]
             labels = values[chosen]
@@ -152,9 +162,16 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
             raise InputError(f"record {str(record)!r}: label {str(value)!r} is not a number "
                              "(regression needs numeric labels; allowed: --task classification)")
         splitter = KFold(folds, shuffle=True, random_state=seed)
-    if len(chosen) < folds:
-        raise InputError(f"only {len(chosen)} records to probe, fewer than --folds {folds}")
-    splits = list(splitter.split(np.zeros(len(chosen)), target))
+    if split is not None:
+        side = split[chosen]
+        splits = [(np.flatnonzero(side != "test"), np.flatnonzero(side == "test"))]
+        folds = 1
+        if not len(splits[0][0]) or not len(splits[0][1]):
+            raise InputError("the split leaves no labelled record on the train or on the test side")
+    else:
+        if len(chosen) < folds:
+            raise InputError(f"only {len(chosen)} records to probe, fewer than --folds {folds}")
+        splits = list(splitter.split(np.zeros(len(chosen)), target))
     probe, trivial = _estimators(task, seed)
 
     rows = [ProbeRow(f"{model_name} {name}", array.shape[1], cross_validate(array[chosen], target, splits, probe, task))

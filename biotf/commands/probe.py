@@ -32,6 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
     parser.add_argument("--deduplicate", action="store_true",
                         help="one record per distinct sequence (copies with conflicting labels are all dropped)")
+    parser.add_argument("--split", type=Path, metavar="SPLIT_TSV",
+                        help="score on this one split instead of folds: a fine-tuning run's split.tsv (id, split); "
+                             "fitted on train + validation, scored on test")
     parser.add_argument("--baseline", choices=["auto", *BASELINES, "none"], default="auto",
                         help="classical features to compare with (default: from the embeddings' tokenizer)")
     parser.set_defaults(run=run)
@@ -44,14 +47,36 @@ def run(args: argparse.Namespace) -> int:
 
     table = read_embeddings(args.embeddings)
     values = labels(table, args.label, args.label_pattern)
+    split = None if args.split is None else read_split(args.split, table.ids)
     report = run_probe(table.arrays, values, table.sequences, table.ids, table.info.get("tokenizer"), args.task,
                        args.folds, args.seed, args.deduplicate, None if args.baseline == "none" else args.baseline,
-                       model_name=f"model ({table.info.get('pool')} pool)")
+                       model_name=f"model ({table.info.get('pool')} pool)", split=split)
     label = args.label + (f" ~ {args.label_pattern}" if args.label_pattern else "")
     classes = f", {report.n_classes} classes" if report.n_classes else ""
     probe = "logistic regression" if report.task == "classification" else "ridge regression"
-    print(f"{args.embeddings}: {report.n_records} records, label {label}{classes}; {probe}, {report.folds}-fold CV")
+    scheme = f"{report.folds}-fold CV" if args.split is None else f"train + validation -> test of {args.split}"
+    print(f"{args.embeddings}: {report.n_records} records, label {label}{classes}; {probe}, {scheme}")
     if report.dropped:
         print("left out: " + ", ".join(f"{count} {why}" for why, count in report.dropped.items()))
     print(report.table())
     return 0
+
+
+def read_split(path: Path, ids):
+    """The split name of each id (a fine-tuning run's split.tsv: id, split, group); "" for ids it lacks."""
+    import csv
+
+    import numpy as np
+
+    from biotf.errors import InputError
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    if not rows or not {"id", "split"} <= set(rows[0]):
+        raise InputError(f"{path}: not a split file (needs tab-separated columns id and split)")
+    side: dict[str, str] = {}
+    for row in rows:
+        if side.setdefault(row["id"], row["split"]) != row["split"]:
+            raise InputError(f"{path}: id {row['id']!r} is on two sides ({side[row['id']]}, {row['split']}); "
+                             "records sharing an id cannot be told apart")
+    return np.array([side.get(str(i), "") for i in ids], dtype=object).astype(str)

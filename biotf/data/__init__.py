@@ -1,6 +1,7 @@
 """Data layer: readers -> token-shard cache (split by record) -> datasets -> collators.
 
-`prepare_dataset` is the entry point training uses; `read_records` streams any supported file.
+`prepare_dataset` is the entry point training uses; `read_records` streams any supported file. `splits` makes the
+leakage-aware train / validation / test splits of labelled sets (fine-tuning).
 """
 
 from biotf.lazy import lazy_exports

@@ -42,12 +42,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from biotf.checkpoint.files import atomic_write
 from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
+from biotf.export.formats import FORMATS
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
-from biotf.checkpoint.files import atomic_write
 
-FORMATS = (".npz", ".parquet", ".h5ad")
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
 RESERVED = {"id", "sequence", "embeddings", *TOKEN_COLUMNS}
 CHUNK_ROWS = 8192

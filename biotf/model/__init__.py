@@ -6,7 +6,8 @@
 
 Modules: config (TransformerConfig; its presets are conf/model/*.yaml), positions, norms, attention, mlp,
 block, head (the masked-LM head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways,
-ESM into biotf).
+ESM into biotf), tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora
+(low-rank adapters).
 """
 
 from biotf.model.cache import KVCache

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from biotf.errors import ConfigError, InputError
 from biotf.model.block import Block
@@ -76,6 +77,10 @@ class TrunkOutput:
 
 class Transformer(nn.Module):
     weights_streamed = False  # for the tied LM head, as `Linear.weights_streamed` (set by `arrange_for_decoding`)
+    # Recompute each block's activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant,
+    # RNG state restored so dropout repeats): memory for one block's activations instead of n_layers', for about
+    # one extra forward. A training choice, not an architecture: set by `trainer.gradient_checkpointing`.
+    gradient_checkpointing = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -205,8 +210,13 @@ class Transformer(nn.Module):
         hidden_states = [x] if output_hidden_states else None
         keep_last = 0 if output_hidden_states else keep_last
         last = len(self.blocks) - 1
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for layer, block in enumerate(self.blocks):
-            x = block(x, rotary, mask, is_causal, cache, layer, keep_last if layer == last else 0)
+            keep = keep_last if layer == last else 0
+            if recompute:
+                x = checkpoint(block, x, rotary, mask, is_causal, None, layer, keep, use_reentrant=False)
+            else:
+                x = block(x, rotary, mask, is_causal, cache, layer, keep)
             if hidden_states is not None:
                 hidden_states.append(x)
         if self.final_norm is not None:

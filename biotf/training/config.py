@@ -26,6 +26,7 @@ from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
 from biotf.resources import SAMPLES_DIR
 from biotf.tokenizers.loading import check_tokenizer_config
+from biotf.training.finetune_config import FinetuneConfig, check_finetune
 
 PRECISIONS = ("32", "32-true", "bf16-mixed")
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -43,6 +44,7 @@ class DataConfig:
     max_length: longest training sequence in tokens, specials included (<= model.max_seq_len).
     long_policy: crop (a random window each time it is drawn) | drop (skipped and counted) | error.
     mask_probability: share of content tokens chosen for masked-LM targets (80/10/10 rule).
+    label_column / label_pattern: where fine-tuning (`task`) reads each record's label.
     """
 
     path: str = MISSING
@@ -53,6 +55,8 @@ class DataConfig:
     max_length: int = 256
     long_policy: str = "crop"
     mask_probability: float = 0.15
+    label_column: Optional[str] = None  # fine-tuning: the label's column ("description" holds a FASTA header's)
+    label_pattern: Optional[str] = None  # fine-tuning: a regex whose first group is the label within that column
     batch_size: int = 16
     num_workers: int = 0
     cache_dir: str = ".cache/biotf/tokens"
@@ -122,6 +126,7 @@ class TrainerConfig:
     logger: str = "csv"
     enable_progress_bar: bool = True
     nonfinite: str = "stop"
+    gradient_checkpointing: bool = False  # recompute each block in backward (`Transformer.gradient_checkpointing`)
 
     def __post_init__(self) -> None:
         check_choice("trainer.accelerator", self.accelerator, ACCELERATORS)
@@ -154,6 +159,8 @@ class TrainConfig:
     """One training run. `tokenizer` is the mapping `biotf.tokenizers.build_tokenizer` takes (kind + options).
 
     ckpt_path: resume from this Lightning checkpoint (optimizer, schedule, step and data position).
+    task / init_from / finetune: set `task` to fine-tune the model `init_from` names on labelled data
+    (`biotf.training.finetune`); null trains a language model.
     """
 
     experiment: str = MISSING
@@ -164,6 +171,9 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    task: Optional[str] = None
+    init_from: Optional[str] = None
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
     @property
     def objective(self) -> str:
@@ -233,15 +243,17 @@ def validate(cfg: DictConfig) -> TrainConfig:
     values = OmegaConf.to_container(cfg, resolve=False)
     values.pop("hydra", None)  # present when composed with the Hydra config (entry.preflight), not ours
     check_keys(values, TrainConfig)
-    sections = {name: _section(cfg, name) for name in ("model", "data", "trainer", "optim")}
+    sections = {name: _section(cfg, name) for name in ("model", "data", "trainer", "optim", "finetune")}
     tokenizer = OmegaConf.to_container(cfg.tokenizer, resolve=True)
     check_tokenizer_config(tokenizer)
     config = TrainConfig(experiment=cfg.experiment, seed=cfg.seed, ckpt_path=cfg.ckpt_path, tokenizer=tokenizer,
-                         **sections)
+                         task=cfg.task, init_from=cfg.init_from, **sections)
     if not 0 <= config.seed < 2**32:
         raise ConfigError("seed", config.seed, "an integer from 0 to 4294967295")
+    check_finetune(config.task, config.init_from, config.data.label_column, config.finetune)
     model, data = config.model, config.data
-    if model.max_seq_len is not None and data.max_length > model.max_seq_len:
+    # A fine-tuning run's model is init_from's, checked when it is loaded (`finetune.train_task`).
+    if config.task is None and model.max_seq_len is not None and data.max_length > model.max_seq_len:
         raise ConfigError("data.max_length", data.max_length, f"<= model.max_seq_len={model.max_seq_len}")
     path = Path(data.path)
     if not path.is_file():

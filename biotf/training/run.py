@@ -162,6 +162,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummar
     task = LanguageModelTask(model_config, tokenizer, config.optim, config.trainer.max_steps,
                              compile=config.trainer.compile, train_config=to_plain(config),
                              nonfinite=config.trainer.nonfinite, control=control)
+    task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir, control)
     if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and trainer.is_global_zero:

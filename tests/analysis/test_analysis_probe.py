@@ -71,3 +71,25 @@ def test_label_errors():
     classes, arrays, sequences, ids = data(20)
     with pytest.raises(InputError, match="record 'p0': label 'x' is not a number"):
         run_probe(arrays, np.array(["x"] * 20), sequences, ids, None, task="regression")
+
+
+def test_a_given_split_replaces_the_folds():
+    """Fitted on train + validation, scored on the test side alone (a fine-tuning run's split.tsv)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    classes, arrays, sequences, ids = data(90)
+    values = np.array([f"c{c}" for c in classes])
+    split = np.array(["train", "validation", "test"] * 30, dtype=object).astype(str)
+    split[:3] = ""  # three records outside the split
+    report = run_probe(arrays, values, sequences, ids, None, split=split)
+    assert report.folds == 1 and report.dropped == {"not in the split": 3}
+    assert all(len(row.scores) == 1 for row in report.rows)
+    fit, test = split != "", split == "test"
+    fit &= split != "test"
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=0))
+    expected = np.mean(probe.fit(arrays["embeddings"][fit], values[fit]).predict(arrays["embeddings"][test])
+                       == values[test])
+    assert report.rows[0].scores[0] == pytest.approx(expected)
+    assert "accuracy (on the test split)" in report.table()

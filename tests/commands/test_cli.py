@@ -22,10 +22,3 @@ def test_help_lists_every_command():
     for command in ("tokenize", "train", "export-model", "embed", "probe", "plot", "generate", "experiment",
                     "compare"):
         assert command in result.stdout
-
-
-def test_embed_lists_the_formats_its_writers_write():
-    # formats.py lets the embed parser list the formats without importing torch; writers.py implements them.
-    from biotf.export import formats, writers
-
-    assert formats.FORMATS == writers.FORMATS

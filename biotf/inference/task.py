@@ -1,0 +1,117 @@
+"""A fine-tuned model on disk, and predictions with it (`biotf predict`).
+
+A fine-tuning run exports `<run>/model/`: the trunk as any exported model (`save_pretrained`: config.json,
+model.safetensors, tokenizer.json; LoRA adapters merged, so `biotf embed --model <run>/model` embeds with the
+fine-tuned trunk), plus `task_head.safetensors` (the head and the regression target scale) and `task.json`
+(task, class names, pooling, max_length, long_policy). With LoRA the adapter alone is kept as
+`adapter.safetensors` too (`biotf.model.lora.load_adapter` puts it back onto the base model).
+
+Inputs are encoded as in training (`encode_for_task`): a record longer than max_length tokens is cut to its first
+max_length - 1 tokens plus its last special token (policy crop, counted), skipped (drop, counted) or refused (error).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from biotf.errors import CheckpointError, ConfigError, InputError
+from biotf.inference.loading import load_pretrained, save_pretrained
+from biotf.model.tasks import TaskModel
+from biotf.tokenizers.base import Tokenizer
+
+TASK_FILE = "task.json"
+HEAD_FILE = "task_head.safetensors"
+ADAPTER_FILE = "adapter.safetensors"
+MODEL_DIR = "model"  # inside a fine-tuning run directory
+
+
+@dataclass
+class TaskInfo:
+    task: str
+    classes: list[str] | None  # class names by index (classification, token); None for regression
+    pool: str
+    max_length: int
+    long_policy: str
+    label_column: str | None = None
+
+    @property
+    def n_outputs(self) -> int:
+        return 1 if self.classes is None else len(self.classes)
+
+
+def encode_for_task(tokenizer: Tokenizer, sequence: str, record: str, max_length: int, long_policy: str,
+                    counts: Counter) -> np.ndarray | None:
+    """Token ids of one record (special tokens added), cut, dropped (None) or refused by `long_policy`."""
+    ids = np.asarray(tokenizer.encode(sequence, record=record), np.int64)
+    if len(ids) <= max_length:
+        return ids
+    if long_policy == "error":
+        raise InputError(f"record {record!r} has {len(ids)} tokens, more than data.max_length={max_length} "
+                         "(data.long_policy=crop keeps the first tokens, drop skips the record)")
+    if long_policy == "drop":
+        counts["longer than max_length, dropped"] += 1
+        return None
+    counts["longer than max_length, cut to the first max_length tokens"] += 1
+    last = ids[-1:] if int(ids[-1]) in tokenizer.special_ids else ids[max_length - 1:max_length]
+    return np.concatenate([ids[:max_length - 1], last])
+
+
+def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
+    """Real tokens that are not special tokens: what sequence heads pool and token heads are scored on."""
+    special = torch.tensor(sorted(tokenizer.special_ids), dtype=ids.dtype, device=ids.device)
+    return attention_mask.bool() & ~torch.isin(ids, special)
+
+
+def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, directory: Path,
+                    train_config: dict[str, Any] | None = None) -> Path:
+    """Write the exported trunk, the head and task.json into a new `directory`."""
+    from safetensors.torch import save_file
+
+    save_pretrained(model.trunk, tokenizer, directory, train_config)
+    head = {f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
+    head.update(target_mean=model.target_mean.contiguous(), target_std=model.target_std.contiguous())
+    save_file(head, str(directory / HEAD_FILE))
+    (directory / TASK_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
+    return directory
+
+
+def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]:
+    """A fine-tuned model from its exported directory, or from the run directory that holds it (eval mode)."""
+    from safetensors.torch import load_file
+
+    directory = Path(source)
+    if (directory / MODEL_DIR / TASK_FILE).is_file():
+        directory = directory / MODEL_DIR
+    if not (directory / TASK_FILE).is_file():
+        raise CheckpointError(f"{source} is not a fine-tuned model (no {TASK_FILE} in it or in its {MODEL_DIR}/); "
+                              "train one with `python train.py experiment=finetune ...`")
+    info = TaskInfo(**json.loads((directory / TASK_FILE).read_text(encoding="utf-8")))
+    trunk, tokenizer = load_pretrained(directory)
+    model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool)
+    state = load_file(str(directory / HEAD_FILE))
+    model.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+    model.target_mean.copy_(state["target_mean"])
+    model.target_std.copy_(state["target_std"])
+    return model.eval(), tokenizer, info
+
+
+@torch.no_grad()
+def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(predictions, scores) of a batch of encoded records: class ids and softmax probabilities (classification,
+    token: per position), or values and values (regression)."""
+    from biotf.data.collators import pad_batch
+
+    if tokenizer.pad_id is None:
+        raise ConfigError("tokenizer", tokenizer.kind, reason="batched prediction needs a tokenizer with a pad token")
+    ids, attention = (torch.from_numpy(a) for a in pad_batch(batch, tokenizer.pad_id))
+    out = model(ids, attention, content_mask(ids, attention, tokenizer))
+    if model.task == "regression":
+        return out.predictions.numpy(), out.predictions.numpy()
+    return out.predictions.numpy(), torch.softmax(out.logits.float(), -1).numpy()

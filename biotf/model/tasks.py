@@ -1,0 +1,113 @@
+"""Task heads on the trunk (`Transformer.encode`): what fine-tuning on labelled sequences trains.
+
+    classification  pool the content tokens -> linear -> one logit per class      (cross-entropy)
+    regression      pool the content tokens -> linear -> one value per target      (MSE on standardised targets)
+    token           each token's vector -> linear -> one logit per class           (cross-entropy; -100 = no label)
+
+Pooling is that of `biotf embed` (`biotf.export.pooling`), computed here in torch so it is differentiable: mean
+and max run over *content* tokens only (`content_mask`: real tokens that are not special tokens, as ESM's
+extract.py excludes BOS/EOS), cls takes the first token (the tokenizer's <cls>/<bos>).
+
+Regression targets are standardised with the training split's mean and standard deviation, which the head keeps
+as buffers: the loss is MSE in standard units (so its scale does not depend on the unit of the label), and
+`predict` returns values in the label's own unit. The head is a single linear layer on purpose: with the trunk
+frozen it is the linear probe of `biotf probe`, trained by gradient descent instead of closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from biotf.errors import ConfigError, InputError
+from biotf.model.loss import IGNORE_INDEX
+from biotf.model.transformer import Transformer
+
+TASKS = ("classification", "regression", "token")
+SEQUENCE_POOLS = ("mean", "cls", "max")  # `biotf.export.pooling.POOLS` less "none" (one vector per record)
+
+
+def pool_tokens(hidden: torch.Tensor, content_mask: torch.Tensor, pool: str) -> torch.Tensor:
+    """(B, T, D) token vectors -> (B, D): mean or max over content tokens, or the first token (cls)."""
+    if pool == "cls":
+        return hidden[:, 0]
+    keep = content_mask.bool()
+    if not bool(keep.any(dim=1).all()):
+        row = int((~keep.any(dim=1)).nonzero()[0])
+        raise InputError(f"batch row {row} has no content tokens to pool (only special tokens)")
+    if pool == "mean":
+        weights = keep.to(hidden.dtype).unsqueeze(-1)
+        return (hidden * weights).sum(1) / weights.sum(1)
+    if pool == "max":
+        return hidden.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1)
+    raise ConfigError("finetune.pool", pool, " | ".join(SEQUENCE_POOLS))
+
+
+@dataclass
+class TaskOutput:
+    """`logits` (classification, token) or standardised `logits` (regression), the loss with labels, and
+    `predictions`: class ids, or values in the label's unit."""
+
+    logits: torch.Tensor
+    predictions: torch.Tensor
+    loss: torch.Tensor | None = None
+
+
+class TaskModel(nn.Module):
+    """A trunk (`Transformer`, its LM head unused) and one task head.
+
+    n_outputs: the number of classes (classification, token) or of regression targets."""
+
+    def __init__(self, trunk: Transformer, task: str, n_outputs: int, pool: str = "mean", dropout: float = 0.0):
+        super().__init__()
+        if task not in TASKS:
+            raise ConfigError("task", task, " | ".join(TASKS))
+        if task != "token" and pool not in SEQUENCE_POOLS:
+            raise ConfigError("finetune.pool", pool, " | ".join(SEQUENCE_POOLS))
+        minimum = 1 if task == "regression" else 2
+        if isinstance(n_outputs, bool) or not isinstance(n_outputs, int) or n_outputs < minimum:
+            raise ConfigError("n_outputs", n_outputs, f"an integer >= {minimum}",
+                              reason="a classifier needs two classes or more" if minimum == 2 else None)
+        self.trunk, self.task, self.pool = trunk, task, pool
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
+        self.head = nn.Linear(trunk.config.d_model, n_outputs)
+        nn.init.normal_(self.head.weight, 0.0, trunk.config.init_std)
+        nn.init.zeros_(self.head.bias)
+        self.register_buffer("target_mean", torch.zeros(n_outputs))
+        self.register_buffer("target_std", torch.ones(n_outputs))
+
+    def set_target_scale(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """The training targets' mean and standard deviation (regression); a zero spread is refused."""
+        if self.task != "regression":
+            raise InputError("target standardisation belongs to regression heads")
+        if bool((std <= 0).any()):
+            raise InputError("the training targets do not vary (standard deviation 0): nothing to regress")
+        self.target_mean.copy_(mean)
+        self.target_std.copy_(std)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, content_mask: torch.Tensor,
+                labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B,) class ids, (B, n_outputs) values in the label's unit, or (B, T) token classes (-100: none)."""
+        hidden = self.trunk.encode(input_ids, attention_mask).last_hidden_state
+        x = hidden if self.task == "token" else pool_tokens(hidden, content_mask, self.pool)
+        logits = self.head(x if self.dropout is None else self.dropout(x))
+        if self.task == "regression":
+            predictions = logits.detach() * self.target_std + self.target_mean
+        else:
+            predictions = logits.detach().argmax(-1)
+        return TaskOutput(logits, predictions, None if labels is None else self.loss(logits, labels))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.task == "regression":
+            return F.mse_loss(logits.float(), ((labels - self.target_mean) / self.target_std).float())
+        if self.task == "token":
+            if labels.shape != logits.shape[:-1]:
+                raise InputError(f"token labels must have the shape of input_ids {tuple(logits.shape[:-1])}, "
+                                 f"got {tuple(labels.shape)}")
+            if not bool((labels != IGNORE_INDEX).any()):
+                return logits.sum() * 0.0  # no labelled token in this batch: a zero that keeps the graph
+            return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(logits.float(), labels)

@@ -1,0 +1,127 @@
+"""Fine-tuning configs: the `finetune` node of `TrainConfig` (mirrored by conf/experiment/finetune*.yaml).
+
+A run fine-tunes when `task` is set (`classification | regression | token`): it starts from `init_from` (anything
+`biotf.load_pretrained` reads), reads labels from `data.label_column`, splits the labelled records with
+`finetune.split` and trains a task head (`biotf.model.tasks`) with the trunk frozen, fully trained or adapted
+with LoRA (`finetune.mode`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from biotf.data.splits import METHODS
+from biotf.errors import ConfigError
+from biotf.model.lora import TARGETS
+from biotf.model.tasks import SEQUENCE_POOLS
+
+MODES = ("full", "frozen", "lora")
+MONITORS = ("loss", "accuracy", "f1", "mcc", "rmse", "spearman")
+
+
+@dataclass
+class LoRAConfig:
+    """Low-rank adapters on the trunk's linear layers named in `targets` (`biotf.model.lora`), mode=lora only."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: ["qkv", "out"])
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ConfigError("finetune.lora.rank", self.rank, "an integer >= 1")
+        if not self.alpha > 0:
+            raise ConfigError("finetune.lora.alpha", self.alpha, "a number > 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("finetune.lora.dropout", self.dropout, "0 <= dropout < 1")
+        if not self.targets or any(t not in TARGETS for t in self.targets):
+            raise ConfigError("finetune.lora.targets", list(self.targets), "a non-empty list of " + " | ".join(TARGETS))
+
+
+@dataclass
+class SplitConfig:
+    """How labelled records are split into train / validation / test (`biotf.data.splits`); whole groups go to
+    one side. group_column: the input column naming the groups (method=group). identity: the sequence identity
+    that links two records (method=identity); kmer: its k (null: automatic)."""
+
+    method: str = "random"
+    validation: float = 0.1
+    test: float = 0.1
+    group_column: Optional[str] = None
+    identity: float = 0.6
+    kmer: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError("finetune.split.method", self.method, " | ".join(METHODS))
+        for key in ("validation", "test"):
+            if not 0.0 < getattr(self, key) < 1.0:
+                raise ConfigError(f"finetune.split.{key}", getattr(self, key), "a fraction in (0, 1)")
+        if self.validation + self.test >= 1.0:
+            raise ConfigError("finetune.split.test", self.test, f"< {1 - self.validation:g} (1 - validation)")
+        if self.method == "group" and not self.group_column:
+            raise ConfigError("finetune.split.group_column", self.group_column, "a column of the input",
+                              reason="finetune.split.method=group names its groups by a column")
+        if not 0.0 < self.identity <= 1.0:
+            raise ConfigError("finetune.split.identity", self.identity, "a fraction in (0, 1]")
+
+
+@dataclass
+class FinetuneConfig:
+    """mode: full (every weight trains) | frozen (the head alone: a linear probe by gradient descent) | lora.
+    pool: how a sequence head pools token vectors (mean | cls | max over content tokens, as `biotf embed`).
+    head_dropout: dropout on the head's input. trunk_lr: learning rate of the trunk's weights (full, lora);
+    null means optim.lr. patience: validations without improvement of `monitor` before training stops early.
+    monitor: the validation metric that picks the best checkpoint (loss, or a metric of the task)."""
+
+    mode: str = "full"
+    pool: str = "mean"
+    head_dropout: float = 0.1
+    trunk_lr: Optional[float] = None
+    patience: int = 5
+    monitor: str = "loss"
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError("finetune.mode", self.mode, " | ".join(MODES))
+        if self.pool not in SEQUENCE_POOLS:
+            raise ConfigError("finetune.pool", self.pool, " | ".join(SEQUENCE_POOLS))
+        if not 0.0 <= self.head_dropout < 1.0:
+            raise ConfigError("finetune.head_dropout", self.head_dropout, "0 <= dropout < 1")
+        if self.trunk_lr is not None and not self.trunk_lr > 0:
+            raise ConfigError("finetune.trunk_lr", self.trunk_lr, "a number > 0, or null (optim.lr)")
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1:
+            raise ConfigError("finetune.patience", self.patience, "an integer >= 1")
+        if self.monitor not in MONITORS:
+            raise ConfigError("finetune.monitor", self.monitor, " | ".join(MONITORS))
+
+
+def check_finetune(task: str | None, init_from: str | None, label_column: str | None,
+                   finetune: FinetuneConfig) -> None:
+    """Cross-field checks of a fine-tuning run (`task` set), before any data is read."""
+    from pathlib import Path
+
+    from biotf.model.tasks import TASKS
+
+    if task is None:
+        if init_from is not None:
+            raise ConfigError("task", None, " | ".join(TASKS),
+                              reason="init_from starts a fine-tuning run, which needs a task")
+        return
+    if task not in TASKS:
+        raise ConfigError("task", task, " | ".join(TASKS))
+    if init_from is None:
+        raise ConfigError("init_from", None, "a biotf run, checkpoint, exported model or HF ESM-2 / Qwen2 directory",
+                          reason="fine-tuning starts from a pretrained model")
+    if not Path(init_from).exists():
+        raise ConfigError("init_from", init_from, reason="no such file or directory")
+    if not label_column:
+        raise ConfigError("data.label_column", label_column, "the input column holding the labels",
+                          reason=f"task={task} trains on labels")
+    allowed = ("loss", "rmse", "spearman") if task == "regression" else ("loss", "accuracy", "f1", "mcc")
+    if finetune.monitor not in allowed:
+        raise ConfigError("finetune.monitor", finetune.monitor, " | ".join(allowed), reason=f"for task={task}")

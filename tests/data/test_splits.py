@@ -1,0 +1,147 @@
+"""Leakage-aware splits: whatever the method, no group, cluster or scaffold has records on two sides."""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from biotf.data.splits import MIN_SHARED, assign, automatic_k, exact_groups, identity_clusters, scaffold_groups, split_groups
+from biotf.errors import ConfigError, InputError
+
+AMINO = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def mutate(sequence: str, rate: float, rng: random.Random) -> str:
+    return "".join(rng.choice(AMINO) if rng.random() < rate else c for c in sequence)
+
+
+def families(n_families: int = 12, members: int = 5, length: int = 150, rate: float = 0.08, seed: int = 0):
+    rng = random.Random(seed)
+    sequences, family = [], []
+    for f in range(n_families):
+        root = "".join(rng.choice(AMINO) for _ in range(length + rng.randrange(50)))
+        for _ in range(members):
+            sequences.append(mutate(root, rate, rng))
+            family.append(f)
+    return sequences, np.array(family)
+
+
+def assert_apart(groups: np.ndarray, splits: np.ndarray) -> None:
+    sides = defaultdict(set)
+    for group, split in zip(groups.tolist(), splits.tolist()):
+        sides[group].add(split)
+    assert all(len(s) == 1 for s in sides.values()), {g: s for g, s in sides.items() if len(s) > 1}
+
+
+def linked(a: str, b: str, k: int, threshold: float) -> bool:
+    """The rule of the module docstring, from Python sets: (shared / k-mers of the shorter)^(1/k) >= threshold
+    with at least MIN_SHARED k-mers shared."""
+    ka = {a[i:i + k] for i in range(len(a) - k + 1)}
+    kb = {b[i:i + k] for i in range(len(b) - k + 1)}
+    shared = len(ka & kb)
+    return shared >= MIN_SHARED and (shared / min(len(ka), len(kb))) ** (1 / k) >= threshold
+
+
+def test_assign_keeps_groups_whole_and_near_the_fractions():
+    groups = np.repeat(np.arange(200), np.random.default_rng(0).integers(1, 6, 200))
+    splits = assign(groups, validation=0.1, test=0.2, seed=3)
+    assert_apart(groups, splits)
+    shares = {name: float(np.mean(splits == name)) for name in ("train", "validation", "test")}
+    assert shares == pytest.approx({"train": 0.7, "validation": 0.1, "test": 0.2}, abs=0.02)
+    assert not np.array_equal(splits, assign(groups, 0.1, 0.2, seed=4))  # the seed deals groups differently
+    np.testing.assert_array_equal(splits, assign(groups, 0.1, 0.2, seed=3))
+
+
+def test_a_group_larger_than_the_test_share_goes_to_train():
+    groups = np.r_[np.zeros(300, np.int64), np.arange(1, 701)]  # one group of 300 among 700 singletons
+    for seed in range(10):
+        splits = assign(groups, validation=0.1, test=0.1, seed=seed)
+        assert set(splits[:300].tolist()) == {"train"}
+        assert abs(np.mean(splits == "test") - 0.1) < 0.01
+
+
+def test_identity_clusters_recover_families_of_homologs():
+    sequences, family = families()
+    assert automatic_k(sequences) == 5  # 20 amino acids: 20^-5 = 3e-7 <= 10^-6 < 20^-4
+    clusters = identity_clusters(sequences, threshold=0.5)
+    # members of a family are ~85% identical, unrelated proteins share no 5-mer by chance at this size
+    np.testing.assert_array_equal(exact_groups([str(f) for f in family]), clusters)
+    assert len(set(identity_clusters(sequences, threshold=0.99).tolist())) == len(sequences)
+    splits = assign(clusters, 0.2, 0.2, seed=0)
+    assert_apart(family, splits)
+
+
+@pytest.mark.parametrize("threshold", [0.6, 0.8])
+def test_no_pair_across_identity_splits_reaches_the_threshold(threshold):
+    sequences, _ = families(n_families=8, members=4, rate=0.15, seed=1)
+    rng = random.Random(2)
+    sequences += [mutate(s, 0.3, rng) for s in sequences[::3]]  # distant relatives around the threshold
+    groups = split_groups("identity", sequences, [str(i) for i in range(len(sequences))], identity=threshold)
+    splits = assign(groups, 0.2, 0.2, seed=0)
+    for i in range(len(sequences)):
+        for j in range(i + 1, len(sequences)):
+            if linked(sequences[i], sequences[j], 5, threshold):
+                assert groups[i] == groups[j] and splits[i] == splits[j], (i, j)
+
+
+def test_identity_split_on_uci_splice_keeps_duplicates_and_near_copies_together(shared_data):
+    with open(shared_data / "dna" / "uci_splice.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    sequences = [r["sequence"].strip() for r in rows[:600]]
+    groups = identity_clusters(sequences, threshold=0.9)
+    splits = assign(groups, 0.1, 0.1, seed=0)
+    assert_apart(exact_groups(sequences), splits)
+    k = automatic_k(sequences)
+    assert k in (10, 11)  # near-uniform ACGT: 4^-10 ~ 10^-6 (this GC-rich subset needs 11); rare N, D, R, S count little
+    for i in range(0, 600, 7):  # a sample of pairs, brute force
+        for j in range(600):
+            if splits[i] != splits[j]:
+                assert not linked(sequences[i], sequences[j], k, 0.9)
+
+
+def test_scaffold_split_keeps_scaffolds_apart(shared_data):
+    pytest.importorskip("rdkit")
+    from rdkit import Chem
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    with open(shared_data / "smiles" / "molnet_esol.csv") as handle:
+        smiles = [row["smiles"].strip() for row in csv.DictReader(handle)]
+    groups = scaffold_groups(smiles, [str(i) for i in range(len(smiles))])
+    splits = assign(groups, 0.1, 0.1, seed=0)
+    by_scaffold = defaultdict(set)
+    for s, split in zip(smiles, splits):
+        scaffold = Chem.MolToSmiles(MurckoScaffold.GetScaffoldForMol(Chem.MolFromSmiles(s)))
+        by_scaffold[scaffold].add(split)
+    assert all(len(sides) == 1 for sides in by_scaffold.values())
+    assert len(by_scaffold) > 200 and {"train", "validation", "test"} == set(splits.tolist())
+    assert groups[smiles.index("c1ccccc1")] == groups[smiles.index("Cc1ccccc1")]  # benzene, toluene: one scaffold
+
+
+def test_group_and_random_splits_keep_their_units_whole():
+    sequences = ["AAA", "CCC", "AAA", "GGG", "TTT", "CCC", "ACG", "TGA"]
+    groups = ["g1", "g1", "g1", "g2", "g2", "g3", "g3", "g4"]
+    ids = [str(i) for i in range(8)]
+    by_column = split_groups("group", sequences, ids, groups)
+    assert_apart(exact_groups(groups), assign(by_column, 0.25, 0.25))
+    random_groups = split_groups("random", sequences, ids)
+    assert_apart(exact_groups(sequences), assign(random_groups, 0.25, 0.25))  # duplicates stay together
+
+
+def test_bad_split_settings_are_refused():
+    with pytest.raises(ConfigError, match="split.method"):
+        split_groups("kmeans", ["A"], ["1"])
+    with pytest.raises(ConfigError, match="split.group_column"):
+        split_groups("group", ["A"], ["1"])
+    with pytest.raises(ConfigError, match="split.identity"):
+        identity_clusters(["ACGT"], 1.5)
+    with pytest.raises(ConfigError, match="split.test"):
+        assign(np.arange(10), 0.5, 0.5)
+    with pytest.raises(InputError, match="only 2 group"):
+        assign(np.array([0, 0, 1]), 0.2, 0.2)
+    pytest.importorskip("rdkit")
+    with pytest.raises(InputError, match="record 'bad'"):
+        scaffold_groups(["c1ccccc1", "C1CC"], ["ok", "bad"])

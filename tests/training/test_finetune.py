@@ -1,0 +1,189 @@
+"""Fine-tuning end to end on a tiny pretrained model: each mode trains, the split is recorded and keeps groups
+apart, the best checkpoint is exported, `biotf predict` reproduces the run's test predictions, LoRA leaves the
+base trunk unchanged and its adapter alone rebuilds the fine-tuned model."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from safetensors.torch import load_file
+
+from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.resources import CONF_DIR
+from biotf.training.config import register_configs, validate
+from training_helpers import run_script
+
+AMINO = "ACDEFGHIKLMNPQRSTVY"  # no W: the classification label is "has a W"
+register_configs()
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """base/: a tiny exported bidirectional model with the protein tokenizer; labelled.csv: 240 proteins with a
+    class (contains W), a value (K count + W count / 2), per-residue labels (H for AELMQKRH, else C), a family."""
+    from biotf.inference.loading import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    root = tmp_path_factory.mktemp("finetune")
+    tokenizer = build_tokenizer({"kind": "protein"})
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("tiny", causal=False, vocab_size=tokenizer.vocab_size))
+    save_pretrained(model, tokenizer, root / "base")
+    rng = random.Random(0)
+    lines = ["id,sequence,label,value,ss,family"]
+    for i in range(240):
+        n = rng.randrange(15, 40)
+        sequence = "".join(rng.choice(AMINO) for _ in range(n))
+        if i % 2:
+            p = rng.randrange(n - 3)
+            sequence = sequence[:p] + "WWW" + sequence[p + 3:]
+        ss = "".join("H" if c in "AELMQKRH" else "C" for c in sequence)
+        label = "yes" if "W" in sequence else ("" if i == 4 else "no")  # record p4 is unlabelled
+        lines.append(f"p{i},{sequence},{label},{sequence.count('K') + 0.5 * sequence.count('W')},{ss},f{i % 17}")
+    (root / "labelled.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def overrides(root: Path, *extra: str) -> list[str]:
+    return ["experiment=finetune", f"init_from={root / 'base'}", f"data.path={root / 'labelled.csv'}",
+            "data.id_column=id", "data.max_length=64", "data.batch_size=16", "trainer.max_steps=60",
+            "trainer.val_check_interval=10", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
+            "optim.warmup_steps=5", "finetune.trunk_lr=3e-3", *extra]
+
+
+def config(root: Path, *extra: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return validate(compose(config_name="config", overrides=overrides(root, *extra)))
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_predictions(pretrained, tmp_path):
+    run = tmp_path / "run"
+    result = run_script(overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run / "finetune.json").read_text())
+    assert summary["dropped"] == {"unlabelled": 1}
+    assert summary["split"]["records"] == {"train": 191, "validation": 24, "test": 24}
+    assert summary["test"]["accuracy"] >= 0.9 and summary["test"]["mcc"] >= 0.8, summary["test"]
+    assert summary["classes"] == ["no", "yes"]
+    split = read_tsv(run / "split.tsv")
+    assert len(split) == 239 and {r["split"] for r in split} == {"train", "validation", "test"}
+    test_ids = {r["id"] for r in split if r["split"] == "test"}
+    expected = {r["id"]: r["prediction"] for r in read_tsv(run / "predictions_test.tsv")}
+    assert set(expected) == test_ids
+
+    from biotf.cli import main
+
+    output = tmp_path / "predictions.tsv"
+    assert main(["predict", "--model", str(run), "--input", str(pretrained / "labelled.csv"), "--id-column", "id",
+                 "--output", str(output)]) == 0
+    predicted = {r["id"]: r for r in read_tsv(output)}
+    assert len(predicted) == 240  # predict needs no label: p4 too
+    assert all(predicted[i]["prediction"] == expected[i] for i in test_ids)
+    assert all(abs(float(r["p_no"]) + float(r["p_yes"]) - 1) < 1e-5 for r in predicted.values())
+
+
+def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_model(pretrained, tmp_path):
+    from biotf.inference.loading import load_pretrained
+    from biotf.inference.task import load_task_model
+    from biotf.model.lora import load_adapter
+    from biotf.training.finetune import train_task
+
+    cfg = config(pretrained, "data.label_column=value", "task=regression", "finetune.mode=lora",
+                 "finetune.lora.targets=[qkv,out,gate_up,down]", "finetune.monitor=spearman",
+                 "trainer.gradient_checkpointing=true", "finetune.split.method=identity")
+    summary = train_task(cfg, tmp_path)
+    assert summary.test["spearman"] > 0.6, summary.test
+    # rank 8 x (in + out) of qkv (32 -> 64), out (32 -> 32), gate_up (32 -> 128), down (64 -> 32), 2 blocks; head 33
+    assert summary.trainable_parameters == 2 * 8 * (96 + 64 + 160 + 96) + 33
+    base = load_file(str(pretrained / "base" / "model.safetensors"))
+    merged = load_file(str(tmp_path / "model" / "model.safetensors"))
+    assert set(merged) == set(base) and any(not torch.equal(merged[k], base[k]) for k in base)  # merged, changed
+    trunk, _ = load_pretrained(pretrained / "base")
+    load_adapter(trunk, tmp_path / "model" / "adapter.safetensors")
+    model, tokenizer, info = load_task_model(tmp_path)
+    ids = torch.tensor([tokenizer.encode("MKKWWLAAKR")])
+    with torch.no_grad():
+        torch.testing.assert_close(trunk.encode(ids).last_hidden_state, model.trunk.encode(ids).last_hidden_state,
+                                   rtol=1e-5, atol=1e-5)
+    assert info.task == "regression" and info.classes is None
+
+
+def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_unchanged(pretrained, tmp_path):
+    from biotf.training.finetune import train_task
+
+    cfg = config(pretrained, "data.label_column=ss", "task=token", "finetune.mode=frozen", "optim.lr=3e-2",
+                 "finetune.split.method=group", "finetune.split.group_column=family", "finetune.monitor=accuracy")
+    summary = train_task(cfg, tmp_path)
+    assert summary.test["accuracy"] > 0.75, summary.test  # H/C is a function of the residue: linear in its vector
+    families = {}
+    with open(pretrained / "labelled.csv") as handle:
+        family = {row["id"]: row["family"] for row in csv.DictReader(handle)}
+    for row in read_tsv(tmp_path / "split.tsv"):
+        families.setdefault(family[row["id"]], set()).add(row["split"])
+    assert all(len(sides) == 1 for sides in families.values())
+    base = load_file(str(pretrained / "base" / "model.safetensors"))
+    tuned = load_file(str(tmp_path / "model" / "model.safetensors"))
+    assert all(torch.equal(tuned[k], base[k]) for k in base)
+
+
+def test_the_composed_model_group_does_not_limit_a_fine_tuning_run(pretrained):
+    """experiment=finetune's max_length (1024) exceeds the default model group's 512: init_from's model counts."""
+    assert config(pretrained, "data.label_column=label", "data.max_length=1024").data.max_length == 1024
+
+
+def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
+    with pytest.raises(ConfigError, match="data.label_column"):
+        config(pretrained, "data.label_column=null")
+    with pytest.raises(ConfigError, match="finetune.monitor.*rmse"):
+        config(pretrained, "data.label_column=value", "task=regression", "finetune.monitor=accuracy")
+    with pytest.raises(ConfigError, match="finetune.split.group_column"):
+        config(pretrained, "data.label_column=label", "finetune.split.method=group")
+    with pytest.raises(ConfigError, match="init_from"):
+        config(pretrained, "data.label_column=label", f"init_from={tmp_path / 'missing'}")
+    from biotf.training.finetune import train_task
+
+    with pytest.raises(InputError, match="column 'labels' not found"):
+        train_task(config(pretrained, "data.label_column=labels"), tmp_path / "a")
+    with pytest.raises(InputError, match="record 'p0': label 'no' is not a number"):
+        train_task(config(pretrained, "data.label_column=label", "task=regression", "finetune.monitor=rmse"),
+                   tmp_path / "b")
+    with pytest.raises(BiotfError, match="not a fine-tuned model"):
+        from biotf.inference.task import load_task_model
+
+        load_task_model(pretrained / "base")
+
+
+def test_gradient_checkpointing_switch_reaches_language_model_runs(tmp_path, cache_dir, monkeypatch):
+    """trainer.gradient_checkpointing recomputes every block in backward in a masked-LM run too."""
+    from biotf.model.block import Block
+    from biotf.training import entry
+    from training_helpers import TINY
+
+    monkeypatch.chdir(tmp_path)
+    forward, calls = Block.forward, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.training)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(Block, "forward", counted)
+    training_calls = {}
+    for switch in ("false", "true"):
+        calls.clear()
+        assert entry.main(["experiment=protein_mlm", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=5",
+                           f"trainer.gradient_checkpointing={switch}", f"data.cache_dir={cache_dir}",
+                           f"hydra.run.dir={tmp_path / switch}"]) == 0
+        training_calls[switch] = sum(calls)
+    assert training_calls == {"false": 2 * 2, "true": 2 * 2 * 2}  # 2 steps x 2 blocks, each run again in backward
