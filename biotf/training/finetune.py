@@ -30,6 +30,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
+from biotf.checkpoint import read_checkpoint
 from biotf.data import ReaderOptions, read_records
 from biotf.data.splits import assign, split_groups
 from biotf.errors import InputError
@@ -40,6 +41,7 @@ from biotf.model.loss import IGNORE_INDEX
 from biotf.model.lora import apply_lora, merge_lora, save_adapter
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
+from biotf.training.callbacks import VerifiedCheckpointIO
 from biotf.training.config import TrainConfig, to_plain
 from biotf.training.metrics import LOWER_IS_BETTER, task_metrics
 from biotf.training.optim import WarmupCosine, parameter_groups
@@ -361,7 +363,7 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
 
     best = trainer.checkpoint_callback.best_model_path or str(run_dir / CHECKPOINT_DIR / "last.ckpt")
     if Path(best).is_file():
-        module.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
+        module.load_state_dict(read_checkpoint(best)["state_dict"])  # its CRC-32 checked
     results = {name: evaluate(module, loaders[name]) for name in ("validation", "test")}
     write_predictions(run_dir / "predictions_test.tsv", data, rows["test"], results["test"][1], config.task)
     _export(module.model, tokenizer, config, data.classes, run_dir, run_config)
@@ -402,6 +404,8 @@ def _trainer(config: TrainConfig, run_dir: Path) -> L.Trainer:
         gradient_clip_val=trainer.gradient_clip_val or None, log_every_n_steps=trainer.log_every_n_steps,
         accumulate_grad_batches=trainer.accumulate_grad_batches,
         logger=CSVLogger(save_dir=run_dir, name="", version=""), callbacks=callbacks, default_root_dir=run_dir,
+        # Checkpoints as a language-model run writes them: atomic, the user's umask, a content CRC-32.
+        plugins=[VerifiedCheckpointIO()],
         enable_progress_bar=trainer.enable_progress_bar, enable_model_summary=False, num_sanity_val_steps=0)
 
 

@@ -136,6 +136,17 @@ def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_u
     base = load_file(str(pretrained / "base" / "model.safetensors"))
     tuned = load_file(str(tmp_path / "model" / "model.safetensors"))
     assert all(torch.equal(tuned[k], base[k]) for k in base)
+    # The best checkpoint is written as a language-model run's: with a content CRC-32, which catches damage.
+    from biotf.checkpoint import DIGEST_KEY, read_checkpoint
+    from biotf.errors import CheckpointError
+
+    best = Path(summary.best_checkpoint)
+    assert DIGEST_KEY in torch.load(best, weights_only=True) and read_checkpoint(best)["state_dict"]
+    damaged = bytearray(best.read_bytes())
+    damaged[len(damaged) // 2:len(damaged) // 2 + 100] = bytes(100)
+    best.write_bytes(bytes(damaged))
+    with pytest.raises(CheckpointError):
+        read_checkpoint(best)
 
 
 def test_the_composed_model_group_does_not_limit_a_fine_tuning_run(pretrained):
