@@ -10,6 +10,7 @@ Safety: weights are read with `torch.load(weights_only=True)` or safetensors, ne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,8 +70,12 @@ def read_payload(path: str | Path) -> dict[str, Any] | None:
 
 
 def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | Path,
-                    train_config: dict[str, Any] | None = None) -> Path:
-    """Write config.json, model.safetensors and tokenizer.json into a new `directory`, all or nothing."""
+                    train_config: dict[str, Any] | None = None,
+                    also_write: Callable[[Path], None] | None = None) -> Path:
+    """Write config.json, model.safetensors and tokenizer.json into a new `directory`, all or nothing.
+
+    `also_write(staging)` adds files of its own (a fine-tuned model's head) before the directory appears, so that
+    they too are all or nothing and get the user's umask."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -84,6 +89,8 @@ def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | P
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         save_file(state, str(staging / WEIGHTS_FILE))
         tokenizer.save(staging)
+        if also_write is not None:
+            also_write(staging)
     return directory
 
 

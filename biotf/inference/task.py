@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from biotf.checkpoint import save_pretrained
 from biotf.errors import CheckpointError, ConfigError, InputError
-from biotf.inference.loading import load_pretrained, save_pretrained
+from biotf.inference.loading import load_pretrained
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
 
@@ -71,15 +72,16 @@ def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tok
 
 def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, directory: Path,
                     train_config: dict[str, Any] | None = None) -> Path:
-    """Write the exported trunk, the head and task.json into a new `directory`."""
+    """Write the exported trunk, the head and task.json into a new `directory`, all or nothing."""
     from safetensors.torch import save_file
 
-    save_pretrained(model.trunk, tokenizer, directory, train_config)
-    head = {f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
-    head.update(target_mean=model.target_mean.contiguous(), target_std=model.target_std.contiguous())
-    save_file(head, str(directory / HEAD_FILE))
-    (directory / TASK_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
-    return directory
+    def write_head(staging: Path) -> None:
+        head = {f"head.{k}": v.contiguous() for k, v in model.head.state_dict().items()}
+        head.update(target_mean=model.target_mean.contiguous(), target_std=model.target_std.contiguous())
+        save_file(head, str(staging / HEAD_FILE))
+        (staging / TASK_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
+
+    return save_pretrained(model.trunk, tokenizer, directory, train_config, also_write=write_head)
 
 
 def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]:

@@ -129,10 +129,19 @@ def test_files_get_the_users_umask(model, tmp_path):
         directory = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
         checkpoint = lightning_checkpoint(model, tmp_path / "last.ckpt")
         plain = atomic_write(tmp_path / "plain.txt", lambda path: path.write_text("x"))
+        # A fine-tuned model's export: its head and task.json are written inside the same all-or-nothing directory.
+        from biotf.inference.task import HEAD_FILE, TASK_FILE, TaskInfo, save_task_model
+        from biotf.model.tasks import TaskModel
+
+        info = TaskInfo("classification", ["a", "b"], "mean", 64, "crop")
+        tuned = save_task_model(TaskModel(model, "classification", 2, pool="mean"), AminoAcidTokenizer(), info,
+                                tmp_path / "tuned")
     finally:
         os.umask(previous)
-    assert directory.stat().st_mode & 0o777 == 0o750
-    for path in [*directory.iterdir(), checkpoint, plain]:
+    assert {HEAD_FILE, TASK_FILE} <= {path.name for path in tuned.iterdir()}
+    for folder in (directory, tuned):
+        assert folder.stat().st_mode & 0o777 == 0o750
+    for path in [*directory.iterdir(), *tuned.iterdir(), checkpoint, plain]:
         assert path.stat().st_mode & 0o777 == 0o640, path
 
 
