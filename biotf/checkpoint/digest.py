@@ -5,9 +5,8 @@ weight tensor load silently (and training would resume on them). The digest walk
 it is saved and as it is loaded, the same way: every tensor's dtype, shape and raw bytes, every key,
 and the repr of every other value (ints, floats, strings: the step counters and loop states), so a
 change anywhere in what is read back changes it. CRC-32 (zlib, as the token cache uses) finds
-accidental damage, which is what it is for. Measured on the shared 2-core machine: 12 ms for a 10 MB
-checkpoint (the default run's, optimizer state included; zlib alone 0.7 GB/s), paid at each write and
-load, never per training step.
+accidental damage, which is what it is for; its cost is paid at each write and load, never per training
+step (docs/benchmarks.md).
 """
 
 from __future__ import annotations

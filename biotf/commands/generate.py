@@ -72,6 +72,7 @@ def read_prompts(path: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
 
     prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if len(prompts) == 1:
         streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     start = time.perf_counter()
-    new = generate_ids(model, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
+    new = generate_ids(optimize_for_decoding(model), ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
                        eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, on_token=streamer)
     seconds = time.perf_counter() - start
     if streamer is not None:

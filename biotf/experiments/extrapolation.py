@@ -85,6 +85,7 @@ def evaluate_lengths(config: TrainConfig, run_dir: Path, lengths: tuple[int, ...
     cannot take that length). The validation stream is cut into blocks of the longest length, and each
     of those into blocks of every shorter one, so every length scores the same tokens."""
     from biotf.inference.loading import load_pretrained
+    from biotf.model.loss import language_model_loss
     from biotf.training.run import prepare_data
 
     model, tokenizer = load_pretrained(run_dir)
@@ -106,7 +107,7 @@ def evaluate_lengths(config: TrainConfig, run_dir: Path, lengths: tuple[int, ...
         total = 0.0
         for batch in rows.split(max(1, EVAL_TOKENS_PER_BATCH // length)):
             # Each row has length - 1 targets; only the loss is needed, not the (rows x length x vocab) logits.
-            total += float(model(batch, labels=batch, return_logits=False).loss) * len(batch)
+            total += float(language_model_loss(model, batch, batch, fused=True).loss) * len(batch)
         losses[length] = total / len(rows)
     return losses
 

@@ -7,11 +7,11 @@ How it works, and where each convention comes from (`transformers`' `generate`, 
 output is token for token the same):
 - Prompts of different lengths are left-padded into one batch; the attention mask hides the pads and
   the model counts position ids over real tokens only, so a padded prompt continues exactly as alone.
-- The model's matrices are first put in the layout its device decodes fastest (`biotf.model.layout`: on
-  CPU float32 stored transposed, which MKL reads at about twice the bandwidth); values do not change.
-- One prefill forward fills the `KVCache` (preallocated for prompt + new tokens); the LM head sees the
-  last position only (HF's `logits_to_keep=1`): the others' logits are never needed. Each further step
-  feeds one token per row.
+- `model` is a Transformer, or the `DecodingModel` of `biotf.inference.fast.optimize_for_decoding(model)`
+  (its weights in the layout its device decodes fastest: faster, the same tokens); a Transformer is used
+  as it is, never changed.
+- One prefill forward fills the `KVCache` (preallocated for prompt + new tokens); the last block's MLP
+  and the LM head see the last position only. Each further step feeds one token per row.
 - Next-token scores (float32): repetition penalty over prompt and generated ids (HF
   `RepetitionPenaltyLogitsProcessor`), then temperature, top-k, top-p (HF's warpers, in that order);
   temperature 0 is greedy argmax. Sampling draws from a `torch.Generator` seeded with `seed`.
@@ -30,7 +30,7 @@ import torch
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.inference.chat import render_chat
 from biotf.model import KVCache, Transformer
-from biotf.model.layout import arrange_for_decoding
+from biotf.inference.fast import DecodingModel
 from biotf.tokenizers.base import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -140,26 +140,23 @@ def fit_prompts(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_lengt
 
 
 @torch.inference_mode()
-def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 32,
+def generate_ids(model: Transformer | DecodingModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 32,
                  sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (), pad_token_id: int | None = None,
                  seed: int | None = None, on_token: TokenCallback | None = None,
                  truncate_prompt: bool = False) -> list[list[int]]:
     """New token ids for each prompt (lists of ids), up to and including the eos that stopped it.
 
     `pad_token_id` fills left padding and finished rows (default: the first eos id, else 0); pads are masked,
-    so their value never changes a real token's output. The model's weights are left in their decoding layout
-    (`arrange_for_decoding`: strides only).
+    so their value never changes a real token's output.
     """
-    if not model.config.causal:
-        raise ConfigError("causal", False, "true", reason="generation needs a causal (decoder) model")
+    decoder = model if isinstance(model, DecodingModel) else DecodingModel(model)
     check_int("max_new_tokens", max_new_tokens)
     if not prompts:
         return []
-    prompts = fit_prompts(prompts, max_new_tokens, model.config.max_seq_len, truncate_prompt)
+    prompts = fit_prompts(prompts, max_new_tokens, decoder.config.max_seq_len, truncate_prompt)
     if pad_token_id is None:
         pad_token_id = next(iter(eos_token_ids), 0)
-    arrange_for_decoding(model)
-    device = model.device
+    device = decoder.device
     generator = None
     if not sampling.greedy:
         generator = torch.Generator(device=device)
@@ -169,12 +166,12 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_ne
             generator.manual_seed(seed)
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]
-    cache = KVCache(model.config.n_layers, initial_capacity=ids.shape[1] + max_new_tokens)
+    cache = KVCache(decoder.config.n_layers, initial_capacity=ids.shape[1] + max_new_tokens)
     eos = set(eos_token_ids)
     finished = [False] * batch
     tokens = ids  # prompt (padded) + generated, for the repetition penalty
     new: list[list[int]] = [[] for _ in range(batch)]
-    logits = model(ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    logits = decoder(ids, mask, cache)
     for step in range(max_new_tokens):
         # Bookkeeping on Python ints: the chosen ids come to the host once per step anyway (to stream them).
         chosen = next_tokens(logits, tokens, sampling, generator).tolist()
@@ -193,7 +190,7 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], *, max_ne
             tokens = torch.cat([tokens, step_ids], dim=1)
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
-        logits = model(step_ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
+        logits = decoder(step_ids, mask, cache)
     return new
 
 
@@ -236,7 +233,7 @@ def chat_prompt(tokenizer: Tokenizer, prompt: str, system: str | None = None) ->
     return render_chat(tokenizer, messages, add_generation_prompt=True)
 
 
-def generate(model: Transformer, tokenizer: Tokenizer, prompts: str | Sequence[str], *, max_new_tokens: int = 32,
+def generate(model: Transformer | DecodingModel, tokenizer: Tokenizer, prompts: str | Sequence[str], *, max_new_tokens: int = 32,
              temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
              repetition_penalty: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, eos_token_ids: Sequence[int] | None = None,

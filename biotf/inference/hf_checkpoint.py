@@ -149,14 +149,14 @@ def _read_checked_config(directory: Path, supported: Mapping[str, str], purpose:
 
 
 def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> tuple[Transformer, Tokenizer]:
-    """Model (eval mode, CPU, `dtype`, matrices in their decoding layout) and tokenizer of a Qwen2 or ESM checkpoint
+    """Model (eval mode, CPU, `dtype`) and tokenizer of a Qwen2 or ESM checkpoint
     directory, by its model_type. An ESM encoder without masked-LM head (EsmModel, a classifier) loads with
     `lm_head=False`: its hidden states and embeddings work, its logits are refused."""
     directory = Path(directory)
     dtype = parse_dtype(dtype)
     config = _read_checked_config(directory, ARCHITECTURES, "load")
     tokenizer = TOKENIZER_READERS[config["model_type"]](directory)
-    model = Transformer.from_hf(directory, dtype=dtype, for_decoding=True)
+    model = Transformer.from_hf(directory, dtype=dtype)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise CheckpointError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but the model's "
                               f"embedding only {model.config.vocab_size} rows: tokenizer and weights do not match")

@@ -5,13 +5,14 @@
     out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
 
 Modules: config (TransformerConfig; its presets are conf/model/*.yaml), positions, norms, attention, mlp,
-block, head (the masked-LM head transform), transformer, cache (KVCache), hf (Qwen2 weight mapping both ways,
-ESM into biotf), tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora
+block, head (the masked-LM head transform), transformer, cache (KVCache), loss (plain and fused LM loss), hf
+(Qwen2 weight mapping both ways, ESM into biotf), tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora
 (low-rank adapters).
 """
 
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.transformer import IGNORE_INDEX, Transformer, TransformerOutput, TrunkOutput
+from biotf.model.loss import IGNORE_INDEX
+from biotf.model.transformer import Transformer, TransformerOutput, TrunkOutput
 
 __all__ = ["IGNORE_INDEX", "KVCache", "Transformer", "TransformerConfig", "TransformerOutput", "TrunkOutput"]

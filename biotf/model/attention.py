@@ -15,7 +15,6 @@ from torch import nn
 
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.linear import Linear
 from biotf.model.positions import apply_rotary
 
 
@@ -24,9 +23,9 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.dropout = config.dropout
-        self.qkv = Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
+        self.qkv = nn.Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
                           bias=config.qkv_bias)
-        self.out = Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
+        self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,

@@ -31,15 +31,21 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
-                layer: int = 0, keep_last: int = 0) -> torch.Tensor:
-        """`keep_last` > 0: the output at the last that many positions only. Attention still sees (and caches) every
-        position; the MLP and norms after it act per position, so they run on the kept ones alone."""
+                layer: int = 0) -> torch.Tensor:
+        return self.feed_forward(self.attend(x, rotary, mask, is_causal, cache, layer))
+
+    def attend(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+               mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
+               layer: int = 0) -> torch.Tensor:
+        """The attention half: the stream after the attention branch (and its norm)."""
         if self.pre_norm:
-            x = x + self._branch(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer))
-            x = x[:, -keep_last:] if keep_last > 0 else x
+            return x + self._branch(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer))
+        return self.attn_norm(x + self._branch(self.attn(x, rotary, mask, is_causal, cache, layer)))
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP half, position by position: it may run on some positions alone (decoding's prefill)."""
+        if self.pre_norm:
             return x + self._branch(self.mlp(self.mlp_norm(x)))
-        x = self.attn_norm(x + self._branch(self.attn(x, rotary, mask, is_causal, cache, layer)))
-        x = x[:, -keep_last:] if keep_last > 0 else x
         return self.mlp_norm(x + self._branch(self.mlp(x)))
 
     def _branch(self, y: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from biotf.model.config import TransformerConfig
-from biotf.model.linear import Linear
 from biotf.model.norms import build_norm
 
 
@@ -24,7 +23,7 @@ class HeadTransform(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.norm = build_norm(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -63,7 +63,6 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
-from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
 from biotf.model.positions import rope_inverse_frequency
 
 if TYPE_CHECKING:  # the model class is passed in by `Transformer.from_hf`: this module does not import it
@@ -92,7 +91,7 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
     Lazy so that a mapping function which fuses tensors (q/k/v, gate/up) drops each source right after
     use: loading never holds a second full copy of the weights (issue 6: peak RSS <= 1.3x their size).
     A conversion to `dtype` that shrinks a tensor happens here, before fusing; one that grows it is left
-    to the loader, which makes it in the same copy as the layout (`load_hf`).
+    to the loader (`load_hf`), after fusing, so that the sources are never held in the larger dtype.
     """
 
     def __init__(self, files: Mapping[str, Path], dtype: torch.dtype | None = None):
@@ -416,10 +415,9 @@ LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
 }
 
 
-def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32,
-            for_decoding: bool = False) -> Transformer:
+def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
     """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see module
-    docstring); `for_decoding` stores its matrices in their decoding layout (`layout.py`) as they are read."""
+    docstring)."""
     if isinstance(model_or_directory, (str, PathLike)):
         directory = Path(model_or_directory)
         if not directory.is_dir():
@@ -448,21 +446,15 @@ def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torc
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise CheckpointError(f"tensor for {name} has shape {tuple(tensor.shape)}, the config implies "
                                   f"{tuple(expected[name].shape)}")
-    # One tensor at a time, each source dropped as it goes (with `for_decoding`, matrices are copied into their
-    # decoding layout here rather than rearranged later, which would hold two copies of the largest). Tensors
-    # read from files are fresh (memory-mapped copy-on-write); those of a model object are copied so that the
-    # two never share.
+    # One tensor at a time, each source dropped as it goes. Tensors read from files are fresh (memory-mapped
+    # copy-on-write); those of a model object are copied so that the two never share.
     # Parameters take `dtype`; buffers keep the dtype the model gives them (rotary frequencies stay float32).
-    matrices = decode_matrix_names(model) if for_decoding else set()
     parameters = dict(model.named_parameters())
     for name in list(state):
         source = state.pop(name).detach()
-        target = dtype if name in parameters else expected[name].dtype
-        tensor = decode_layout(source, dtype) if name in matrices else source.to(dtype=target)
+        tensor = source.to(dtype=dtype if name in parameters else expected[name].dtype)
         state[name] = tensor.clone() if directory is None and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
-    if for_decoding:
-        arrange_for_decoding(model)  # the layout is in place already; this sets how products run
     return model.eval()
 
 

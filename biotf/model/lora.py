@@ -14,7 +14,7 @@ q/k/v layers, gives each its own A: up to three times the rank for the same r).
 `LoRALinear` keeps the wrapped layer's `weight` and `bias` Parameters under their own names, so a state dict of
 an adapted model still holds the trunk's keys unchanged, plus `lora_a` / `lora_b` per target. `save_adapter`
 writes those alone (safetensors, with rank / alpha / targets in its metadata); `merge_lora` folds them into the
-weights and returns plain `Linear` layers.
+weights and returns plain nn.Linear layers.
 """
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from biotf.errors import ConfigError, InputError
-from biotf.model.linear import Linear, linear
 
 # The linear layers a target name may select (the attribute name of a `Linear` inside a block).
 TARGETS = ("qkv", "out", "up", "gate_up", "down")
 ADAPTER_KEYS = ("lora_a", "lora_b")
 
 
-class LoRALinear(Linear):
-    """A `Linear` whose weight and bias are frozen and whose output adds (alpha / rank) x A.T B.T."""
+class LoRALinear(nn.Linear):
+    """An nn.Linear whose weight and bias are frozen and whose output adds (alpha / rank) x A.T B.T."""
 
     def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float = 0.0):
         nn.Module.__init__(self)
@@ -56,11 +55,11 @@ class LoRALinear(Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         update = F.linear(F.linear(x if self.lora_dropout is None else self.lora_dropout(x), self.lora_a), self.lora_b)
-        return linear(x, self.weight, self.bias, self.weights_streamed) + self.scale * update
+        return F.linear(x, self.weight, self.bias) + self.scale * update
 
-    def merged(self) -> Linear:
-        """A plain `Linear` computing the same function (W + scale B A, same bias), trainable again."""
-        plain = Linear(self.in_features, self.out_features, bias=self.bias is not None,
+    def merged(self) -> nn.Linear:
+        """A plain nn.Linear computing the same function (W + scale B A, same bias), trainable again."""
+        plain = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
                        device=self.weight.device, dtype=self.weight.dtype)
         with torch.no_grad():
             plain.weight.copy_(self.weight + self.scale * (self.lora_b @ self.lora_a))

@@ -1,28 +1,31 @@
-"""The LM head and its cross-entropy in one pass over row chunks (the "chunked cross-entropy" lever).
+"""The language-model loss: mean cross-entropy over positions with a target (label -100 marks none).
 
-The plain way, `F.cross_entropy(hidden @ W.T, targets)`, writes and re-reads several (tokens x vocab)
-matrices: the logits, their log-softmax (kept for backward), the log-softmax gradient and the NLL
-gradient (zero-filled, then scattered). At vocab 8,192 and 2,048 tokens each is 64 MB, and on small CPUs
-allocating such fresh blocks (page faults) and sweeping them costs as much as the head's matmuls.
+Two ways to the same value and gradients:
+- `cross_entropy(logits, targets)`: the plain way, on logits the caller already has (`Transformer.forward`
+  with labels);
+- `linear_cross_entropy(hidden, weight, targets)`: the LM head and its cross-entropy fused, over row chunks.
+  The plain way writes and re-reads several (tokens x vocab) blocks (logits, log-softmax kept for backward,
+  its gradient); this computes each chunk's logits, softmax, loss and the gradients of the hidden states
+  and of the head's weight while the chunk is hot, and keeps only those gradients for backward. Logits
+  come back detached (or not at all): differentiate the loss.
 
-`linear_cross_entropy` instead walks over chunks of rows: for each it computes the logits chunk (written
-into the returned logits, or into one reused chunk-sized block when the caller needs no logits), its
-softmax and loss, the gradient softmax - one_hot (scaled by 1/number of targets) while the chunk is
-still hot, and right away the gradients of the hidden states and of the head's weight from it. Only those
-two (tokens x d_model and vocab x d_model) are kept for backward, which just scales them. The value and
-gradients equal those of `F.cross_entropy(logits.float(), targets, ignore_index=-100)` (mean over
-positions with a target; 0 rather than NaN when there is none).
-
-The returned logits are detached from the graph: differentiate the loss, not the logits (call the
-model without labels to get differentiable logits). The counts of scored and correctly predicted rows
-come from values the loss computes anyway, so a training step logs its accuracy without logits.
+`language_model_loss(model, ...)` is what training calls; the fused head is its explicit opt-in (`fused`,
+the training config's `trainer.fused_loss`). Each way also counts the scored positions and those whose
+target has the largest logit (ties count), so a training step logs accuracy without an argmax pass.
+Figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+import torch.nn.functional as F
+
+from biotf.errors import InputError
+
+if TYPE_CHECKING:  # the model passes itself in: this module does not import it
+    from biotf.model.transformer import Transformer
 
 IGNORE_INDEX = -100
 ROWS_PER_CHUNK = 512
@@ -45,7 +48,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         b = None if bias is None else bias.to(dtype)
         rows, vocab = h.shape[0], w.shape[0]
         # Without kept logits every chunk's are written into one chunk-sized scratch block: a fresh (tokens x vocab)
-        # block would be paged in anew on every step (28 ms of a 700 ms step at 2,048 tokens x 8,192).
+        # block would be paged in anew on every step.
         logits = h.new_empty(rows, vocab) if keep_logits else None
         scratch = None if keep_logits else h.new_empty(min(rows, ROWS_PER_CHUNK), vocab)
         valid = targets != IGNORE_INDEX
@@ -90,7 +93,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.mark_non_differentiable(*([logits] if keep_logits else []), count, correct)
         # The logits never get a gradient: without this, autograd would hand backward a zero-filled
-        # (tokens x vocab) tensor for them on every step (64 MB at 2,048 tokens x vocab 8,192).
+        # (tokens x vocab) tensor for them on every step.
         ctx.set_materialize_grads(False)
         return logits, total / denominator, count, correct
 
@@ -111,7 +114,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 class HeadLoss(NamedTuple):
-    """What `linear_cross_entropy` returns. `correct` counts the rows with a target whose target logit is the
+    """What the losses here return. `correct` counts the rows with a target whose target logit is the
     row's largest (ties count as correct: the accuracy a training log shows, found without an argmax pass)."""
 
     logits: torch.Tensor | None
@@ -131,3 +134,45 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad
                                               or (bias is not None and bias.requires_grad))
     return HeadLoss(*_LinearCrossEntropy.apply(hidden, weight, bias, targets, needs_grad, keep_logits))
+
+
+def lm_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The target of each position: labels[t] for a masked LM, labels[t + 1] for a causal one (HF's convention:
+    pass labels = input_ids). Shifting the labels rather than the logits (as HF's ForCausalLMLoss) copies no
+    (B, T, V) tensor."""
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if causal else labels
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> HeadLoss:
+    """Mean cross-entropy (float32 at least) of `logits` (..., V) against `targets` (...), with the counts; the
+    logits are returned as given (differentiable)."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    flat = flat.to(torch.promote_types(flat.dtype, torch.float32))
+    targets = targets.reshape(-1)
+    valid = targets != IGNORE_INDEX
+    scored = valid.sum()
+    loss = F.cross_entropy(flat, targets, ignore_index=IGNORE_INDEX, reduction="sum") / scored.clamp(min=1)
+    with torch.no_grad():
+        target_logits = flat.gather(1, targets.clamp(min=0)[:, None]).squeeze(1)
+        correct = (valid & (target_logits == flat.amax(-1))).sum()
+    return HeadLoss(logits, loss, scored, correct)
+
+
+def language_model_loss(model: Transformer, input_ids: torch.Tensor, labels: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None, fused: bool = False) -> HeadLoss:
+    """The loss of `model` (a biotf Transformer) on a batch, with its counts. Plain: `model(..., labels=labels)`.
+    `fused`: the trunk, then `linear_cross_entropy` over the head without logits, the same value and gradients
+    with less memory traffic (what training uses)."""
+    if not fused:
+        out = model(input_ids, attention_mask=attention_mask, labels=labels)
+        return HeadLoss(out.logits, out.loss, out.scored, out.correct)
+    hidden = model.head_input(model.encode(input_ids, attention_mask).last_hidden_state)
+    check_labels(labels, hidden.shape[:-1])
+    targets = lm_targets(labels, model.config.causal)
+    return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.head_weight, targets.reshape(-1),
+                                model.lm_head_bias, keep_logits=False)
+
+
+def check_labels(labels: torch.Tensor, shape: torch.Size) -> None:
+    if labels.shape != shape:
+        raise InputError(f"labels must have the shape of input_ids {tuple(shape)}, got {tuple(labels.shape)}")

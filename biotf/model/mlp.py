@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biotf.model.linear import Linear
 
 if TYPE_CHECKING:  # config.py imports this registry to know the allowed `mlp` values
     from biotf.model.config import TransformerConfig
@@ -25,8 +24,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.up = Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.down = Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
         self.activation = F.gelu if config.mlp == "gelu" else F.relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -38,8 +37,8 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.gate_up = Linear(config.d_model, 2 * config.d_ff, bias=config.bias)
-        self.down = Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.gate_up = nn.Linear(config.d_model, 2 * config.d_ff, bias=config.bias)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # two halves of d_ff

@@ -10,9 +10,8 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
   shifts internally: logits at t are scored against labels[t + 1] (pass labels = input_ids, with pads
   set to -100). A bidirectional (masked-LM) model scores logits at t against labels[t]. The loss is the
-  mean cross-entropy over positions with a target (0 when there are none). With labels, the head and
-  the loss run fused in row chunks (`loss.py`) and the returned logits are detached: differentiate
-  `loss`; call without labels for differentiable logits.
+  mean cross-entropy over positions with a target (0 when there are none); training computes the same
+  value with the head and loss fused (`loss.language_model_loss(fused=True)`).
 - `attention_mask` is 1 for real tokens and 0 for padding, of shape (batch, past + new tokens).
   Position ids count real tokens only (cumulative sum of the mask), so left padding does not move
   absolute positions; padded positions' outputs are unspecified but finite.
@@ -21,9 +20,10 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
 - A `KVCache` (`use_cache=True`, or pass one as `past_key_values`) serves incremental decoding of causal
   models; it is updated in place and returned as `past_key_values`.
 
-Choices made for speed, each invisible in the weights' meaning: q/k/v are one fused projection and the
-SwiGLU gate/up another (`hf.py` maps them explicitly), the mask is built once per forward for every
-layer, and the unpadded causal case lets SDPA apply causality itself.
+Plain PyTorch throughout (`nn.Linear`, SDPA). Three choices for speed, invisible in the weights' meaning:
+q/k/v are one fused projection and the SwiGLU gate/up another (`hf.py` maps them explicitly), the mask is
+built once per forward for every layer, and the unpadded causal case lets SDPA apply causality itself.
+Decoding's own optimisations (weight layout, last-position prefill) live in `biotf.inference.fast`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -43,8 +43,7 @@ from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.head import HeadTransform
-from biotf.model.linear import Linear, linear
-from biotf.model.loss import IGNORE_INDEX, HeadLoss, linear_cross_entropy
+from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
 
@@ -66,6 +65,17 @@ class TransformerOutput:
     correct: torch.Tensor | None = None
 
 
+class BlockInputs(NamedTuple):
+    """What every block takes, prepared once per forward by `Transformer.block_inputs`: the embedded tokens, the
+    rotary (cos, sin) or None, the attention mask (or None with `is_causal`) and the KV cache or None."""
+
+    hidden: torch.Tensor
+    rotary: tuple[torch.Tensor, torch.Tensor] | None
+    mask: torch.Tensor | None
+    is_causal: bool
+    cache: KVCache | None
+
+
 @dataclass
 class TrunkOutput:
     """What `Transformer.encode` returns: the input of the LM head, and optionally every layer's output."""
@@ -76,7 +86,6 @@ class TrunkOutput:
 
 
 class Transformer(nn.Module):
-    weights_streamed = False  # for the tied LM head, as `Linear.weights_streamed` (set by `arrange_for_decoding`)
     # Recompute each block's activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant,
     # RNG state restored so dropout repeats): memory for one block's activations instead of n_layers', for about
     # one extra forward. A training choice, not an architecture: set by `trainer.gradient_checkpointing`.
@@ -97,7 +106,7 @@ class Transformer(nn.Module):
         self.final_norm = build_norm(config) if config.norm_position == "pre" else None
         self.head_transform = HeadTransform(config) if config.lm_head_transform else None
         own_head = config.lm_head and not config.tie_embeddings
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False) if own_head else None
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False) if own_head else None
         self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
         self.reset_parameters()
 
@@ -138,43 +147,46 @@ class Transformer(nn.Module):
     # --- forward -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                past_key_values: KVCache | None = None, use_cache: bool = False,
-                logits_to_keep: int = 0, return_logits: bool = True) -> TransformerOutput:
-        """See the module docstring. `logits_to_keep` > 0 computes logits for the last that many positions only
-        (HF's argument of that name; generation's prefill needs the last position's alone): the last block's MLP
-        then runs for those positions only, unless hidden states are asked for. `return_logits=False`
-        with labels returns no logits: the loss and the counts are all a training step needs, and the (tokens x
-        vocab) block is then never allocated."""
-        if not self.config.lm_head:
-            raise ConfigError("lm_head", False, reason="this model has no language-model head (its checkpoint had "
-                              "none, e.g. an EsmModel or EsmForSequenceClassification): encode() and `biotf embed` "
-                              "work, logits and losses need a checkpoint with one (EsmForMaskedLM)")
-        if labels is not None and logits_to_keep:
-            raise InputError("labels need the logits of every position: pass logits_to_keep=0 with labels")
-        if labels is None and not return_logits:
-            raise InputError("return_logits=False needs labels (the loss is then all that is computed); "
-                             "call encode() for hidden states without logits")
-        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache,
-                            keep_last=max(logits_to_keep, 0))
-        x = trunk.last_hidden_state
-        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+                past_key_values: KVCache | None = None, use_cache: bool = False) -> TransformerOutput:
+        """Logits of every position, and with `labels` their loss and counts (see the module docstring)."""
+        if labels is not None:
+            check_labels(labels, input_ids.shape)
+        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache)
+        logits = self.logits(trunk.last_hidden_state)
         if labels is None:
-            kept = x[:, -logits_to_keep:] if logits_to_keep > 0 else x
-            logits = linear(self._head_input(kept), head, self.lm_head_bias, self.weights_streamed)
             return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values)
-        fused = self._head_loss(self._head_input(x), head, labels, return_logits)
-        logits = None if fused.logits is None else fused.logits.view(*x.shape[:-1], -1)
-        return TransformerOutput(logits, fused.loss, trunk.hidden_states, trunk.past_key_values, fused.scored,
-                                 fused.correct)
+        loss = cross_entropy(logits, lm_targets(labels, self.config.causal))
+        return TransformerOutput(logits, loss.loss, trunk.hidden_states, trunk.past_key_values, loss.scored,
+                                 loss.correct)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
-               use_cache: bool = False, keep_last: int = 0) -> TrunkOutput:
+               use_cache: bool = False) -> TrunkOutput:
         """Everything but the LM head: the final hidden states (after the final norm), and every layer's on request.
-        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard.
-        `keep_last` > 0 returns the last that many positions only, and the last block's MLP computes nothing else
-        (a prefill before decoding needs the last position alone; every block still fills the KV cache). With
-        hidden states asked for it is ignored: they stay whole."""
+        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard."""
+        inputs = self.block_inputs(input_ids, attention_mask, past_key_values, use_cache)
+        x = inputs.hidden
+        hidden_states = [x] if output_hidden_states else None
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and inputs.cache is None
+        for layer, block in enumerate(self.blocks):
+            if recompute:
+                x = checkpoint(block, x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer,
+                               use_reentrant=False)
+            else:
+                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if hidden_states is not None:
+            hidden_states[-1] = x
+        return TrunkOutput(x, tuple(hidden_states) if hidden_states is not None else None,
+                           inputs.cache if use_cache else None)
+
+    def block_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                     past_key_values: KVCache | None = None, use_cache: bool = False) -> BlockInputs:
+        """The checked inputs embedded (token dropout, scaling, positions, embedding norm, dropout), with the
+        rotary tables, the attention mask and the cache (a new one with `use_cache` and none passed)."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -206,41 +218,25 @@ class Transformer(nn.Module):
             x = self.dropout(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
+        return BlockInputs(x, rotary, mask, is_causal, cache)
 
-        hidden_states = [x] if output_hidden_states else None
-        keep_last = 0 if output_hidden_states else keep_last
-        last = len(self.blocks) - 1
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
-        for layer, block in enumerate(self.blocks):
-            keep = keep_last if layer == last else 0
-            if recompute:
-                x = checkpoint(block, x, rotary, mask, is_causal, None, layer, keep, use_reentrant=False)
-            else:
-                x = block(x, rotary, mask, is_causal, cache, layer, keep)
-            if hidden_states is not None:
-                hidden_states.append(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if hidden_states is not None:
-            hidden_states[-1] = x
-        return TrunkOutput(x, tuple(hidden_states) if hidden_states is not None else None,
-                           cache if use_cache else None)
+    # --- LM head -------------------------------------------------------------------------------
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's (vocab, d_model) matrix: the token embedding when tied."""
+        if not self.config.lm_head:
+            raise ConfigError("lm_head", False, reason="this model has no language-model head (its checkpoint had "
+                              "none, e.g. an EsmModel or EsmForSequenceClassification): encode() and `biotf embed` "
+                              "work, logits and losses need a checkpoint with one (EsmForMaskedLM)")
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
-    def _head_input(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.head_transform is None else self.head_transform(x)
+    def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final hidden states after the masked-LM head transform (itself when there is none)."""
+        return hidden if self.head_transform is None else self.head_transform(hidden)
 
-    def _head_loss(self, x: torch.Tensor, head: torch.Tensor, labels: torch.Tensor, return_logits: bool) -> HeadLoss:
-        """The mean cross-entropy over positions whose label is not -100, with the counts and (flat, detached)
-        logits of the fused chunked head + loss of `loss.py`. Causal models shift: the logits at t are scored
-        against labels[t + 1]."""
-        if labels.shape != x.shape[:-1]:
-            raise InputError(f"labels must have the shape of input_ids {tuple(x.shape[:-1])}, "
-                             f"got {tuple(labels.shape)}")
-        if self.config.causal:
-            # Shift the labels, not the logits (as HF's ForCausalLMLoss): no copy of a (B, T, V) tensor.
-            labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-        return linear_cross_entropy(x.reshape(-1, x.shape[-1]), head, labels.reshape(-1), self.lm_head_bias,
-                                    keep_logits=return_logits)
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head on final hidden states (`encode`'s `last_hidden_state`, or some positions of it)."""
+        return F.linear(self.head_input(hidden), self.head_weight, self.lm_head_bias)
 
     def _token_dropout(self, x: torch.Tensor, input_ids: torch.Tensor,
                        attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -294,15 +290,13 @@ class Transformer(nn.Module):
 
     # --- Hugging Face checkpoints ---------------------------------------------------------------
     @classmethod
-    def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32,
-                for_decoding: bool = False) -> Transformer:
+    def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
         """Load a Hugging Face Qwen2 or ESM model (a `Qwen2ForCausalLM` / `EsmForMaskedLM` object, or a directory
         with config.json and safetensors, sharded or not, or pytorch_model.bin) into a biotf Transformer; see
-        `biotf.model.hf`. `for_decoding` stores the matrices in the layout that decodes fastest on the CPU
-        (`biotf.model.layout`; training is 2-3% slower in it)."""
+        `biotf.model.hf`."""
         from biotf.model.hf import load_hf
 
-        return load_hf(cls, model_or_directory, dtype=dtype, for_decoding=for_decoding)
+        return load_hf(cls, model_or_directory, dtype=dtype)
 
     def to_hf(self, directory: str | PathLike) -> None:
         """Write a Qwen2 checkpoint (config.json + model.safetensors) that `transformers` loads."""

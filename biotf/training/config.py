@@ -127,6 +127,7 @@ class TrainerConfig:
     enable_progress_bar: bool = True
     nonfinite: str = "stop"
     gradient_checkpointing: bool = False  # recompute each block in backward (`Transformer.gradient_checkpointing`)
+    fused_loss: bool = True  # the LM head and its loss in row chunks, no logits (`biotf.model.loss`)
 
     def __post_init__(self) -> None:
         check_choice("trainer.accelerator", self.accelerator, ACCELERATORS)

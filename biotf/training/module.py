@@ -23,6 +23,7 @@ import torch
 from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, ensure_same_tokenizer, payload_fingerprint
 from biotf.errors import BiotfError
 from biotf.model import Transformer, TransformerConfig
+from biotf.model.loss import language_model_loss
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.callbacks import RunControl
 from biotf.training.config import OptimConfig
@@ -38,14 +39,15 @@ class LanguageModelTask(L.LightningModule):
 
     def __init__(self, model_config: TransformerConfig, tokenizer: Tokenizer, optim: OptimConfig, total_steps: int,
                  compile: bool = False, train_config: dict[str, Any] | None = None, nonfinite: str = "stop",
-                 control: RunControl | None = None):
+                 control: RunControl | None = None, fused_loss: bool = True):
         super().__init__()
         self.model = Transformer(model_config)
         self.tokenizer, self.optim_config, self.total_steps = tokenizer, optim, total_steps
         self.train_config = train_config
-        if compile:
-            self.model.compile()  # in place: state_dict keys stay those of the plain model
-        self.nonfinite, self.control = nonfinite, control
+        if compile:  # each block in place (state_dict keys stay): the plain and the fused loss both run them
+            for block in self.model.blocks:
+                block.compile()
+        self.nonfinite, self.control, self.fused_loss = nonfinite, control, fused_loss
         self.tokens_seen = 0
         self._batch_tokens = 0
         self._seconds_before = 0.0  # training seconds of the run before the resumed checkpoint
@@ -57,9 +59,7 @@ class LanguageModelTask(L.LightningModule):
     # --- steps -----------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None):
-        # No logits: the loss and the scored / correct counts come from the fused head + loss, which then never
-        # allocates a (tokens x vocab) block.
-        return self.model(input_ids, attention_mask=attention_mask, labels=labels, return_logits=False)
+        return language_model_loss(self.model, input_ids, labels, attention_mask, fused=self.fused_loss)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])

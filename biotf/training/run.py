@@ -161,7 +161,8 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummar
     model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
     task = LanguageModelTask(model_config, tokenizer, config.optim, config.trainer.max_steps,
                              compile=config.trainer.compile, train_config=to_plain(config),
-                             nonfinite=config.trainer.nonfinite, control=control)
+                             nonfinite=config.trainer.nonfinite, control=control,
+                             fused_loss=config.trainer.fused_loss)
     task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir, control)

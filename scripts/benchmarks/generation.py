@@ -1,6 +1,6 @@
 """Generation section: loading and running a Hugging Face Qwen2 checkpoint directory (issue 6).
 
-1. Peak RSS of loading (`Transformer.from_hf(for_decoding=True)`, the weights part of `load_hf_checkpoint`) a
+1. Peak RSS of loading (`optimize_for_decoding(Transformer.from_hf(...))`, as `biotf generate` loads) a
    random checkpoint of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in bf16 without ever
    building a model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
    the weights' size in memory; target <= 1.3x (the interpreter + torch share is printed beside it).
@@ -106,6 +106,7 @@ def write_random_qwen2(directory: Path, config: dict[str, Any], dtype: torch.dty
 LOAD_CHILD = """
 import json, sys, time
 import torch
+from biotf.inference.fast import optimize_for_decoding
 from biotf.model import Transformer
 
 def status(field):
@@ -116,7 +117,7 @@ with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")
 baseline = status("VmRSS")
 start = time.perf_counter()
-model = Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]), for_decoding=True)
+model = optimize_for_decoding(Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]))).model
 seconds = time.perf_counter() - start
 with torch.inference_mode():
     model(torch.tensor([[1, 2, 3]]))
@@ -165,10 +166,11 @@ def speed(bench, directory: Path, dtype: torch.dtype, label: str, prompt_length:
     the time from the first token to the last over the tokens in between."""
     from transformers import AutoModelForCausalLM
 
+    from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import generate_ids
     from biotf.model import Transformer
 
-    ours = Transformer.from_hf(directory, dtype=dtype, for_decoding=True).to(bench.device)  # as load_pretrained
+    ours = optimize_for_decoding(Transformer.from_hf(directory, dtype=dtype).to(bench.device))  # as biotf generate
     theirs = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
     theirs = theirs.to(bench.device).eval()
     vocab = ours.config.vocab_size

@@ -5,16 +5,19 @@
 - the same step with bf16-mixed autocast vs HF fp32;
 - masked-LM training step, ESM-shaped tiny config, vs EsmForMaskedLM (sdpa);
 - prefill (1 x 512), and greedy decoding with the KV cache (`generate_ids`) vs HF `generate`.
-Each side uses its own best everyday settings: biotf its fused AdamW and, as its trainer does, no logits returned
-with the loss (`return_logits=False`); HF torch's default AdamW (foreach) and its logits, which it always returns.
+Each side uses its own best everyday settings: biotf its fused AdamW and, as its trainer does, the fused head + loss
+(`language_model_loss(fused=True)`, no logits) and decoding through `optimize_for_decoding`; HF torch's default
+AdamW (foreach) and its logits, which it always returns.
 """
 
 from __future__ import annotations
 
 import torch
 
+from biotf.inference.fast import optimize_for_decoding
 from biotf.inference.generation import generate_ids
 from biotf.model import Transformer, TransformerConfig
+from biotf.model.loss import language_model_loss
 
 VOCAB = 8192
 
@@ -52,12 +55,14 @@ def training_flops(model: Transformer, tokens: int, length: int) -> float:
 
 def train_step(model, optimizer, batch, autocast: bool = False):
     device_type = batch["input_ids"].device.type
-    if isinstance(model, Transformer):
-        batch = {**batch, "return_logits": False}  # as biotf's LanguageModelTask calls it
 
     def step():
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
-            loss = model(**batch).loss
+            if isinstance(model, Transformer):  # as biotf's LanguageModelTask calls it
+                loss = language_model_loss(model, batch["input_ids"], batch["labels"], batch.get("attention_mask"),
+                                           fused=True).loss
+            else:
+                loss = model(**batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -127,11 +132,12 @@ def run(bench, quick: bool) -> None:
     with torch.no_grad():
         expected = hf.generate(start_ids, attention_mask=torch.ones_like(start_ids), max_new_tokens=new_tokens,
                                min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[:, 16:]
-        same = generate_ids(ours, start_ids.tolist(), max_new_tokens=new_tokens) == expected.tolist()
+        decoder = optimize_for_decoding(ours)  # as `biotf generate` does
+        same = generate_ids(decoder, start_ids.tolist(), max_new_tokens=new_tokens) == expected.tolist()
     bench.record("greedy decode tokens identical to HF generate", float(same), "bool")
 
     def our_decode():
-        return generate_ids(ours, start_ids.tolist(), max_new_tokens=new_tokens)
+        return generate_ids(decoder, start_ids.tolist(), max_new_tokens=new_tokens)
 
     @torch.no_grad()
     def hf_decode():
@@ -140,7 +146,7 @@ def run(bench, quick: bool) -> None:
 
     bench.compare(f"greedy decode with KV cache (16-token prompt, {new_tokens} new tokens)", our_decode, hf_decode,
                   anchor_name="transformers generate", unit="tokens", work=new_tokens, repeats=5, target=1.5)
-    del hf, ours
+    del hf, ours, decoder
 
     # --- masked-LM training step, ESM-shaped -----------------------------------------------------------
     # ESM-2's shape (RoPE, LayerNorm, Pre-LN, GELU, biases, d_ff = 4 d, 33 tokens, token dropout, MLM head

@@ -86,17 +86,18 @@ def test_generation_stops_at_any_eos_and_keeps_it_in_the_ids(tied):
     assert stopped[1] == free[1][:cut]
 
 
-def test_prefill_once_then_one_token_per_step_through_the_kv_cache(tied):
+def test_prefill_once_then_one_token_per_step_through_the_kv_cache(tied, monkeypatch):
     model, tokenizer, _ = tied
     calls = []
-    handle = model.register_forward_pre_hook(
-        lambda module, args, kwargs: calls.append((args[0].shape[1], kwargs["past_key_values"].seq_len)),
-        with_kwargs=True)
-    try:
-        ids = tokenizer.encode(PROMPTS[0])
-        generate_ids(model, [ids], max_new_tokens=5)
-    finally:
-        handle.remove()
+    block_inputs = model.block_inputs
+
+    def spy(input_ids, attention_mask=None, past_key_values=None, use_cache=False):
+        calls.append((input_ids.shape[1], past_key_values.seq_len))
+        return block_inputs(input_ids, attention_mask, past_key_values, use_cache)
+
+    monkeypatch.setattr(model, "block_inputs", spy)
+    ids = tokenizer.encode(PROMPTS[0])
+    generate_ids(model, [ids], max_new_tokens=5)
     assert calls == [(len(ids), 0)] + [(1, len(ids) + i) for i in range(4)]
 
 

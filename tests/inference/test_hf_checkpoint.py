@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from biotf.errors import CheckpointError, ConfigError
+from biotf.inference.fast import optimize_for_decoding
 from biotf.inference.generation import generate_ids
 from biotf.inference.hf_checkpoint import GenerationDefaults, is_hf_directory, load_hf_checkpoint
 
@@ -50,14 +51,15 @@ def test_sharded_checkpoint_and_bfloat16(tied, tied_checkpoint, tmp_path):
     tokenizer.save(directory)
     assert (directory / "model.safetensors.index.json").is_file() and not (directory / "model.safetensors").exists()
     sharded, _, _ = load_hf_checkpoint(directory)
-    # float32 matrices are read into their decoding layout (transposed; biotf.model.layout), the tied embedding too
+    assert all(p.is_contiguous() for p in sharded.parameters())  # loaded plain: decoding layout is opt-in
+    decoder = optimize_for_decoding(sharded)  # float32 matrices transposed, the tied embedding too
     assert sharded.blocks[0].attn.qkv.weight.t().is_contiguous() and sharded.embed.weight.t().is_contiguous()
     ids = [tokenizer.encode("Sharded weights load too")]
-    assert generate_ids(sharded, ids, max_new_tokens=8) == generate_ids(model, ids, max_new_tokens=8)
+    assert generate_ids(decoder, ids, max_new_tokens=8) == generate_ids(model, ids, max_new_tokens=8)
     half, _, _ = load_hf_checkpoint(directory, dtype="bfloat16")
     assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    assert len(generate_ids(optimize_for_decoding(half), ids, max_new_tokens=4)) == 1
     assert all(p.is_contiguous() for p in half.parameters())  # bf16 decodes fastest row-major on CPUs
-    assert len(generate_ids(half, ids, max_new_tokens=4)) == 1
     with pytest.raises(ConfigError, match="allowed: float32, bfloat16"):
         load_hf_checkpoint(directory, dtype="float16")
 

@@ -10,7 +10,7 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.layout import arrange_for_decoding
+from biotf.inference.fast import optimize_for_decoding
 
 transformers = pytest.importorskip("transformers")
 
@@ -96,10 +96,6 @@ def test_from_directory_single_file_and_sharded(tmp_path, tied):
             assert max_diff(model(ids, attention_mask=mask).logits, reference, mask) <= TOLERANCE
         model = Transformer.from_hf(str(directory))  # str paths too
         assert model.config.vocab_size == 211
-        arranged = Transformer.from_hf(directory, for_decoding=True)  # matrices stored transposed as they are read
-        assert arranged.blocks[0].mlp.gate_up.weight.t().is_contiguous()
-        with torch.no_grad():
-            assert max_diff(arranged(ids, attention_mask=mask).logits, reference, mask) <= TOLERANCE
 
 
 @pytest.mark.parametrize("tied, arranged", [(True, False), (False, False), (True, True)])
@@ -110,8 +106,8 @@ def test_to_hf_round_trip_is_loaded_by_transformers_with_the_same_logits(tmp_pat
         for name, parameter in model.named_parameters():
             if name.endswith(".bias") or "norm" in name:
                 parameter.normal_(1.0 if "norm" in name else 0.0, 0.2)
-    if arranged:  # transposed strides (after generate_ids) are written in the usual layout
-        arrange_for_decoding(model)
+    if arranged:  # transposed strides (after optimize_for_decoding) are written in the usual layout
+        optimize_for_decoding(model)
     model.to_hf(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "qwen2"
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="sdpa").eval()

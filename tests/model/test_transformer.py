@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
+from biotf.model.loss import language_model_loss
 
 
 def tiny(**changes) -> Transformer:
@@ -72,7 +73,7 @@ def test_masked_lm_loss_scores_each_position_against_its_own_label():
 @pytest.mark.parametrize("causal", [True, False])
 def test_counts_follow_the_shift_and_match_argmax_without_logits(causal):
     """`scored` / `correct` (what training logs as accuracy) are those of an argmax over the logits, shifted as the
-    loss is; `return_logits=False` gives the same loss and counts with no logits."""
+    loss is; the fused loss training uses gives the same loss, counts and gradients with no logits."""
     model = tiny(causal=causal)
     ids = torch.randint(0, 64, (3, 9))
     labels = ids.clone()
@@ -82,9 +83,15 @@ def test_counts_follow_the_shift_and_match_argmax_without_logits(causal):
     has_target = targets != -100
     assert full.scored == has_target.sum()
     assert full.correct == (logits.argmax(-1) == targets)[has_target].sum()
-    lean = model(ids, labels=labels, return_logits=False)
-    assert lean.logits is None
-    assert torch.equal(lean.loss, full.loss) and lean.scored == full.scored and lean.correct == full.correct
+    full.loss.backward()
+    plain_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    fused = language_model_loss(model, ids, labels, fused=True)
+    fused.loss.backward()
+    assert fused.logits is None and fused.scored == full.scored and fused.correct == full.correct
+    torch.testing.assert_close(fused.loss, full.loss, rtol=0, atol=1e-6)
+    for plain, parameter in zip(plain_grads, model.parameters()):
+        torch.testing.assert_close(parameter.grad, plain, rtol=0, atol=1e-6)
 
 
 def test_loss_without_any_target_is_zero_not_nan():
@@ -111,34 +118,6 @@ def test_bad_inputs_are_refused_with_clear_errors():
         learned(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ConfigError, match="causal"):
         tiny(causal=False)(torch.zeros(1, 3, dtype=torch.long), use_cache=True)
-    with pytest.raises(InputError, match="return_logits=False needs labels"):
-        model(torch.zeros(1, 3, dtype=torch.long), return_logits=False)
-
-
-@pytest.mark.parametrize("norm_position", ["pre", "post"])
-def test_logits_to_keep_computes_the_last_positions_only(norm_position):
-    """The last block's MLP then runs on the kept positions alone; logits, the KV cache it fills and the next
-    decoding step are those of the full computation, padded batches included."""
-    model = tiny(norm_position=norm_position)
-    ids = torch.randint(0, 64, (2, 7))
-    mask = torch.ones_like(ids)
-    mask[0, :2] = 0
-    with torch.no_grad():
-        full = model(ids, attention_mask=mask, use_cache=True)
-        torch.testing.assert_close(model(ids, logits_to_keep=3).logits, model(ids).logits[:, -3:])
-        kept = model(ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
-        torch.testing.assert_close(kept.logits, full.logits[:, -1:])
-        step, step_mask = torch.randint(0, 64, (2, 1)), torch.ones(2, 8, dtype=torch.long)
-        step_mask[0, :2] = 0
-        after_full = model(step, attention_mask=step_mask, past_key_values=full.past_key_values).logits
-        after_kept = model(step, attention_mask=step_mask, past_key_values=kept.past_key_values).logits
-        torch.testing.assert_close(after_kept, after_full)
-        with_states = model(ids, logits_to_keep=1, output_hidden_states=True)
-        trunk = model.encode(ids, output_hidden_states=True, keep_last=1)
-    assert all(h.shape[1] == 7 for h in with_states.hidden_states + trunk.hidden_states)  # hidden states stay whole
-    torch.testing.assert_close(with_states.logits, model(ids).logits[:, -1:])
-    with pytest.raises(InputError, match="logits_to_keep"):
-        model(ids, labels=ids, logits_to_keep=1)
 
 
 def test_esm_switches_train_and_the_head_bias_is_learned():

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +147,7 @@ def nan_once(monkeypatch):
         if self.training:
             calls[0] += 1
             if calls[0] == NAN_AT_CALL:
-                out = replace(out, loss=out.loss * float("nan"))
+                out = out._replace(loss=out.loss * float("nan"))  # a HeadLoss
         return out
 
     monkeypatch.setattr(LanguageModelTask, "forward", poisoned)

@@ -1,25 +1,28 @@
-"""Decoding layout (`layout.py`) and streamed-weight products (`linear.py`): strides and speed change, values only
-by rounding."""
+"""Decoding's fast path (`biotf.inference.fast`): layout, streamed-weight products and the last-position
+prefill change strides and speed, values only by rounding; the model itself stays a plain Transformer."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from biotf.model import Transformer, TransformerConfig, layout
-from biotf.model import linear as linear_module
-from biotf.model.layout import arrange_for_decoding, decode_layout, decode_matrix_names
+from biotf.inference.fast import DecodingModel, StreamedLinear, optimize_for_decoding
+from biotf.inference.fast import layout
+from biotf.inference.fast import linear as linear_module
+from biotf.inference.fast.layout import arrange_for_decoding, decode_layout, decode_matrix_names
+from biotf.errors import ConfigError
+from biotf.model import KVCache, Transformer, TransformerConfig
 
 
 def is_transposed(tensor: torch.Tensor) -> bool:
     return tensor.t().is_contiguous() and not tensor.is_contiguous()
 
 
-def tiny(tied: bool) -> Transformer:
+def tiny(tied: bool, **changes) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(TransformerConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48,
-                                         pos="rope", norm="rmsnorm", mlp="swiglu", qkv_bias=True, bias=False,
-                                         tie_embeddings=tied, causal=True, max_seq_len=64))
+    fields = dict(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48, pos="rope", norm="rmsnorm",
+                  mlp="swiglu", qkv_bias=True, bias=False, tie_embeddings=tied, causal=True, max_seq_len=64)
+    return Transformer(TransformerConfig(**{**fields, **changes}))
 
 
 def test_float32_cpu_matrices_are_stored_transposed_once():
@@ -29,11 +32,10 @@ def test_float32_cpu_matrices_are_stored_transposed_once():
     assert decode_layout(arranged) is arranged  # already there: no copy
 
 
-def test_bfloat16_stays_row_major_and_dtype_converts_in_the_same_call():
-    transposed = torch.randn(4, 6).t()
-    assert decode_layout(transposed, torch.bfloat16).is_contiguous()
-    converted = decode_layout(torch.randn(6, 4, dtype=torch.bfloat16), torch.float32)
-    assert converted.dtype == torch.float32 and is_transposed(converted)
+def test_bfloat16_stays_row_major():
+    transposed = torch.randn(4, 6, dtype=torch.bfloat16).t()
+    assert decode_layout(transposed).is_contiguous() and torch.equal(decode_layout(transposed), transposed)
+    assert decode_layout(transposed.contiguous()) is not transposed
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -59,8 +61,8 @@ def test_arranging_changes_strides_not_values(tied):
 
 def test_model_arranged_under_inference_mode_still_trains_and_moves_back_for_bfloat16():
     model = tiny(tied=True)
-    with torch.inference_mode():  # as generate_ids calls it
-        arrange_for_decoding(model)
+    with torch.inference_mode():
+        optimize_for_decoding(model)
     assert not any(p.is_inference() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ids = torch.randint(0, 97, (2, 9))
@@ -94,7 +96,7 @@ def test_streamed_products_equal_f_linear(two_threads, monkeypatch, rows, bias, 
     b = torch.randn(4096) if bias else None
     x = torch.randn(rows, 1, 300) / 300 ** 0.5  # outputs of order 1
     with torch.inference_mode():
-        streamed = linear_module.linear(x, weight, b, weights_streamed=True)
+        streamed = linear_module.streamed_linear(x, weight, b)
     assert calls == [path]
     # the same dot products, perhaps summed in another order: float32 rounding only
     torch.testing.assert_close(streamed, torch.nn.functional.linear(x, weight, b), rtol=0, atol=1e-5)
@@ -107,24 +109,51 @@ def test_streamed_products_are_left_to_f_linear_where_nothing_pays(two_threads, 
         monkeypatch.setattr(linear_module.torch, name, lambda *a: calls.append(1))
     transposed = decode_layout(torch.randn(64, 48))
     x = torch.randn(1, 48)
-    linear_module.linear(x.requires_grad_(), transposed, weights_streamed=True)  # gradients needed
+    linear_module.streamed_linear(x.requires_grad_(), transposed)  # gradients needed
     with torch.inference_mode():
         long_input = torch.randn(linear_module.WEIGHT_FIRST_MAX_ROWS + 1, 48)
-        linear_module.linear(long_input, transposed, weights_streamed=True)  # long prompts, training batches
-        linear_module.linear(torch.randn(1, 48), transposed.contiguous(), weights_streamed=True)  # row-major
-        linear_module.linear(torch.randn(1, 47), decode_layout(torch.randn(64, 47)), weights_streamed=True)  # odd
-        linear_module.linear(torch.randn(1, 48), transposed)  # not streamed
+        linear_module.streamed_linear(long_input, transposed)  # long prompts, training batches
+        linear_module.streamed_linear(torch.randn(1, 48), transposed.contiguous())  # row-major
+        linear_module.streamed_linear(torch.randn(1, 47), decode_layout(torch.randn(64, 47)))  # odd input size
     assert not calls
 
 
-def test_weights_count_as_streamed_only_when_they_outgrow_the_cache(monkeypatch):
+def test_linear_layers_become_streamed_only_when_the_weights_outgrow_the_cache(monkeypatch):
     model = tiny(tied=True)
-    arrange_for_decoding(model)
-    assert not model.weights_streamed and not model.blocks[0].mlp.gate_up.weights_streamed  # a few kB: cache-resident
+    keys = list(model.state_dict())
+    decoder = optimize_for_decoding(model)
+    assert isinstance(decoder, DecodingModel) and decoder.model is model
+    assert not decoder.streamed_head and not any(isinstance(m, StreamedLinear) for m in model.modules())  # a few kB
     monkeypatch.setattr(layout, "last_level_cache_bytes", lambda: 1024)
-    arrange_for_decoding(model)
-    linears = [m for m in model.modules() if isinstance(m, linear_module.Linear)]
-    assert model.weights_streamed and all(m.weights_streamed for m in linears)
+    decoder = optimize_for_decoding(decoder)  # again (a decoder is accepted too): now they stream
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert decoder.streamed_head and linears and all(type(m) is StreamedLinear for m in linears)
+    assert list(model.state_dict()) == keys  # the same Parameters under the same names
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_decoding_model_gives_the_last_position_logits_and_cache_of_the_full_forward(norm_position):
+    """The last block's MLP, the final norm and the head run for the last position alone; the logits, the KV cache
+    and the next decoding step are those of the plain model, padded batches included."""
+    model = tiny(tied=False, norm_position=norm_position).eval()
+    decoder = DecodingModel(model)  # plain wrap: the model is not changed
+    ids = torch.randint(0, 97, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    step, step_mask = torch.randint(0, 97, (2, 1)), torch.ones(2, 8, dtype=torch.long)
+    step_mask[0, :2] = 0
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, use_cache=True)
+        cache = KVCache(model.config.n_layers)
+        torch.testing.assert_close(decoder(ids, mask, cache), full.logits[:, -1])
+        after_full = model(step, attention_mask=step_mask, past_key_values=full.past_key_values).logits[:, -1]
+        torch.testing.assert_close(decoder(step, step_mask, cache), after_full)
+    assert all(p.is_contiguous() for p in model.parameters())
+
+
+def test_decoding_needs_a_causal_model():
+    with pytest.raises(ConfigError, match="causal"):
+        DecodingModel(tiny(tied=True, causal=False))
 
 
 def test_a_streamed_model_prefills_and_decodes_as_before(two_threads, monkeypatch):
@@ -139,9 +168,13 @@ def test_a_streamed_model_prefills_and_decodes_as_before(two_threads, monkeypatc
         plain = model(ids, attention_mask=mask, use_cache=True)
         plain_step = model(step, attention_mask=step_mask, past_key_values=plain.past_key_values).logits
         monkeypatch.setattr(layout, "last_level_cache_bytes", lambda: 1024)
-        arrange_for_decoding(model)
-        assert model.weights_streamed
+        decoder = optimize_for_decoding(model)
+        assert decoder.streamed_head
         streamed = model(ids, attention_mask=mask, use_cache=True)
         streamed_step = model(step, attention_mask=step_mask, past_key_values=streamed.past_key_values).logits
+        cache = KVCache(model.config.n_layers)
+        decoded, decoded_step = decoder(ids, mask, cache), decoder(step, step_mask, cache)
     torch.testing.assert_close(streamed.logits, plain.logits, rtol=0, atol=1e-5)
     torch.testing.assert_close(streamed_step, plain_step, rtol=0, atol=1e-5)
+    torch.testing.assert_close(decoded, plain.logits[:, -1], rtol=0, atol=1e-5)
+    torch.testing.assert_close(decoded_step, plain_step[:, -1], rtol=0, atol=1e-5)
