@@ -35,7 +35,7 @@ import torch
 from biotf.data.readers import Record, with_source
 from biotf.errors import ConfigError, InputError, TokenizationError, check_choice, check_int
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
-from biotf.export.windows import LONG_POLICIES, Window, plan_windows
+from biotf.export.windows import EMBED_LONG_POLICIES, Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
@@ -68,7 +68,7 @@ class EmbedOptions:
 
     def __post_init__(self) -> None:
         check_choice("pool", self.pool, POOLS)
-        check_choice("long", self.long, LONG_POLICIES)
+        check_choice("long", self.long, EMBED_LONG_POLICIES)
         if self.layer != "all" and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
             raise ConfigError("layer", self.layer, allowed="an integer (-1 = last) or 'all'")
         check_int("batch_tokens", self.batch_tokens)
