@@ -12,9 +12,9 @@ block also ends at `BLOCK_BATCHES` batches' worth of them (with pool "none", 4 x
 tokens), so per-token vectors of wide models with every layer hold a few batches, not 2^19 tokens.
 After every batch freed heap pages go back to the OS (`release_free_heap`): glibc raises its mmap
 threshold once torch frees a large activation, so later activations come from the heap, where the
-block's small long-lived arrays fragment it; without the trim RSS grew from 250 MiB at 2k records to
-610 MiB at 30k (tiny model, every layer) while live memory stayed under 40 MiB. A record's vectors do
-not depend on its batch mates: padding is masked out of attention and out of pooling (tests check <= 1e-5).
+block's small long-lived arrays fragment it, and RSS would grow with the file (README, "Embeddings and
+probes", measures both). A record's vectors do not depend on its batch mates: padding is masked out of
+attention and out of pooling (tests check <= 1e-5).
 
 Records longer than the model (`max_length`, default the model's `max_seq_len`, special tokens
 included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.export.windows`),
