@@ -26,14 +26,14 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biotf.data.readers import Record, with_source
-from biotf.errors import ConfigError, InputError, TokenizationError, check_choice, check_int
+from biotf.data.readers import Record
+from biotf.data.tokenize import encode_chunks, record_chunks
+from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.export.windows import EMBED_LONG_POLICIES, Window, plan_windows
 from biotf.model import Transformer
@@ -229,16 +229,11 @@ class Embedder:
                 ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
         """Records with their content token ids, up to `block_tokens` tokens and `BLOCK_BATCHES` batches'
         worth of output vectors (`held`, in float32 rows of layers x D) at a time."""
-        records = iter(records)
         block: list[Record] = []
         contents: list[np.ndarray] = []
         size = held = 0
-        while chunk := list(islice(records, ENCODE_RECORDS)):
-            try:
-                encoded = self.tokenizer.encode_batch([r.sequence for r in chunk], False,
-                                                      records=[r.id for r in chunk], stats=stats.policies)
-            except TokenizationError as error:
-                raise (with_source(error, source) if source is not None else error) from None
+        chunks = record_chunks(records, ENCODE_RECORDS)
+        for chunk, encoded in encode_chunks(chunks, self.tokenizer, False, stats.policies, source):
             for record, ids in zip(chunk, encoded):
                 block.append(record)
                 contents.append(ids)

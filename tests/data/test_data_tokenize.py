@@ -1,4 +1,5 @@
-"""`tokenize_file`: one line per record, counts over the whole file however it is chunked or limited."""
+"""`encode_chunks` and `tokenize_file`: chunks kept whole, errors naming the file, one line per record, counts
+over the whole file however it is chunked or limited."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import pytest
 
 import biotf.data.tokenize as tokenize
-from biotf.data.readers import ReaderOptions
+from biotf.data.readers import ReaderOptions, Record
 from biotf.errors import TokenizationError
 
 
@@ -40,3 +41,16 @@ def test_a_tokenizer_error_names_the_file(char_tokenizer, tmp_path):
     path.write_text("MK\nMJ\n")
     with pytest.raises(TokenizationError, match="bad.txt"):
         tokenize.tokenize_file(char_tokenizer, path, ReaderOptions(), io.StringIO())
+
+
+def test_encode_chunks_keeps_chunks_whole_and_names_the_source_only_when_given(char_tokenizer):
+    records = [Record(id=f"r{i}", sequence=text, metadata={}, index=i) for i, text in enumerate(["MK", "A", "CC", "MJ"])]
+    chunks = tokenize.record_chunks(records[:3], 2)
+    pairs = list(tokenize.encode_chunks(chunks, char_tokenizer, add_special_tokens=False))
+    assert [[r.id for r in chunk] for chunk, _ in pairs] == [["r0", "r1"], ["r2"]]
+    assert [len(ids) for _, encoded in pairs for ids in encoded] == [2, 1, 2]
+    with pytest.raises(TokenizationError) as bare:
+        list(tokenize.encode_chunks([records[3:]], char_tokenizer, False))
+    assert bare.value.source is None and "record 'r3'" in str(bare.value)
+    with pytest.raises(TokenizationError, match="in.fasta"):
+        list(tokenize.encode_chunks([records[3:]], char_tokenizer, False, source="in.fasta"))
