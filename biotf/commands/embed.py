@@ -25,7 +25,7 @@ from biotf.errors import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.export import FORMATS, LONG_POLICIES, POOLS
+    from biotf.export import EMBED_LONG_POLICIES, FORMATS, POOLS
 
     parser = subparsers.add_parser("embed", help="export embeddings of every record of a file",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="padded tokens per forward pass (default 16384)")
     parser.add_argument("--max-length", type=int, metavar="N",
                         help="tokens per window, special tokens included (default: the model's max_seq_len)")
-    parser.add_argument("--long", choices=LONG_POLICIES, default="chunk",
+    parser.add_argument("--long", choices=EMBED_LONG_POLICIES, default="chunk",
                         help="records longer than --max-length: overlapping windows pooled across (default), "
                              "cut, or refuse")
     parser.add_argument("--overlap", type=int, metavar="N",

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-# Three seeds by default, so that every table and plot shows the spread (each experiment stays well under
-# 30 minutes on a 2-core CPU); --quick checks the pipeline, for which one seed is enough.
+# Three seeds by default, so that every table and plot shows the spread (affordable on a CPU: README,
+# Experiments, "Time"); --quick checks the pipeline, for which one seed is enough.
 DEFAULT_SEEDS = (0, 1, 2)
 QUICK_SEEDS = (0,)
 

@@ -19,12 +19,8 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from biotf.errors import ConfigError
-
-if TYPE_CHECKING:  # torch loads when the command runs, not for `biotf --help`
-    from biotf.inference.hf_checkpoint import HFCheckpoint
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -50,19 +46,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def load_model(source: Path, dtype: str) -> HFCheckpoint:
-    """A Hugging Face directory with its generation defaults, or a biotf model with its tokenizer's eos."""
-    from biotf.inference.hf_checkpoint import (GenerationDefaults, HFCheckpoint, is_hf_directory, load_hf_checkpoint,
-                                              parse_dtype)
-
-    if is_hf_directory(source) and not (source / "checkpoints").is_dir():
-        return load_hf_checkpoint(source, dtype)
-    from biotf.inference.loading import load_pretrained
-
-    model, tokenizer = load_pretrained(source)
-    return HFCheckpoint(model.to(parse_dtype(dtype)), tokenizer, GenerationDefaults.from_hf({}, tokenizer))
-
-
 def read_prompts(path: Path) -> list[str]:
     """The non-blank lines of `path`, read by biotf's text reader: gzip and Windows line endings read
     transparently, a non-UTF-8 byte or an empty file is one InputError naming the file and line."""
@@ -74,11 +57,12 @@ def read_prompts(path: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
+    from biotf.inference.loading import load_for_generation
 
     prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
     if args.system is not None and not args.chat:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
-    model, tokenizer, defaults = load_model(args.model, args.dtype)
+    model, tokenizer, defaults = load_for_generation(args.model, args.dtype)
 
     def option(value, default):
         return default if value is None else value
@@ -97,11 +81,12 @@ def run(args: argparse.Namespace) -> int:
                           model.config.max_seq_len, args.truncate_prompt)
     finally:
         logger.removeHandler(handler)
+    decoder = optimize_for_decoding(model)
     streamer = None
     if len(prompts) == 1:
         streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     start = time.perf_counter()
-    new = generate_ids(optimize_for_decoding(model), ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
+    new = generate_ids(decoder, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
                        eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, on_token=streamer)
     seconds = time.perf_counter() - start
     if streamer is not None:

@@ -7,7 +7,7 @@
 
 Prints one line per record on stdout (`id<TAB>tokens`, or ids with `--ids`), then a summary on
 stderr: records, tokens, and every count of what a reader or tokenizer policy changed.
-Records stream through in chunks, so any file size works.
+Records stream through in chunks (`biotf.data.tokenize`), so any file size works.
 """
 
 from __future__ import annotations
@@ -15,18 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from itertools import islice
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
                                          reader_options)
-from biotf.data.readers import ReaderOptions, read_records, with_source
-from biotf.errors import ConfigError, TokenizationError
-from biotf.tokenizers.base import PolicyStats, Tokenizer, registered_tokenizers, tokenizer_class
+from biotf.data.tokenize import tokenize_file
+from biotf.errors import ConfigError
+from biotf.tokenizers.base import Tokenizer, registered_tokenizers
 from biotf.tokenizers.loading import build_tokenizer, with_options
-
-CHUNK_RECORDS = 1024
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -65,34 +62,10 @@ def resolve_tokenizer(spec: str, options: dict[str, Any]) -> Tokenizer:
         from omegaconf import OmegaConf
 
         return build_tokenizer({**OmegaConf.to_container(OmegaConf.load(preset), resolve=True), **options})
-    try:
-        cls = tokenizer_class(spec)
-    except ConfigError:
+    if spec not in registered_tokenizers():
         names = sorted({*presets(), *registered_tokenizers()})
-        raise ConfigError("--tokenizer", spec, allowed=f"{', '.join(names)} or a saved tokenizer path") from None
+        raise ConfigError("--tokenizer", spec, allowed=f"{', '.join(names)} or a saved tokenizer path")
     return build_tokenizer({"kind": spec, **options})
-
-
-def tokenize_file(tokenizer: Tokenizer, path: Path, reader_options: ReaderOptions, out: TextIO,
-                  as_ids: bool = False, add_special_tokens: bool = True, limit: int | None = None) -> tuple[int, int, PolicyStats]:
-    """Write one line per record to `out`; returns (records, tokens, policy stats) for the whole file."""
-    stats = PolicyStats()
-    inverse = None if as_ids else {i: t for t, i in tokenizer.get_vocab().items()}
-    records = read_records(path, reader_options, stats)
-    n_records = n_tokens = 0
-    while chunk := list(islice(records, CHUNK_RECORDS)):
-        try:
-            encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
-                                             records=[r.id for r in chunk], stats=stats)
-        except TokenizationError as error:
-            raise with_source(error, path) from None
-        for record, ids in zip(chunk, encoded):
-            if limit is None or n_records < limit:
-                shown = " ".join(map(str, ids.tolist())) if as_ids else " ".join(inverse[i] for i in ids.tolist())
-                out.write(f"{record.id}\t{shown}\n")
-            n_records += 1
-            n_tokens += len(ids)
-    return n_records, n_tokens, stats
 
 
 def run(args: argparse.Namespace) -> int:

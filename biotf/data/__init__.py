@@ -1,7 +1,8 @@
 """Data layer: readers -> token-shard cache (split by record) -> datasets -> collators.
 
-`prepare_dataset` is the entry point training uses; `read_records` streams any supported file. `splits` makes the
-leakage-aware train / validation / test splits of labelled sets (fine-tuning).
+`prepare_dataset` is the entry point training uses; `read_records` streams any supported file; `tokenize_file`
+lists a file's tokens (`biotf tokenize`). `splits` makes the leakage-aware train / validation / test splits of
+labelled sets (fine-tuning).
 """
 
 from biotf.lazy import lazy_exports
@@ -14,7 +15,7 @@ _EXPORTS = {
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
     "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "FORMATS": "readers",
     "ReaderOptions": "readers", "Record": "readers", "detect_format": "readers", "read_records": "readers",
-    "is_validation": "split",
+    "is_validation": "split", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

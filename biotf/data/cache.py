@@ -29,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import ReaderOptions, Record, read_records, with_source
+from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.data.split import SPLITS, is_validation, validate_fraction
-from biotf.errors import InputError, TokenizationError
+from biotf.data.tokenize import encode_chunks
+from biotf.errors import InputError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -165,12 +166,8 @@ def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOpt
     dtype = token_dtype(tokenizer.vocab_size)
     writers = {name: _SplitWriter(directory, name, dtype, tokenizer.vocab_size) for name in SPLITS}
     stats = PolicyStats()
-    for chunk in _chunks(read_records(path, options, stats), chunk_characters):
-        try:
-            encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
-                                             records=[r.id for r in chunk], stats=stats)
-        except TokenizationError as error:
-            raise with_source(error, path) from None
+    chunks = _chunks(read_records(path, options, stats), chunk_characters)
+    for chunk, encoded in encode_chunks(chunks, tokenizer, add_special_tokens, stats, path):
         parts: dict[str, tuple[list[np.ndarray], list[int]]] = {name: ([], []) for name in SPLITS}
         for record, ids in zip(chunk, encoded):
             if len(ids) == 0:

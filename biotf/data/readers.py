@@ -7,13 +7,13 @@ file without the suffix both work. The format comes from the extension (`.gz` ig
 `ReaderOptions.format` overrides it.
 
 A non-UTF-8 byte, a header without a sequence, a CSV row with the wrong number of fields or a
-missing column is one `InputError` naming the file and the line or record. Text is decoded by a
-TextIOWrapper (C speed); the rare error paths rescan the file to name the exact line. Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace
-are counted in the `PolicyStats` the caller passes in, and so are records whose id an earlier record
-already had (`duplicate_ids`): both are kept, never merged, and every summary that prints the policy
-counts (`biotf tokenize`, `biotf embed`, the training run's data summary) reports them. A leading UTF-8
-byte-order mark is dropped (so it never hides in a first id or column name) and counted as
-`byte_order_mark_stripped`. A FASTA id ends at the first whitespace of any kind, as in Biopython.
+missing column is one `InputError` naming the file and the line or record.
+
+Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace are counted in the
+`PolicyStats` the caller passes in, and so are records whose id an earlier record already had
+(`duplicate_ids`): both are kept, never merged. A leading UTF-8 byte-order mark is dropped (so it never
+hides in a first id or column name) and counted as `byte_order_mark_stripped`. A FASTA id ends at the
+first whitespace of any kind, as in Biopython.
 """
 
 from __future__ import annotations

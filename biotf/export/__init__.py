@@ -10,9 +10,9 @@ from biotf.lazy import lazy_exports
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
     "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed", "RecordEmbedding": "embed",
-    "embed_file": "files", "FORMATS": "formats", "POOLS": "pooling", "LONG_POLICIES": "windows", "Window": "windows",
-    "plan_windows": "windows", "EmbeddingTable": "writers", "EmbeddingWriter": "writers", "read_embeddings": "writers",
-    "npz_text": "writers",
+    "embed_file": "files", "FORMATS": "formats", "POOLS": "pooling", "EMBED_LONG_POLICIES": "windows",
+    "Window": "windows", "plan_windows": "windows", "EmbeddingTable": "writers", "EmbeddingWriter": "writers",
+    "read_embeddings": "writers", "npz_text": "writers",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

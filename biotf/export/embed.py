@@ -12,9 +12,9 @@ block also ends at `BLOCK_BATCHES` batches' worth of them (with pool "none", 4 x
 tokens), so per-token vectors of wide models with every layer hold a few batches, not 2^19 tokens.
 After every batch freed heap pages go back to the OS (`release_free_heap`): glibc raises its mmap
 threshold once torch frees a large activation, so later activations come from the heap, where the
-block's small long-lived arrays fragment it; without the trim RSS grew from 250 MiB at 2k records to
-610 MiB at 30k (tiny model, every layer) while live memory stayed under 40 MiB. A record's vectors do
-not depend on its batch mates: padding is masked out of attention and out of pooling (tests check <= 1e-5).
+block's small long-lived arrays fragment it, and RSS would grow with the file (README, "Embeddings and
+probes", measures both). A record's vectors do not depend on its batch mates: padding is masked out of
+attention and out of pooling (tests check <= 1e-5).
 
 Records longer than the model (`max_length`, default the model's `max_seq_len`, special tokens
 included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.export.windows`),
@@ -26,16 +26,16 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biotf.data.readers import Record, with_source
-from biotf.errors import ConfigError, InputError, TokenizationError, check_choice, check_int
+from biotf.data.readers import Record
+from biotf.data.tokenize import encode_chunks, record_chunks
+from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
-from biotf.export.windows import LONG_POLICIES, Window, plan_windows
+from biotf.export.windows import EMBED_LONG_POLICIES, Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
@@ -68,7 +68,7 @@ class EmbedOptions:
 
     def __post_init__(self) -> None:
         check_choice("pool", self.pool, POOLS)
-        check_choice("long", self.long, LONG_POLICIES)
+        check_choice("long", self.long, EMBED_LONG_POLICIES)
         if self.layer != "all" and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
             raise ConfigError("layer", self.layer, allowed="an integer (-1 = last) or 'all'")
         check_int("batch_tokens", self.batch_tokens)
@@ -229,16 +229,11 @@ class Embedder:
                 ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
         """Records with their content token ids, up to `block_tokens` tokens and `BLOCK_BATCHES` batches'
         worth of output vectors (`held`, in float32 rows of layers x D) at a time."""
-        records = iter(records)
         block: list[Record] = []
         contents: list[np.ndarray] = []
         size = held = 0
-        while chunk := list(islice(records, ENCODE_RECORDS)):
-            try:
-                encoded = self.tokenizer.encode_batch([r.sequence for r in chunk], False,
-                                                      records=[r.id for r in chunk], stats=stats.policies)
-            except TokenizationError as error:
-                raise (with_source(error, source) if source is not None else error) from None
+        chunks = record_chunks(records, ENCODE_RECORDS)
+        for chunk, encoded in encode_chunks(chunks, self.tokenizer, False, stats.policies, source):
             for record, ids in zip(chunk, encoded):
                 block.append(record)
                 contents.append(ids)

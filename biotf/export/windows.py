@@ -16,7 +16,7 @@ from typing import NamedTuple
 from biotf.errors import ConfigError, check_int
 
 # What `biotf embed --long` does with a record longer than the model: windows, its first tokens, or an error.
-LONG_POLICIES = ("chunk", "truncate", "error")
+EMBED_LONG_POLICIES = ("chunk", "truncate", "error")
 
 
 class Window(NamedTuple):

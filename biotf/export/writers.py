@@ -15,9 +15,8 @@ Layout, every format (N records, D dimensions):
   longest string is at most 4 x the column's mean length + 16 characters (ids, labels, equal-length DNA windows).
   A column of very unequal lengths (proteins) is two arrays instead, `<name>.utf8` (uint8: every string's UTF-8
   bytes back to back) and `<name>.offsets` (int64, N + 1: string i is bytes offsets[i]:offsets[i+1]), because a
-  fixed width costs 4 bytes x the longest string for every row: the DeepLoc test set, 2,768 proteins up to 5,654
-  residues, took 63.2 MB that way and takes 1.8 MB so. No pickles either way (`np.load` needs no allow_pickle);
-  `npz_text(np.load(path), name)` gives the strings of either layout.
+  fixed width costs 4 bytes x the longest string for every row. No pickles either way (`np.load` needs no
+  allow_pickle); `npz_text(np.load(path), name)` gives the strings of either layout.
   .parquet: one row per record, columns `id`, `sequence`, metadata, `embeddings`, `layer_<i>` (fixed-size
   float32 lists); `info` in the schema metadata under b"biotf".
   .h5ad: `obs` = id (index), sequence, metadata; `X` = embeddings; `obsm["layer_<i>"]`; `uns["biotf"]` = info.

@@ -1,6 +1,7 @@
 """`load_pretrained`: a model and its tokenizer from a run directory, a checkpoint or an exported directory.
 
     model, tokenizer = biotf.load_pretrained("outputs/protein_mlm/2026-11-29_18-00-00_123456")
+    model, tokenizer, defaults = load_for_generation("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
 
 Sources, tried in order (`LOADERS`):
 - a training run directory (holds `checkpoints/`): its `best.ckpt` (lowest validation loss), else
@@ -32,11 +33,14 @@ from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, STATE
                               payload_fingerprint, read_checkpoint, read_exported, save_pretrained,
                               tokenizer_from_payload)
 from biotf.errors import CheckpointError
+from biotf.inference.hf_checkpoint import (GenerationDefaults, HFCheckpoint, is_hf_directory, load_hf_checkpoint,
+                                          load_hf_model, parse_dtype)
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
-__all__ = ["LOADERS", "Pretrained", "load_pretrained", "save_pretrained"]
+__all__ = ["LOADERS", "Loader", "Pretrained", "find_loader", "load_for_generation", "load_pretrained",
+           "save_pretrained"]
 
 LAYER = re.compile(r"blocks\.(\d+)\.(.*)")
 
@@ -160,42 +164,62 @@ def _is_exported(path: Path) -> bool:
 
 def load_hf_directory(directory: str | Path) -> Pretrained:
     """Model (float32) and tokenizer of a Hugging Face Qwen2 or ESM checkpoint directory (`hf_checkpoint`)."""
-    from biotf.inference.hf_checkpoint import load_hf_model
-
     return Pretrained(*load_hf_model(directory))
 
 
-def _is_hf_directory(path: Path) -> bool:
-    from biotf.inference.hf_checkpoint import is_hf_directory
+class Loader(NamedTuple):
+    """One kind of model source: what it is called, how it is recognised, how it loads."""
 
-    return is_hf_directory(path)
+    name: str
+    detect: Callable[[Path], bool]
+    load: Callable[[Path], Pretrained]
 
 
-# (name, detect, load): the first whose `detect(path)` is true loads it. Extend by appending.
-LOADERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Pretrained]]] = [
-    ("run directory", _is_run_dir, load_run),
-    ("checkpoint", _is_checkpoint, load_checkpoint),
-    ("exported directory", _is_exported, load_exported),
-    ("Hugging Face directory (Qwen2, ESM)", _is_hf_directory, load_hf_directory),
+# The first loader whose `detect(path)` is true loads it. Extend by appending.
+LOADERS: list[Loader] = [
+    Loader("run directory", _is_run_dir, load_run),
+    Loader("checkpoint", _is_checkpoint, load_checkpoint),
+    Loader("exported directory", _is_exported, load_exported),
+    Loader("Hugging Face directory (Qwen2, ESM)", is_hf_directory, load_hf_directory),
 ]
+
+
+def find_loader(source: str | Path) -> Loader:
+    """The loader of `source`: the first of `LOADERS` that recognises it; an error names every kind otherwise."""
+    path = Path(source)
+    if not path.exists():
+        raise CheckpointError(f"model source {path} does not exist")
+    for loader in LOADERS:
+        if loader.detect(path):
+            return loader
+    kinds = ", ".join(loader.name for loader in LOADERS)
+    raise CheckpointError(f"cannot load a model from {path} (allowed: {kinds})")
 
 
 def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None,
                     device: str | torch.device = "cpu") -> Pretrained:
-    """The model (eval mode, on `device`) and its tokenizer from a run dir, a .ckpt or an exported dir.
+    """The model (eval mode, on `device`) and its tokenizer from any source of `LOADERS`.
 
     Passing `tokenizer` checks it against the one the weights were trained with (and returns it).
     """
     path = Path(source)
-    if not path.exists():
-        raise CheckpointError(f"model source {path} does not exist")
-    for _, detect, load in LOADERS:
-        if detect(path):
-            model, stored = load(path)
-            break
-    else:
-        kinds = ", ".join(name for name, _, _ in LOADERS)
-        raise CheckpointError(f"cannot load a model from {path} (allowed: {kinds})")
+    model, stored = find_loader(path).load(path)
     if tokenizer is not None:
         ensure_same_tokenizer(stored.fingerprint, tokenizer, str(path))
     return Pretrained(model.to(device), tokenizer or stored)
+
+
+def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults from any source of `LOADERS`.
+
+    A Hugging Face directory must hold a causal LM; it loads straight into `dtype` (no float32 copy first) and its
+    generation_config.json gives the defaults. Other sources store no generation settings: greedy decoding, and
+    the tokenizer's eos and pad ids.
+    """
+    path = Path(source)
+    loader = find_loader(path)
+    if loader.load is load_hf_directory:
+        return load_hf_checkpoint(path, dtype)
+    dtype = parse_dtype(dtype)  # refuse an unknown dtype before the weights are read
+    model, tokenizer = loader.load(path)
+    return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.from_hf({}, tokenizer))

@@ -1,0 +1,67 @@
+"""Tokenizing records as they stream from a file: chunked `encode_batch` calls, and `tokenize_file`.
+
+`encode_chunks` is the one loop the shard cache, the embedding pipeline and `tokenize_file` share: one
+vectorised `encode_batch` call per chunk of records, a tokenizer error naming the file (tokenizers see texts,
+not files). `tokenize_file` is what `biotf tokenize` prints: `id<TAB>tokens` (or token ids) per record, with
+counts that always cover the whole file; memory does not grow with the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import NamedTuple, TextIO
+
+import numpy as np
+
+from biotf.data.readers import ReaderOptions, Record, read_records, with_source
+from biotf.errors import TokenizationError
+from biotf.tokenizers.base import PolicyStats, Tokenizer
+
+CHUNK_RECORDS = 1024
+
+
+def record_chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    """`records` in lists of `size` (the last one shorter)."""
+    records = iter(records)
+    while chunk := list(islice(records, size)):
+        yield chunk
+
+
+def encode_chunks(chunks: Iterable[list[Record]], tokenizer: Tokenizer, add_special_tokens: bool,
+                  stats: PolicyStats | None = None, source: str | Path | None = None
+                  ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
+    """Each chunk with its records' token ids; policy counts go to `stats`, and a tokenizer error names `source`."""
+    for chunk in chunks:
+        try:
+            encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
+                                             records=[r.id for r in chunk], stats=stats)
+        except TokenizationError as error:
+            raise (error if source is None else with_source(error, source)) from None
+        yield chunk, encoded
+
+
+class TokenizedFile(NamedTuple):
+    """What `tokenize_file` counted; unpacks as `records, tokens, policies = ...`."""
+
+    records: int
+    tokens: int
+    policies: PolicyStats
+
+
+def tokenize_file(tokenizer: Tokenizer, path: Path, reader_options: ReaderOptions, out: TextIO,
+                  as_ids: bool = False, add_special_tokens: bool = True, limit: int | None = None) -> TokenizedFile:
+    """Write one line per record to `out` (the first `limit` records only); count every record of the file."""
+    policies = PolicyStats()
+    inverse = None if as_ids else {i: t for t, i in tokenizer.get_vocab().items()}
+    chunks = record_chunks(read_records(path, reader_options, policies), CHUNK_RECORDS)
+    n_records = n_tokens = 0
+    for chunk, encoded in encode_chunks(chunks, tokenizer, add_special_tokens, policies, path):
+        for record, ids in zip(chunk, encoded):
+            if limit is None or n_records < limit:
+                shown = " ".join(map(str, ids.tolist())) if as_ids else " ".join(inverse[i] for i in ids.tolist())
+                out.write(f"{record.id}\t{shown}\n")
+            n_records += 1
+            n_tokens += len(ids)
+    return TokenizedFile(n_records, n_tokens, policies)

@@ -1,0 +1,57 @@
+"""`find_loader` and `load_for_generation`: the one loader table decides what a model source is, for generation too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, save_checkpoint
+from biotf.errors import CheckpointError, ConfigError
+from biotf.inference.hf_checkpoint import GenerationDefaults
+from biotf.inference.loading import LOADERS, find_loader, load_for_generation
+from biotf.model import Transformer, TransformerConfig
+from biotf.tokenizers import build_tokenizer
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """A biotf run of a tiny causal protein model, holding a Hugging Face-looking config.json as well."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                                          max_seq_len=32))
+    state = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
+    payload = checkpoint_payload(model.config, build_tokenizer({"kind": "protein"}))
+    (tmp_path / "checkpoints").mkdir()
+    save_checkpoint({"state_dict": state, "global_step": 1, "epoch": 0, CHECKPOINT_KEY: payload},
+                    tmp_path / "checkpoints" / "last.ckpt")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    return tmp_path
+
+
+def test_a_run_is_a_run_even_with_a_hugging_face_config(run_dir):
+    """The table's order decides, not a second test of its own: the run directory comes first."""
+    assert find_loader(run_dir).name == "run directory"
+    model, tokenizer, defaults = load_for_generation(run_dir, dtype="bfloat16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16} and not model.training
+    assert defaults == GenerationDefaults(eos_token_ids=(tokenizer.eos_id,), pad_token_id=tokenizer.pad_id)
+    assert defaults.temperature == 0.0  # nothing stored: greedy
+
+
+def test_a_hugging_face_directory_brings_its_generation_config(tied_checkpoint, tied):
+    assert find_loader(tied_checkpoint) is LOADERS[-1]
+    model, tokenizer, defaults = load_for_generation(tied_checkpoint, dtype="bfloat16")
+    assert defaults == tied.defaults and tokenizer.fingerprint == tied.tokenizer.fingerprint
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_refusals_name_the_problem(run_dir, tmp_path):
+    with pytest.raises(ConfigError, match="allowed: float32, bfloat16"):
+        load_for_generation(run_dir, dtype="float16")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        find_loader(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"allowed: run directory, checkpoint, exported directory, Hugging Face"):
+        load_for_generation(tmp_path / "empty")
