@@ -64,3 +64,26 @@ def test_bf16_mixed_on_a_cpu_without_native_bf16_is_warned_about(precision, tmp_
     slow = [w for w in caught if "bf16-mixed on a CPU without native bfloat16" in str(w.message)]
     native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert len(slow) == (precision == "bf16-mixed" and not native)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_fused_loss_is_an_opt_in_with_the_plain_loss_value(causal):
+    """`trainer.fused_loss` picks how a step computes its loss, not what: both give the same loss and counts."""
+    import torch
+
+    from biotf.tokenizers.amino_acid import AminoAcidTokenizer
+    from biotf.training.config import OptimConfig
+    from biotf.training.module import LanguageModelTask
+
+    config = TransformerConfig.preset("tiny", vocab_size=33, causal=causal)
+    tasks = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        tasks.append(LanguageModelTask(config, AminoAcidTokenizer(), OptimConfig(), total_steps=10, fused_loss=fused))
+    ids = torch.randint(4, 24, (2, 12))
+    labels = ids.clone()
+    labels[:, :3] = -100
+    fused, plain = (task(ids, None, labels) for task in tasks)
+    assert fused.logits is None and plain.logits is not None
+    torch.testing.assert_close(fused.loss, plain.loss, rtol=0, atol=1e-6)
+    assert fused.scored == plain.scored == 2 * 9 and fused.correct == plain.correct
