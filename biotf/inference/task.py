@@ -71,8 +71,9 @@ def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tok
 
 
 def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, directory: Path,
-                    train_config: dict[str, Any] | None = None) -> Path:
-    """Write the exported trunk, the head and task.json into a new `directory`, all or nothing."""
+                    train_config: dict[str, Any] | None = None, adapter: Path | None = None) -> Path:
+    """Write the exported trunk, the head and task.json into a new `directory`, all or nothing; `adapter` (a LoRA
+    adapter file written before the merge) is moved in with them."""
     from safetensors.torch import save_file
 
     def write_head(staging: Path) -> None:
@@ -80,6 +81,8 @@ def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, dire
         head.update(target_mean=model.target_mean.contiguous(), target_std=model.target_std.contiguous())
         save_file(head, str(staging / HEAD_FILE))
         (staging / TASK_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
+        if adapter is not None:
+            adapter.replace(staging / ADAPTER_FILE)
 
     return save_pretrained(model.trunk, tokenizer, directory, train_config, also_write=write_head)
 

@@ -25,12 +25,11 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-import yaml
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
-from biotf.checkpoint import read_checkpoint
+from biotf.checkpoint import atomic_write_text, read_checkpoint
 from biotf.data import ReaderOptions, read_records
 from biotf.data.splits import assign, split_groups
 from biotf.errors import InputError
@@ -45,8 +44,8 @@ from biotf.training.callbacks import VerifiedCheckpointIO
 from biotf.training.config import TrainConfig, to_plain
 from biotf.training.metrics import LOWER_IS_BETTER, task_metrics
 from biotf.training.optim import WarmupCosine, parameter_groups
+from biotf.training.run import write_run_files
 
-RESOLVED_CONFIG = "config.yaml"
 SPLIT_FILE = "split.tsv"
 RESULT_FILE = "finetune.json"
 
@@ -283,7 +282,12 @@ def write_predictions(path: Path, data: LabelledSet, rows: np.ndarray, predictio
                                  IGNORE_INDEX)
         lines.append(f"{data.ids[row]}\t{_label_text(data.labels[row], data.classes, task)}\t"
                      f"{_label_text(predicted, data.classes, task)}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def write_split(path: Path, ids: list[str], sides: np.ndarray, groups: np.ndarray) -> None:
+    """split.tsv: each labelled record's side (train / validation / test) and the group that kept it there."""
+    atomic_write_text(path, "id\tsplit\tgroup\n" + "".join(f"{i}\t{s}\t{g}\n" for i, s, g in zip(ids, sides, groups)))
 
 
 @dataclass
@@ -301,6 +305,7 @@ class FinetuneSummary:
     best_checkpoint: str
     validation: dict[str, float]
     test: dict[str, float]
+    classes: list[str] | None
 
     @property
     def final_val_loss(self) -> float:  # what a Hydra sweeper minimises, as for language-model runs
@@ -321,6 +326,9 @@ class FinetuneSummary:
             lines.append("  left out: " + ", ".join(f"{n} {why}" for why, n in self.dropped.items()))
         return "\n".join(lines)
 
+    def write(self, run_dir: Path) -> None:
+        atomic_write_text(run_dir / RESULT_FILE, json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
 
 def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
     """Fine-tune as `config` says, writing everything into `run_dir` (see the module docstring)."""
@@ -338,8 +346,7 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
     groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer)
     sides = assign(groups, split.validation, split.test, config.seed)
     rows = {name: np.flatnonzero(sides == name) for name in ("train", "validation", "test")}
-    (run_dir / SPLIT_FILE).write_text("id\tsplit\tgroup\n" + "".join(
-        f"{i}\t{s}\t{g}\n" for i, s, g in zip(data.ids, sides, groups)), encoding="utf-8")
+    write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
 
     n_outputs = 1 if config.task == "regression" else len(data.classes)
     model, trainable = build_task_model(config, trunk, n_outputs)
@@ -348,8 +355,7 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
         model.set_target_scale(train_values.mean()[None], train_values.std()[None])
     run_config = to_plain(dataclasses.replace(config, model=trunk.config))
     run_config["tokenizer"] = tokenizer.to_config() if hasattr(tokenizer, "to_config") else run_config["tokenizer"]
-    (run_dir / RESOLVED_CONFIG).write_text(yaml.safe_dump(run_config, sort_keys=False), encoding="utf-8")
-    tokenizer.save(run_dir)
+    write_run_files(run_dir, run_config, tokenizer)
 
     collate = TaskCollator(data, tokenizer, config.task)
     batch_size = config.data.batch_size
@@ -375,9 +381,8 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
         split={"method": split.method, "groups": int(len(np.unique(groups))),
                "records": {k: int(len(v)) for k, v in rows.items()}, "seed": config.seed},
         dropped=dict(data.dropped), best_checkpoint=best,
-        validation=results["validation"][0], test=results["test"][0])
-    (run_dir / RESULT_FILE).write_text(json.dumps({**dataclasses.asdict(summary), "classes": data.classes},
-                                                  indent=2) + "\n", encoding="utf-8")
+        validation=results["validation"][0], test=results["test"][0], classes=data.classes)
+    summary.write(run_dir)
     print(summary.text())
     reader = "".join(f" --{flag} '{value}'" for flag, value in (("column", config.data.column),
                                                               ("id-column", config.data.id_column)) if value)
@@ -416,11 +421,9 @@ def _export(model: TaskModel, tokenizer: Tokenizer, config: TrainConfig, classes
     info = TaskInfo(config.task, classes, config.finetune.pool, config.data.max_length, config.data.long_policy,
                     config.data.label_column)
     adapter = None
-    if config.finetune.mode == "lora":
-        adapter = save_adapter(model.trunk, run_dir / ADAPTER_FILE)
+    if config.finetune.mode == "lora":  # kept beside the merged weights: the adapter alone fits the unchanged base
+        adapter = save_adapter(model.trunk, run_dir / f".{ADAPTER_FILE}.tmp")  # moved into the export's staging
         merge_lora(model.trunk)
     model.trunk.gradient_checkpointing = False
-    save_task_model(model.eval(), tokenizer, info, directory, run_config)
-    if adapter is not None:  # beside the merged weights: the adapter alone fits the unchanged base model
-        adapter.replace(directory / ADAPTER_FILE)
+    save_task_model(model.eval(), tokenizer, info, directory, run_config, adapter=adapter)
 

@@ -9,7 +9,9 @@ same tokenizer (deterministic from the same data) and only rank 0 writes into th
 
 from __future__ import annotations
 
+import os
 import signal
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -25,7 +27,8 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from biotf.checkpoint import CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, atomic_write, atomic_write_text, ensure_same_tokenizer,
+                              payload_fingerprint, read_checkpoint)
 from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
 from biotf.training.callbacks import LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO
@@ -115,11 +118,14 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
 
 
 @rank_zero_only
-def write_run_files(run_dir: Path, config: TrainConfig, tokenizer: Tokenizer) -> None:
-    """The resolved config and the tokenizer, written before training so a killed run still has them."""
+def write_run_files(run_dir: Path, run_config: dict[str, Any], tokenizer: Tokenizer) -> None:
+    """The resolved config and the tokenizer, written before training so a killed run still has them; each
+    appears complete or not at all."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RESOLVED_CONFIG).write_text(yaml.safe_dump(to_plain(config), sort_keys=False), encoding="utf-8")
-    tokenizer.save(run_dir)
+    atomic_write_text(run_dir / RESOLVED_CONFIG, yaml.safe_dump(run_config, sort_keys=False))
+    with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=run_dir) as staging:
+        written = tokenizer.save(staging)  # Tokenizer.save writes under the final name: staged, then renamed
+        atomic_write(run_dir / written.name, lambda temporary: os.replace(written, temporary))
 
 
 @contextmanager
@@ -168,7 +174,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummar
     if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and trainer.is_global_zero:
         trim_metrics(run_dir, resumed["global_step"])  # rows past the resumed step are logged again
     del resumed
-    write_run_files(run_dir, config, tokenizer)
+    write_run_files(run_dir, to_plain(config), tokenizer)
 
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
     trainer.fit(task, datamodule=datamodule, ckpt_path=config.ckpt_path, weights_only=True)

@@ -110,6 +110,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
     base = load_file(str(pretrained / "base" / "model.safetensors"))
     merged = load_file(str(tmp_path / "model" / "model.safetensors"))
     assert set(merged) == set(base) and any(not torch.equal(merged[k], base[k]) for k in base)  # merged, changed
+    assert not list(tmp_path.rglob(".*"))  # the adapter went into the export's staging: no temporary left
     trunk, _ = load_pretrained(pretrained / "base")
     load_adapter(trunk, tmp_path / "model" / "adapter.safetensors")
     model, tokenizer, info = load_task_model(tmp_path)
