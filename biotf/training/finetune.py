@@ -6,6 +6,9 @@
          validation -> best checkpoint -> validation and test metrics (finetune.json, predictions_test.tsv)
       -> <run>/model: exported like any model, plus the head (`biotf.inference.task`); `biotf predict` reads it.
 
+The run directory, last.ckpt (by steps, by wall time, at the end, on SIGTERM: exit 143 with the resume command)
+and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (`run.build_trainer`, `run.held_run`).
+
 Records are never dropped silently: unlabelled records and records over max_length (data.long_policy=drop) are
 counted in finetune.json and the printed summary. Labels: classification takes the distinct values as class names
 (sorted); regression parses numbers; token takes one label character per residue, so it needs a tokenizer with
@@ -25,12 +28,10 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from biotf.checkpoint import atomic_write_text, read_checkpoint
-from biotf.data import ReaderOptions, read_records
+from biotf.data import LengthGroupedBatchSampler, ReaderOptions, read_records
 from biotf.data.splits import assign, split_groups
 from biotf.errors import InputError
 from biotf.inference.loading import CHECKPOINT_DIR, load_pretrained
@@ -40,11 +41,13 @@ from biotf.model.loss import IGNORE_INDEX
 from biotf.model.lora import apply_lora, merge_lora, save_adapter
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
-from biotf.training.callbacks import VerifiedCheckpointIO
+from biotf.training.callbacks import RunControl, agree_on_requests, restore_rng_state, save_rng_state
 from biotf.training.config import TrainConfig, to_plain
 from biotf.training.metrics import LOWER_IS_BETTER, task_metrics
 from biotf.training.optim import WarmupCosine, parameter_groups
-from biotf.training.run import write_run_files
+from biotf.training.datamodule import ResumableDataLoader
+from biotf.training.rundir import RunDirectoryError
+from biotf.training.run import build_trainer, continue_metrics, held_run, write_run_files
 
 SPLIT_FILE = "split.tsv"
 RESULT_FILE = "finetune.json"
@@ -182,14 +185,17 @@ class TaskCollator:
 class TaskModule(L.LightningModule):
     """Trains a `TaskModel`; validation computes the task's metrics over the whole split (`metrics.py`)."""
 
-    def __init__(self, model: TaskModel, config: TrainConfig, total_steps: int, n_classes: int):
+    def __init__(self, model: TaskModel, config: TrainConfig, total_steps: int, n_classes: int,
+                 control: RunControl | None = None):
         super().__init__()
         self.model, self.config, self.total_steps, self.n_classes = model, config, total_steps, n_classes
+        self.control = control
         self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self.config.finetune.mode == "frozen":
             self.model.trunk.eval()  # a frozen trunk computes the features of inference (no dropout)
+        agree_on_requests(self, self.control)  # SIGTERM and the wall-time clock, as in a language-model run
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
         self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=len(batch["input_ids"]))
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=len(batch["input_ids"]))
@@ -221,6 +227,12 @@ class TaskModule(L.LightningModule):
             return np.concatenate([t.cpu().numpy().ravel() for t in tensors])
         return torch.cat([t.cpu() for t in tensors]).numpy()
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        save_rng_state(checkpoint)  # head and trunk dropout after a resume repeat the uninterrupted run
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_rng_state(checkpoint)
+
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW: the head at optim.lr, the trunk's trainable weights (all, or LoRA's) at finetune.trunk_lr."""
         optim, trunk_lr = self.config.optim, self.config.finetune.trunk_lr or self.config.optim.lr
@@ -248,11 +260,19 @@ def build_task_model(config: TrainConfig, trunk, n_outputs: int) -> tuple[TaskMo
     return model, sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def _loader(data: LabelledSet, rows: np.ndarray, collate: TaskCollator, batch_size: int, shuffle: bool,
+def _loader(data: LabelledSet, rows: np.ndarray, collate: TaskCollator, batch_size: int, trainer: L.Trainer | None,
             seed: int) -> DataLoader:
+    """The training loader (`trainer` given): shuffled batches that are a function of (seed, epoch) and that a resume
+    continues mid-epoch, as a language-model run's (`ResumableDataLoader`); otherwise the rows in order."""
     generator = torch.Generator().manual_seed(seed)
-    return DataLoader(LabelledDataset(data, rows), batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
-                      generator=generator)
+    dataset = LabelledDataset(data, rows)
+    if trainer is None:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate, generator=generator)
+    # group_batches=1: plain random batches (no length grouping), each sorted by length.
+    sampler = LengthGroupedBatchSampler(np.array([len(data.token_ids[r]) for r in rows]), batch_size, shuffle=True,
+                                        seed=seed, group_batches=1)
+    return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=collate, generator=generator,
+                               epoch_fn=lambda: trainer.current_epoch)
 
 
 def evaluate(module: TaskModule, loader: DataLoader) -> tuple[dict[str, float], list[np.ndarray]]:
@@ -331,10 +351,21 @@ class FinetuneSummary:
 
 
 def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
-    """Fine-tune as `config` says, writing everything into `run_dir` (see the module docstring)."""
+    """Fine-tune as `config` says, writing everything into `run_dir` (see the module docstring), which this process
+    holds while it trains (`held_run`, as a language-model run). Raises `RunInterrupted` after saving last.ckpt
+    when SIGTERM arrives during training; `ckpt_path` resumes from it."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with held_run(config, run_dir) as control:
+        return _train_task(config, run_dir, control)
+
+
+def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> FinetuneSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
+    # Read (and checked against its CRC-32) before any data work: a damaged checkpoint fails in seconds.
+    resumed = read_checkpoint(config.ckpt_path) if config.ckpt_path is not None else None
+    if (run_dir / MODEL_DIR).exists():
+        raise RunDirectoryError(f"run directory {run_dir} already holds a finished fine-tuning run ({MODEL_DIR}/); "
+                                "choose a new hydra.run.dir")
     trunk, tokenizer = load_pretrained(config.init_from)
     if trunk.config.max_seq_len is not None and config.data.max_length > trunk.config.max_seq_len:
         raise InputError(f"data.max_length={config.data.max_length} exceeds the max_seq_len "
@@ -357,14 +388,20 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
     run_config["tokenizer"] = tokenizer.to_config() if hasattr(tokenizer, "to_config") else run_config["tokenizer"]
     write_run_files(run_dir, run_config, tokenizer)
 
+    monitor = config.finetune.monitor
+    trainer = build_trainer(config.trainer, run_dir, control, monitor=f"val/{monitor}",
+                            mode="min" if monitor in LOWER_IS_BETTER else "max", patience=config.finetune.patience,
+                            distributed=False)
+    continue_metrics(config, run_dir, resumed)
+    del resumed
     collate = TaskCollator(data, tokenizer, config.task)
-    batch_size = config.data.batch_size
-    loaders = {name: _loader(data, rows[name], collate, batch_size, name == "train", config.seed)
-               for name in rows}
-    module = TaskModule(model, config, config.trainer.max_steps, n_outputs)
-    trainer = _trainer(config, run_dir)
+    loaders = {name: _loader(data, rows[name], collate, config.data.batch_size, trainer if name == "train" else None,
+                             config.seed) for name in rows}
+    module = TaskModule(model, config, config.trainer.max_steps, n_outputs, control)
     start = time.perf_counter()
-    trainer.fit(module, train_dataloaders=loaders["train"], val_dataloaders=loaders["validation"])
+    # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
+    trainer.fit(module, train_dataloaders=loaders["train"], val_dataloaders=loaders["validation"],
+                ckpt_path=config.ckpt_path, weights_only=True)
     train_seconds = time.perf_counter() - start
 
     best = trainer.checkpoint_callback.best_model_path or str(run_dir / CHECKPOINT_DIR / "last.ckpt")
@@ -389,29 +426,6 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
     print(f"predict with it: biotf predict --model {run_dir} --input {config.data.path}{reader} "
           f"--output {run_dir / 'predictions.tsv'}")
     return summary
-
-
-def _trainer(config: TrainConfig, run_dir: Path) -> L.Trainer:
-    """Validation every trainer.val_check_interval steps; the best checkpoint and early stopping follow
-    finetune.monitor on the validation split."""
-    trainer = config.trainer
-    monitor = f"val/{config.finetune.monitor}"
-    mode = "min" if config.finetune.monitor in LOWER_IS_BETTER else "max"
-    checkpoints = run_dir / CHECKPOINT_DIR
-    callbacks = [
-        ModelCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode=mode, save_top_k=1,
-                        save_last=False, auto_insert_metric_name=False, enable_version_counter=False),
-        EarlyStopping(monitor=monitor, mode=mode, patience=config.finetune.patience, check_on_train_epoch_end=False),
-    ]
-    return L.Trainer(
-        accelerator=trainer.accelerator, devices=1, precision=trainer.precision, max_steps=trainer.max_steps,
-        max_epochs=-1, val_check_interval=trainer.val_check_interval, check_val_every_n_epoch=None,
-        gradient_clip_val=trainer.gradient_clip_val or None, log_every_n_steps=trainer.log_every_n_steps,
-        accumulate_grad_batches=trainer.accumulate_grad_batches,
-        logger=CSVLogger(save_dir=run_dir, name="", version=""), callbacks=callbacks, default_root_dir=run_dir,
-        # Checkpoints as a language-model run writes them: atomic, the user's umask, a content CRC-32.
-        plugins=[VerifiedCheckpointIO()],
-        enable_progress_bar=trainer.enable_progress_bar, enable_model_summary=False, num_sanity_val_steps=0)
 
 
 def _export(model: TaskModel, tokenizer: Tokenizer, config: TrainConfig, classes: list[str] | None, run_dir: Path,

@@ -24,7 +24,7 @@ import torch
 import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, atomic_write, atomic_write_text, ensure_same_tokenizer,
@@ -36,7 +36,8 @@ from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.module import LanguageModelTask
-from biotf.training.rundir import RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, trim_metrics
+from biotf.training.rundir import (RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, is_launch_rank_zero,
+                                  trim_metrics)
 from biotf.training.summary import RunSummary, next_steps
 
 # The run directory already holds Hydra's and our files when the CSV logger starts, and a resumed run's
@@ -81,24 +82,31 @@ def prepare_data(config: TrainConfig, tokenizer: Tokenizer) -> PreparedData:
                            max_length=data.max_length, long_policy=data.long_policy, objective=config.objective)
 
 
-def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None) -> L.Trainer:
+def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None,
+                  monitor: str = "val/loss", mode: str = "min", patience: int | None = None,
+                  distributed: bool = True) -> L.Trainer:
     """A Trainer writing into `run_dir`: metrics.csv (or tensorboard/), checkpoints/{last,best}.ckpt.
 
-    `control` is shared with the task (`LanguageModelTask(control=...)`), which makes the ranks agree on it."""
+    best.ckpt follows `monitor` (`mode` min or max); with `patience`, that many validations without improvement
+    stop training early. A run that is not `distributed` uses one device whatever trainer.devices says.
+    `control` is shared with the module (`agree_on_requests` in its training_step), which makes the ranks agree on it."""
     checkpoints = run_dir / CHECKPOINT_DIR
     control = control or RunControl(trainer.checkpoint_every_minutes)
     if trainer.logger == "csv":
         logger = RunCSVLogger(run_dir)  # -> run_dir/metrics.csv, continued by a resume
     else:
         logger = TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="")
-    best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min", save_top_k=1,
+    best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode=mode, save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
     callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps, control), best]
+    if patience is not None:
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=patience, check_on_train_epoch_end=False))
     if trainer.enable_progress_bar:  # tqdm: loss, tokens/s and val/loss on one line, also in plain logs
         callbacks.append(TQDMProgressBar(refresh_rate=1))
     built = L.Trainer(
-        accelerator=trainer.accelerator, devices=trainer.devices, num_nodes=trainer.num_nodes,
-        strategy=trainer.strategy, precision=trainer.precision, max_steps=trainer.max_steps, max_epochs=-1,
+        accelerator=trainer.accelerator, devices=trainer.devices if distributed else 1,
+        num_nodes=trainer.num_nodes if distributed else 1, strategy=trainer.strategy if distributed else "auto",
+        precision=trainer.precision, max_steps=trainer.max_steps, max_epochs=-1,
         # Validation every n training batches, counted across epoch boundaries.
         val_check_interval=trainer.val_check_interval, check_val_every_n_epoch=None,
         limit_val_batches=trainer.limit_val_batches, accumulate_grad_batches=trainer.accumulate_grad_batches,
@@ -148,13 +156,27 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None) -> None:
+    """A resume in place keeps metrics.csv's rows before the resumed step: the rows after it are logged again."""
+    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and is_launch_rank_zero():
+        trim_metrics(run_dir, resumed["global_step"])
+
+
+@contextmanager
+def held_run(config: TrainConfig, run_dir: Path) -> Iterator[RunControl]:
+    """The run directory claimed (`claim_run_dir`) and SIGTERM turned into a save-and-stop (`sigterm_stops`) while the
+    block trains; yields the run's control, for `build_trainer` and the module. Every kind of run trains inside it."""
+    control = RunControl(config.trainer.checkpoint_every_minutes)
+    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
+        yield control
+
+
 def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     """Train as `config` says, writing everything into `run_dir`; returns the summary (on every rank).
 
     Raises `RunInterrupted` after saving last.ckpt when SIGTERM arrives during training."""
     run_dir = Path(run_dir)
-    control = RunControl(config.trainer.checkpoint_every_minutes)
-    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
+    with held_run(config, run_dir) as control:
         return _train(config, run_dir, control)
 
 
@@ -171,8 +193,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummar
     task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir, control)
-    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and trainer.is_global_zero:
-        trim_metrics(run_dir, resumed["global_step"])  # rows past the resumed step are logged again
+    continue_metrics(config, run_dir, resumed)
     del resumed
     write_run_files(run_dir, to_plain(config), tokenizer)
 
