@@ -23,7 +23,7 @@ STEPS = 30
 # train.py's entry point, sending itself SIGTERM as a scheduler would, as optimizer step N+1 begins.
 TERMINATOR = '''
 import os, signal, sys
-from biotf.training.finetune import TaskModule
+from biotf.training.task_module import TaskModule
 n = int(sys.argv[1])
 step = TaskModule.training_step
 def training_step(self, batch, batch_idx):

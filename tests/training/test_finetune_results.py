@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from biotf.tokenizers import build_tokenizer
-from biotf.training.finetune import FinetuneSummary, LabelledSet, write_predictions, write_split
+from biotf.training.finetune_results import FinetuneSummary, write_predictions, write_split
+from biotf.training.labelled import LabelledSet
 from biotf.training.run import write_run_files
 
 
