@@ -1,10 +1,9 @@
 """Checkpointing pieces: verified atomic checkpoint files, the RNG state they carry, and when `last.ckpt` is written.
 
 `last.ckpt` is written every `trainer.checkpoint_every_n_steps` optimizer steps, every
-`trainer.checkpoint_every_minutes` of wall time, after the first validation, at the end (the final step, or
-an early stop), and
-when the process receives SIGTERM (preemption, `docker stop`, Slurm's time limit): then the run saves
-at the end of the current optimizer step and stops before the next one (`RunInterrupted`, which says
+`trainer.checkpoint_every_minutes` of wall time, after the first validation, at the end (the final step, or an
+early stop), and when the process receives SIGTERM (preemption, `docker stop`, Slurm's time limit): then the run
+saves at the end of the current optimizer step and stops before the next one (`RunInterrupted`, which says
 where and how to resume); a SIGTERM during the last step lets the run finish.
 Every save happens at the end of an optimizer step, the point a resume continues from exactly.
 """
