@@ -25,6 +25,7 @@ from biotf.checkpoint import read_checkpoint, save_checkpoint
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM
 RNG_KEY = "biotf_rng"
+PROGRESS_KEY = "biotf_progress"  # training seconds so far (and tokens seen): a resumed run's summary counts them all
 
 
 class VerifiedCheckpointIO(TorchCheckpointIO):
@@ -51,6 +52,23 @@ def restore_rng_state(checkpoint: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class TrainingTime:
+    """Training wall time over every process that trained the run: a resumed run starts from the seconds its
+    checkpoint carries (`before`), so its summary counts the time before the stop too."""
+
+    clock = staticmethod(time.perf_counter)
+
+    def __init__(self) -> None:
+        self.before = 0.0
+        self._start: float | None = None
+
+    def start(self) -> None:
+        self._start = self.clock()
+
+    def seconds(self) -> float:
+        return self.before + (self.clock() - self._start if self._start is not None else 0.0)
 
 
 class RunInterrupted(Exception):

@@ -12,7 +12,6 @@ and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +87,10 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     loaders = {name: task_loader(data, rows[name], collate, config.data.batch_size,
                                  trainer if name == "train" else None, config.seed) for name in rows}
     module = TaskModule(model, config, config.trainer.max_steps, n_outputs, control)
-    start = time.perf_counter()
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
     trainer.fit(module, train_dataloaders=loaders["train"], val_dataloaders=loaders["validation"],
                 ckpt_path=config.ckpt_path, weights_only=True)
-    train_seconds = time.perf_counter() - start
+    train_seconds = module.training_time.seconds()
 
     best = trainer.checkpoint_callback.best_model_path or str(run_dir / CHECKPOINT_DIR / "last.ckpt")
     if Path(best).is_file():

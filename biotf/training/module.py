@@ -24,12 +24,12 @@ from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, ensure_same_tok
 from biotf.errors import BiotfError
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers.base import Tokenizer
-from biotf.training.callbacks import RunControl, agree_on_requests, restore_rng_state, save_rng_state
+from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
+                                     save_rng_state)
 from biotf.training.config import OptimConfig
 from biotf.training.optim import build_optimizer
 
 SKIPPED_KEY = "biotf_nonfinite_skipped"
-PROGRESS_KEY = "biotf_progress"  # tokens seen and training seconds so far: a resumed run's summary counts them all
 
 
 class LanguageModelTask(L.LightningModule):
@@ -47,8 +47,7 @@ class LanguageModelTask(L.LightningModule):
         self.nonfinite, self.control = nonfinite, control
         self.tokens_seen = 0
         self._batch_tokens = 0
-        self._seconds_before = 0.0  # training seconds of the run before the resumed checkpoint
-        self._train_start: float | None = None
+        self.training_time = TrainingTime()
         self.nonfinite_skipped = 0  # batches whose loss was NaN/inf, under nonfinite="skip"
         self._last_batch_end: float | None = None
         self._val_sums: torch.Tensor | None = None
@@ -85,11 +84,11 @@ class LanguageModelTask(L.LightningModule):
         return None
 
     def on_train_start(self) -> None:
-        self._train_start = time.perf_counter()
+        self.training_time.start()
 
     def train_seconds(self) -> float:
         """Wall time spent in training so far, over all the processes that resumed this run."""
-        return self._seconds_before + (time.perf_counter() - self._train_start if self._train_start else 0.0)
+        return self.training_time.seconds()
 
     def on_train_batch_start(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         # Counted as the batch starts, so that a checkpoint written as it ends (callbacks run first) counts it.
@@ -139,6 +138,6 @@ class LanguageModelTask(L.LightningModule):
         self.nonfinite_skipped = checkpoint.get(SKIPPED_KEY, 0)
         progress = checkpoint.get(PROGRESS_KEY, {})
         self.tokens_seen = progress.get("tokens_seen", 0)
-        self._seconds_before = progress.get("train_seconds", 0.0)
+        self.training_time.before = progress.get("train_seconds", 0.0)
         restore_rng_state(checkpoint)
 

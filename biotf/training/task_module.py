@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 from biotf.model.loss import IGNORE_INDEX
 from biotf.model.lora import apply_lora
 from biotf.model.tasks import TaskModel
-from biotf.training.callbacks import RunControl, agree_on_requests, restore_rng_state, save_rng_state
+from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
+                                     save_rng_state)
 from biotf.training.config import TrainConfig
 from biotf.training.metrics import task_metrics
 from biotf.training.optim import WarmupCosine, parameter_groups
@@ -29,7 +30,7 @@ class TaskModule(L.LightningModule):
                  control: RunControl | None = None):
         super().__init__()
         self.model, self.config, self.total_steps, self.n_classes = model, config, total_steps, n_classes
-        self.control = control
+        self.control, self.training_time = control, TrainingTime()
         self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -67,11 +68,16 @@ class TaskModule(L.LightningModule):
             return np.concatenate([t.cpu().numpy().ravel() for t in tensors])
         return torch.cat([t.cpu() for t in tensors]).numpy()
 
+    def on_train_start(self) -> None:
+        self.training_time.start()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_rng_state(checkpoint)  # head and trunk dropout after a resume repeat the uninterrupted run
+        checkpoint[PROGRESS_KEY] = {"train_seconds": self.training_time.seconds()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         restore_rng_state(checkpoint)
+        self.training_time.before = checkpoint.get(PROGRESS_KEY, {}).get("train_seconds", 0.0)
 
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW: the head at optim.lr, the trunk's trainable weights (all, or LoRA's) at finetune.trunk_lr."""

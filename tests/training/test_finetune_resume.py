@@ -1,6 +1,6 @@
 """A fine-tuning run has a language-model run's guarantees: its run directory is locked, last.ckpt is written by
 wall time and at the end (an early stop too), and SIGTERM saves, exits 143 naming the resume command, which then
-lands on the uninterrupted run's weights and results exactly."""
+lands on the uninterrupted run's weights and results exactly and counts the training time before the stop."""
 
 from __future__ import annotations
 
@@ -57,11 +57,14 @@ def test_sigterm_saves_stops_and_resumes_in_place_exactly(pretrained, tmp_path, 
     message = stopped.stderr.strip().splitlines()[-1]
     assert message.startswith(f"train: stopped by SIGTERM at step 13; saved {checkpoint}; resume with: python ")
     assert message.endswith(f"ckpt_path={checkpoint}") and "Traceback" not in stopped.stderr
-    assert last(run_dir)["global_step"] == 13
+    stopped_at = last(run_dir)
+    assert stopped_at["global_step"] == 13 and stopped_at[callbacks.PROGRESS_KEY]["train_seconds"] > 0
     assert not (run_dir / "finetune.json").exists() and not (run_dir / "model").exists()
     assert not (run_dir / "run.lock").exists()
 
     # The printed command, as a user pastes it: no hydra.run.dir, so the run continues in its own directory.
+    # A stopped clock from here on: the resumed run's training time is then the time before the stop.
+    monkeypatch.setattr(callbacks.TrainingTime, "clock", staticmethod(lambda: 0.0))
     assert entry.main([*common, f"ckpt_path={checkpoint}"]) == 0
     reference_dir = tmp_path / "uninterrupted"
     assert entry.main([*common, f"hydra.run.dir={reference_dir}"]) == 0
@@ -72,6 +75,7 @@ def test_sigterm_saves_stops_and_resumes_in_place_exactly(pretrained, tmp_path, 
     results = [json.loads((d / "finetune.json").read_text()) for d in (run_dir, reference_dir)]
     assert results[0]["validation"] == results[1]["validation"] and results[0]["test"] == results[1]["test"]
     assert (run_dir / "predictions_test.tsv").read_text() == (reference_dir / "predictions_test.tsv").read_text()
+    assert results[0]["train_seconds"] == stopped_at[callbacks.PROGRESS_KEY]["train_seconds"]
 
 
 def test_a_finished_run_is_not_resumed_over_its_export(pretrained, tmp_path):
