@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle, delimiter="\t"))
 
 
-def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_predictions(pretrained, tmp_path):
+def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_predictions(pretrained, tmp_path,
+                                                                                              monkeypatch):
     run = tmp_path / "run"
     result = run_script(finetune_overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -45,6 +47,24 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
     assert len(predicted) == 240  # predict needs no label: p4 too
     assert all(predicted[i]["prediction"] == expected[i] for i in test_ids)
     assert all(abs(float(r["p_no"]) + float(r["p_yes"]) - 1) < 1e-5 for r in predicted.values())
+
+    # A predict killed while it writes leaves no partial file under the output's name (nor a temporary).
+    writer = csv.writer
+
+    def dies_half_way(handle, **kwargs):
+        inner = writer(handle, **kwargs)
+
+        def writerows(rows):
+            rows = list(rows)
+            inner.writerows(rows[:len(rows) // 2])
+            raise OSError("killed mid-write")
+        return SimpleNamespace(writerow=inner.writerow, writerows=writerows)
+
+    monkeypatch.setattr(csv, "writer", dies_half_way)
+    with pytest.raises(OSError, match="killed mid-write"):
+        main(["predict", "--model", str(run), "--input", str(pretrained / "labelled.csv"), "--id-column", "id",
+              "--output", str(tmp_path / "killed" / "predictions.tsv")])
+    assert list((tmp_path / "killed").iterdir()) == []
 
 
 def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_model(pretrained, tmp_path):
