@@ -39,6 +39,11 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """`atomic_write` of UTF-8 text: the file appears complete under its name or not at all."""
+    return atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
 @contextmanager
 def atomic_directory(directory: str | Path) -> Iterator[Path]:
     """Yield a hidden staging directory that becomes `directory` when the block ends without an error.

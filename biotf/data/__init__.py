@@ -10,7 +10,7 @@ from biotf.lazy import lazy_exports
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
     "ShardCache": "cache", "TokenShard": "cache", "tokenize_to_cache": "cache", "MLMCollator": "collators",
-    "pad_batch": "collators", "TRAINING_LONG_POLICIES": "datasets",
+    "pad_batch": "collators", "TRAINING_LONG_POLICIES": "long_policy", "LongPolicy": "long_policy",
     "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
     "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "FORMATS": "readers",

@@ -4,11 +4,8 @@ Every random choice (crop window, batch order, masking) is a pure function of (s
 index), never of hidden generator state, so a resumed run or a different worker count sees
 exactly the same data as an uninterrupted one.
 
-Long sequences follow an explicit `long_policy`, counted in `LongSequenceStats`:
-- "crop": a random `max_length` window (a fixed per-record window outside training), keeping
-  the leading and trailing special tokens (`<cls>` ... `<eos>`);
-- "drop": records longer than `max_length` are left out;
-- "error": the first such record stops preparation with its index and length.
+Long sequences follow an explicit `long_policy` (`long_policy.LongPolicy`), counted in `LongSequenceStats`; a
+training crop is a random window per (seed, epoch, record), a validation crop a fixed window per record.
 """
 
 from __future__ import annotations
@@ -21,11 +18,9 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from biotf.data.cache import TokenShard
-from biotf.errors import ConfigError, InputError, check_choice, check_int
+from biotf.data.long_policy import LongPolicy
+from biotf.errors import ConfigError, check_int
 from biotf.model.loss import IGNORE_INDEX
-
-# What training does with a sequence longer than data.max_length (`data.long_policy`).
-TRAINING_LONG_POLICIES = ("crop", "drop", "error")
 
 
 @dataclass(frozen=True)
@@ -56,17 +51,11 @@ class SequenceDataset(Dataset):
 
     def __init__(self, shard: TokenShard, max_length: int, long_policy: str = "crop", seed: int = 0,
                  training: bool = True, special_ids: frozenset[int] = frozenset(), name: str = "train"):
-        check_choice("data.long_policy", long_policy, TRAINING_LONG_POLICIES)
-        check_int("data.max_length", max_length, 2)
-        self.shard, self.max_length, self.long_policy = shard, max_length, long_policy
-        self.seed, self.training, self.special_ids, self.epoch = seed, training, special_ids, 0
+        self.policy = LongPolicy(long_policy, max_length, special_ids)
+        self.shard, self.max_length, self.seed, self.training, self.epoch = shard, max_length, seed, training, 0
         lengths = shard.lengths
         too_long = lengths > max_length
-        if long_policy == "error" and too_long.any():
-            first = int(np.argmax(too_long))
-            raise InputError(f"{name} record {int(shard.records[first]) + 1} of the input has {int(lengths[first])} "
-                             f"tokens, more than max_length={max_length} (long_policy=error; use crop or drop)")
-        keep = ~too_long if long_policy == "drop" else np.ones(len(lengths), bool)
+        keep = self.policy.kept(lengths, lambda i: f"{name} record {int(shard.records[i]) + 1} of the input")
         self.indices = np.flatnonzero(keep)
         self.lengths = np.minimum(lengths[self.indices], max_length)
         self.stats = LongSequenceStats(
@@ -87,15 +76,8 @@ class SequenceDataset(Dataset):
         ids = np.asarray(self.shard[index], dtype=np.int64)
         epoch = self.epoch if self.training else 0
         if len(ids) > self.max_length:
-            ids = self._crop(ids, seeded_rng(self.seed, epoch, index, 0))
+            ids = self.policy.crop(ids, seeded_rng(self.seed, epoch, index, 0))
         return {"input_ids": ids, "seed": (self.seed, epoch, index)}
-
-    def _crop(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        lead = int(ids[0] in self.special_ids)
-        trail = int(ids[-1] in self.special_ids)
-        window = self.max_length - lead - trail
-        start = lead + int(rng.integers(0, len(ids) - lead - trail - window + 1))
-        return np.concatenate([ids[:lead], ids[start:start + window], ids[len(ids) - trail:]])
 
 
 class PackedBlockDataset(Dataset):

@@ -7,7 +7,7 @@ fine-tuned trunk), plus `task_head.safetensors` (the head and the regression tar
 `adapter.safetensors` too (`biotf.model.lora.load_adapter` puts it back onto the base model).
 
 Inputs are encoded as in training (`encode_for_task`): a record longer than max_length tokens is cut to its first
-max_length - 1 tokens plus its last special token (policy crop, counted), skipped (drop, counted) or refused (error).
+max_length tokens, its trailing special token kept (policy crop, counted), skipped (drop, counted) or refused (error).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from biotf.checkpoint import save_pretrained
-from biotf.errors import CheckpointError, ConfigError, InputError
+from biotf.data.long_policy import LongPolicy
+from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.loading import load_pretrained
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
@@ -49,19 +50,10 @@ class TaskInfo:
 
 def encode_for_task(tokenizer: Tokenizer, sequence: str, record: str, max_length: int, long_policy: str,
                     counts: Counter) -> np.ndarray | None:
-    """Token ids of one record (special tokens added), cut, dropped (None) or refused by `long_policy`."""
+    """Token ids of one record (special tokens added), cropped, dropped (None) or refused by `long_policy`
+    (`LongPolicy.apply`, the policy pretraining's datasets follow), counted in `counts`."""
     ids = np.asarray(tokenizer.encode(sequence, record=record), np.int64)
-    if len(ids) <= max_length:
-        return ids
-    if long_policy == "error":
-        raise InputError(f"record {record!r} has {len(ids)} tokens, more than data.max_length={max_length} "
-                         "(data.long_policy=crop keeps the first tokens, drop skips the record)")
-    if long_policy == "drop":
-        counts["longer than max_length, dropped"] += 1
-        return None
-    counts["longer than max_length, cut to the first max_length tokens"] += 1
-    last = ids[-1:] if int(ids[-1]) in tokenizer.special_ids else ids[max_length - 1:max_length]
-    return np.concatenate([ids[:max_length - 1], last])
+    return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)
 
 
 def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
@@ -71,8 +63,9 @@ def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tok
 
 
 def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, directory: Path,
-                    train_config: dict[str, Any] | None = None) -> Path:
-    """Write the exported trunk, the head and task.json into a new `directory`, all or nothing."""
+                    train_config: dict[str, Any] | None = None, adapter: Path | None = None) -> Path:
+    """Write the exported trunk, the head and task.json into a new `directory`, all or nothing; `adapter` (a LoRA
+    adapter file written before the merge) is moved in with them."""
     from safetensors.torch import save_file
 
     def write_head(staging: Path) -> None:
@@ -80,6 +73,8 @@ def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, dire
         head.update(target_mean=model.target_mean.contiguous(), target_std=model.target_std.contiguous())
         save_file(head, str(staging / HEAD_FILE))
         (staging / TASK_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
+        if adapter is not None:
+            adapter.replace(staging / ADAPTER_FILE)
 
     return save_pretrained(model.trunk, tokenizer, directory, train_config, also_write=write_head)
 

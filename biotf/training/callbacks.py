@@ -1,9 +1,9 @@
-"""Checkpointing pieces: verified atomic checkpoint files, and when `last.ckpt` is written.
+"""Checkpointing pieces: verified atomic checkpoint files, the RNG state they carry, and when `last.ckpt` is written.
 
 `last.ckpt` is written every `trainer.checkpoint_every_n_steps` optimizer steps, every
-`trainer.checkpoint_every_minutes` of wall time, after the first validation, at the final step, and
-when the process receives SIGTERM (preemption, `docker stop`, Slurm's time limit): then the run saves
-at the end of the current optimizer step and stops before the next one (`RunInterrupted`, which says
+`trainer.checkpoint_every_minutes` of wall time, after the first validation, at the end (the final step, or an
+early stop), and when the process receives SIGTERM (preemption, `docker stop`, Slurm's time limit): then the run
+saves at the end of the current optimizer step and stops before the next one (`RunInterrupted`, which says
 where and how to resume); a SIGTERM during the last step lets the run finish.
 Every save happens at the end of an optimizer step, the point a resume continues from exactly.
 """
@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from biotf.checkpoint import read_checkpoint, save_checkpoint
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM
+RNG_KEY = "biotf_rng"
+PROGRESS_KEY = "biotf_progress"  # training seconds so far (and tokens seen): a resumed run's summary counts them all
 
 
 class VerifiedCheckpointIO(TorchCheckpointIO):
@@ -34,6 +37,38 @@ class VerifiedCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: str | Path, map_location: Any | None = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
         return read_checkpoint(path, map_location=map_location or "cpu")  # always weights_only
+
+
+def save_rng_state(checkpoint: dict[str, Any]) -> None:
+    """The torch (and CUDA) RNG state into `checkpoint`, so that dropout after a resume repeats the uninterrupted run."""
+    checkpoint[RNG_KEY] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        checkpoint[RNG_KEY]["cuda"] = torch.cuda.get_rng_state_all()
+
+
+def restore_rng_state(checkpoint: dict[str, Any]) -> None:
+    state = checkpoint.get(RNG_KEY)
+    if state is not None:
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class TrainingTime:
+    """Training wall time over every process that trained the run: a resumed run starts from the seconds its
+    checkpoint carries (`before`), so its summary counts the time before the stop too."""
+
+    clock = staticmethod(time.perf_counter)
+
+    def __init__(self) -> None:
+        self.before = 0.0
+        self._start: float | None = None
+
+    def start(self) -> None:
+        self._start = self.clock()
+
+    def seconds(self) -> float:
+        return self.before + (self.clock() - self._start if self._start is not None else 0.0)
 
 
 class RunInterrupted(Exception):
@@ -48,8 +83,8 @@ class RunInterrupted(Exception):
 class RunControl:
     """Requests every rank must act on at the same optimizer step: save now (the wall-time clock ran out),
     stop now (SIGTERM). Each process notes its own (`requests`); the task combines them across ranks in
-    the one reduction it makes per step anyway (`LanguageModelTask.training_step`) and hands the result
-    back (`agree`), so a checkpoint write, which all ranks join, starts on all of them together."""
+    the one reduction it makes per step anyway (`agree_on_requests`, from each module's training_step) and hands
+    the result back (`agree`), so a checkpoint write, which all ranks join, starts on all of them together."""
 
     clock = staticmethod(time.monotonic)
 
@@ -77,6 +112,18 @@ class RunControl:
 
     def on_sigterm(self, signum: int, frame: Any) -> None:
         self.sigterm = True
+
+
+def agree_on_requests(module: L.LightningModule, control: RunControl | None, finite: bool = True) -> bool:
+    """Whether the loss is finite on every rank, and the run control's requests (stop, save) of any rank, in one
+    reduction, made by each training step: one rank skipping alone would leave the others waiting in backward, one
+    rank saving alone would leave them waiting in the checkpoint write."""
+    stop, save = control.requests() if control is not None else (False, False)
+    flags = torch.tensor([not finite, stop, save], dtype=torch.float32, device=module.device)
+    not_finite, stop, save = (value > 0 for value in module.trainer.strategy.reduce(flags, reduce_op="sum").tolist())
+    if control is not None:
+        control.agree(stop, save)
+    return not not_finite
 
 
 class LastCheckpoint(L.Callback):
@@ -120,6 +167,11 @@ class LastCheckpoint(L.Callback):
             control.saved()
         if control.stop_agreed:  # stopped as the next batch starts, once this step's metrics are logged
             self._stopping = RunInterrupted(self.path, step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step != self._saved_step:  # stopped early (a fine-tuning run's EarlyStopping)
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self._saved_step = trainer.global_step
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from biotf.data.datasets import TRAINING_LONG_POLICIES
+from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
 from biotf.resources import SAMPLES_DIR

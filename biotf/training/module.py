@@ -25,13 +25,12 @@ from biotf.errors import BiotfError
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.loss import language_model_loss
 from biotf.tokenizers.base import Tokenizer
-from biotf.training.callbacks import RunControl
+from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
+                                     save_rng_state)
 from biotf.training.config import OptimConfig
 from biotf.training.optim import build_optimizer
 
-RNG_KEY = "biotf_rng"
 SKIPPED_KEY = "biotf_nonfinite_skipped"
-PROGRESS_KEY = "biotf_progress"  # tokens seen and training seconds so far: a resumed run's summary counts them all
 
 
 class LanguageModelTask(L.LightningModule):
@@ -50,8 +49,7 @@ class LanguageModelTask(L.LightningModule):
         self.nonfinite, self.control, self.fused_loss = nonfinite, control, fused_loss
         self.tokens_seen = 0
         self._batch_tokens = 0
-        self._seconds_before = 0.0  # training seconds of the run before the resumed checkpoint
-        self._train_start: float | None = None
+        self.training_time = TrainingTime()
         self.nonfinite_skipped = 0  # batches whose loss was NaN/inf, under nonfinite="skip"
         self._last_batch_end: float | None = None
         self._val_sums: torch.Tensor | None = None
@@ -64,7 +62,7 @@ class LanguageModelTask(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
         loss = out.loss
-        if not self._agree(bool(torch.isfinite(loss.detach()))):
+        if not agree_on_requests(self, self.control, bool(torch.isfinite(loss.detach()))):
             return self._nonfinite(loss, batch_idx)
         with torch.no_grad():
             self.log("train/loss", loss, prog_bar=True)
@@ -72,17 +70,6 @@ class LanguageModelTask(L.LightningModule):
             self.log("train/acc", out.correct / out.scored.clamp(min=1))
             self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
-
-    def _agree(self, finite: bool) -> bool:
-        """Whether the loss is finite on every rank, and the run control's requests (stop, save) of any rank,
-        in one reduction: one rank skipping alone would leave the others waiting in backward, one rank
-        saving alone would leave them waiting in the checkpoint write."""
-        stop, save = self.control.requests() if self.control is not None else (False, False)
-        flags = torch.tensor([not finite, stop, save], dtype=torch.float32, device=self.device)
-        not_finite, stop, save = (value > 0 for value in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist())
-        if self.control is not None:
-            self.control.agree(stop, save)
-        return not not_finite
 
     def _nonfinite(self, loss: torch.Tensor, batch_idx: int) -> None:
         """The `trainer.nonfinite` policy for a NaN/inf loss: stop with an error, or skip the batch (counted).
@@ -97,11 +84,11 @@ class LanguageModelTask(L.LightningModule):
         return None
 
     def on_train_start(self) -> None:
-        self._train_start = time.perf_counter()
+        self.training_time.start()
 
     def train_seconds(self) -> float:
         """Wall time spent in training so far, over all the processes that resumed this run."""
-        return self._seconds_before + (time.perf_counter() - self._train_start if self._train_start else 0.0)
+        return self.training_time.seconds()
 
     def on_train_batch_start(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         # Counted as the batch starts, so that a checkpoint written as it ends (callbacks run first) counts it.
@@ -141,11 +128,9 @@ class LanguageModelTask(L.LightningModule):
     # --- checkpoints -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = checkpoint_payload(self.model.config, self.tokenizer, self.train_config)
-        checkpoint[RNG_KEY] = {"torch": torch.get_rng_state()}
+        save_rng_state(checkpoint)
         checkpoint[SKIPPED_KEY] = self.nonfinite_skipped
         checkpoint[PROGRESS_KEY] = {"tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds()}
-        if torch.cuda.is_available():
-            checkpoint[RNG_KEY]["cuda"] = torch.cuda.get_rng_state_all()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         ensure_same_tokenizer(payload_fingerprint(checkpoint.get(CHECKPOINT_KEY), "the resumed checkpoint"),
@@ -153,9 +138,6 @@ class LanguageModelTask(L.LightningModule):
         self.nonfinite_skipped = checkpoint.get(SKIPPED_KEY, 0)
         progress = checkpoint.get(PROGRESS_KEY, {})
         self.tokens_seen = progress.get("tokens_seen", 0)
-        self._seconds_before = progress.get("train_seconds", 0.0)
-        state = checkpoint.get(RNG_KEY)
-        if state is not None:
-            torch.set_rng_state(state["torch"])
-            if "cuda" in state and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["cuda"])
+        self.training_time.before = progress.get("train_seconds", 0.0)
+        restore_rng_state(checkpoint)
+

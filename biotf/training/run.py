@@ -9,7 +9,9 @@ same tokenizer (deterministic from the same data) and only rank 0 writes into th
 
 from __future__ import annotations
 
+import os
 import signal
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -22,10 +24,11 @@ import torch
 import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from biotf.checkpoint import CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, atomic_write, atomic_write_text, ensure_same_tokenizer,
+                              payload_fingerprint, read_checkpoint)
 from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
 from biotf.training.callbacks import LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO
@@ -33,7 +36,8 @@ from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.module import LanguageModelTask
-from biotf.training.rundir import RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, trim_metrics
+from biotf.training.rundir import (RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, is_launch_rank_zero,
+                                  trim_metrics)
 from biotf.training.summary import RunSummary, next_steps
 
 # The run directory already holds Hydra's and our files when the CSV logger starts, and a resumed run's
@@ -78,24 +82,31 @@ def prepare_data(config: TrainConfig, tokenizer: Tokenizer) -> PreparedData:
                            max_length=data.max_length, long_policy=data.long_policy, objective=config.objective)
 
 
-def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None) -> L.Trainer:
+def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None,
+                  monitor: str = "val/loss", mode: str = "min", patience: int | None = None,
+                  distributed: bool = True) -> L.Trainer:
     """A Trainer writing into `run_dir`: metrics.csv (or tensorboard/), checkpoints/{last,best}.ckpt.
 
-    `control` is shared with the task (`LanguageModelTask(control=...)`), which makes the ranks agree on it."""
+    best.ckpt follows `monitor` (`mode` min or max); with `patience`, that many validations without improvement
+    stop training early. A run that is not `distributed` uses one device whatever trainer.devices says.
+    `control` is shared with the module (`agree_on_requests` in its training_step), which makes the ranks agree on it."""
     checkpoints = run_dir / CHECKPOINT_DIR
     control = control or RunControl(trainer.checkpoint_every_minutes)
     if trainer.logger == "csv":
         logger = RunCSVLogger(run_dir)  # -> run_dir/metrics.csv, continued by a resume
     else:
         logger = TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="")
-    best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min", save_top_k=1,
+    best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode=mode, save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
     callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps, control), best]
+    if patience is not None:
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=patience, check_on_train_epoch_end=False))
     if trainer.enable_progress_bar:  # tqdm: loss, tokens/s and val/loss on one line, also in plain logs
         callbacks.append(TQDMProgressBar(refresh_rate=1))
     built = L.Trainer(
-        accelerator=trainer.accelerator, devices=trainer.devices, num_nodes=trainer.num_nodes,
-        strategy=trainer.strategy, precision=trainer.precision, max_steps=trainer.max_steps, max_epochs=-1,
+        accelerator=trainer.accelerator, devices=trainer.devices if distributed else 1,
+        num_nodes=trainer.num_nodes if distributed else 1, strategy=trainer.strategy if distributed else "auto",
+        precision=trainer.precision, max_steps=trainer.max_steps, max_epochs=-1,
         # Validation every n training batches, counted across epoch boundaries.
         val_check_interval=trainer.val_check_interval, check_val_every_n_epoch=None,
         limit_val_batches=trainer.limit_val_batches, accumulate_grad_batches=trainer.accumulate_grad_batches,
@@ -115,11 +126,14 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
 
 
 @rank_zero_only
-def write_run_files(run_dir: Path, config: TrainConfig, tokenizer: Tokenizer) -> None:
-    """The resolved config and the tokenizer, written before training so a killed run still has them."""
+def write_run_files(run_dir: Path, run_config: dict[str, Any], tokenizer: Tokenizer) -> None:
+    """The resolved config and the tokenizer, written before training so a killed run still has them; each
+    appears complete or not at all."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RESOLVED_CONFIG).write_text(yaml.safe_dump(to_plain(config), sort_keys=False), encoding="utf-8")
-    tokenizer.save(run_dir)
+    atomic_write_text(run_dir / RESOLVED_CONFIG, yaml.safe_dump(run_config, sort_keys=False))
+    with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=run_dir) as staging:
+        written = tokenizer.save(staging)  # Tokenizer.save writes under the final name: staged, then renamed
+        atomic_write(run_dir / written.name, lambda temporary: os.replace(written, temporary))
 
 
 @contextmanager
@@ -142,13 +156,27 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None) -> None:
+    """A resume in place keeps metrics.csv's rows before the resumed step: the rows after it are logged again."""
+    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and is_launch_rank_zero():
+        trim_metrics(run_dir, resumed["global_step"])
+
+
+@contextmanager
+def held_run(config: TrainConfig, run_dir: Path) -> Iterator[RunControl]:
+    """The run directory claimed (`claim_run_dir`) and SIGTERM turned into a save-and-stop (`sigterm_stops`) while the
+    block trains; yields the run's control, for `build_trainer` and the module. Every kind of run trains inside it."""
+    control = RunControl(config.trainer.checkpoint_every_minutes)
+    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
+        yield control
+
+
 def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
     """Train as `config` says, writing everything into `run_dir`; returns the summary (on every rank).
 
     Raises `RunInterrupted` after saving last.ckpt when SIGTERM arrives during training."""
     run_dir = Path(run_dir)
-    control = RunControl(config.trainer.checkpoint_every_minutes)
-    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
+    with held_run(config, run_dir) as control:
         return _train(config, run_dir, control)
 
 
@@ -166,10 +194,9 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummar
     task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir, control)
-    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and trainer.is_global_zero:
-        trim_metrics(run_dir, resumed["global_step"])  # rows past the resumed step are logged again
+    continue_metrics(config, run_dir, resumed)
     del resumed
-    write_run_files(run_dir, config, tokenizer)
+    write_run_files(run_dir, to_plain(config), tokenizer)
 
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
     trainer.fit(task, datamodule=datamodule, ckpt_path=config.ckpt_path, weights_only=True)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from biotf.checkpoint import CHECKPOINT_DIR, atomic_write
+from biotf.checkpoint import CHECKPOINT_DIR, atomic_write_text
 from biotf.errors import BiotfError
 
 RESOLVED_CONFIG = "config.yaml"
@@ -124,5 +124,5 @@ def trim_metrics(run_dir: str | Path, before_step: int) -> int:
         writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(kept)
-        atomic_write(path, lambda temporary: temporary.write_text(text.getvalue(), encoding="utf-8"))
+        atomic_write_text(path, text.getvalue())
     return len(rows) - len(kept)

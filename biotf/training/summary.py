@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from biotf.checkpoint import atomic_write_text
+
 SUMMARY_JSON = "summary.json"
 SUMMARY_TEXT = "summary.txt"
 
@@ -60,8 +62,8 @@ class RunSummary:
     def write(self, run_dir: Path) -> None:
         payload = {**asdict(self), "tokens_per_second": self.tokens_per_second,
                    "beats_baseline_by": self.beats_baseline_by}
-        (run_dir / SUMMARY_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        (run_dir / SUMMARY_TEXT).write_text(self.text() + "\n", encoding="utf-8")
+        atomic_write_text(run_dir / SUMMARY_JSON, json.dumps(payload, indent=2) + "\n")
+        atomic_write_text(run_dir / SUMMARY_TEXT, self.text() + "\n")
 
 
 def next_steps(run_dir: Path, data_path: str, column: str | None = None, id_column: str | None = None) -> str:

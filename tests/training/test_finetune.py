@@ -6,61 +6,15 @@ from __future__ import annotations
 
 import csv
 import json
-import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.resources import CONF_DIR
-from biotf.training.config import register_configs, validate
-from training_helpers import run_script
-
-AMINO = "ACDEFGHIKLMNPQRSTVY"  # no W: the classification label is "has a W"
-register_configs()
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    """base/: a tiny exported bidirectional model with the protein tokenizer; labelled.csv: 240 proteins with a
-    class (contains W), a value (K count + W count / 2), per-residue labels (H for AELMQKRH, else C), a family."""
-    from biotf.inference.loading import save_pretrained
-    from biotf.model import Transformer, TransformerConfig
-    from biotf.tokenizers import build_tokenizer
-
-    root = tmp_path_factory.mktemp("finetune")
-    tokenizer = build_tokenizer({"kind": "protein"})
-    torch.manual_seed(0)
-    model = Transformer(TransformerConfig.preset("tiny", causal=False, vocab_size=tokenizer.vocab_size))
-    save_pretrained(model, tokenizer, root / "base")
-    rng = random.Random(0)
-    lines = ["id,sequence,label,value,ss,family"]
-    for i in range(240):
-        n = rng.randrange(15, 40)
-        sequence = "".join(rng.choice(AMINO) for _ in range(n))
-        if i % 2:
-            p = rng.randrange(n - 3)
-            sequence = sequence[:p] + "WWW" + sequence[p + 3:]
-        ss = "".join("H" if c in "AELMQKRH" else "C" for c in sequence)
-        label = "yes" if "W" in sequence else ("" if i == 4 else "no")  # record p4 is unlabelled
-        lines.append(f"p{i},{sequence},{label},{sequence.count('K') + 0.5 * sequence.count('W')},{ss},f{i % 17}")
-    (root / "labelled.csv").write_text("\n".join(lines) + "\n")
-    return root
-
-
-def overrides(root: Path, *extra: str) -> list[str]:
-    return ["experiment=finetune", f"init_from={root / 'base'}", f"data.path={root / 'labelled.csv'}",
-            "data.id_column=id", "data.max_length=64", "data.batch_size=16", "trainer.max_steps=60",
-            "trainer.val_check_interval=10", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
-            "optim.warmup_steps=5", "finetune.trunk_lr=3e-3", *extra]
-
-
-def config(root: Path, *extra: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=overrides(root, *extra)))
+from training_helpers import finetune_config, finetune_overrides, run_script
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
@@ -68,9 +22,10 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle, delimiter="\t"))
 
 
-def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_predictions(pretrained, tmp_path):
+def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_predictions(pretrained, tmp_path,
+                                                                                              monkeypatch):
     run = tmp_path / "run"
-    result = run_script(overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}"), cwd=tmp_path)
+    result = run_script(finetune_overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / "finetune.json").read_text())
     assert summary["dropped"] == {"unlabelled": 1}
@@ -93,6 +48,24 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
     assert all(predicted[i]["prediction"] == expected[i] for i in test_ids)
     assert all(abs(float(r["p_no"]) + float(r["p_yes"]) - 1) < 1e-5 for r in predicted.values())
 
+    # A predict killed while it writes leaves no partial file under the output's name (nor a temporary).
+    writer = csv.writer
+
+    def dies_half_way(handle, **kwargs):
+        inner = writer(handle, **kwargs)
+
+        def writerows(rows):
+            rows = list(rows)
+            inner.writerows(rows[:len(rows) // 2])
+            raise OSError("killed mid-write")
+        return SimpleNamespace(writerow=inner.writerow, writerows=writerows)
+
+    monkeypatch.setattr(csv, "writer", dies_half_way)
+    with pytest.raises(OSError, match="killed mid-write"):
+        main(["predict", "--model", str(run), "--input", str(pretrained / "labelled.csv"), "--id-column", "id",
+              "--output", str(tmp_path / "killed" / "predictions.tsv")])
+    assert list((tmp_path / "killed").iterdir()) == []
+
 
 def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_model(pretrained, tmp_path):
     from biotf.inference.loading import load_pretrained
@@ -100,7 +73,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
     from biotf.model.lora import load_adapter
     from biotf.training.finetune import train_task
 
-    cfg = config(pretrained, "data.label_column=value", "task=regression", "finetune.mode=lora",
+    cfg = finetune_config(pretrained, "data.label_column=value", "task=regression", "finetune.mode=lora",
                  "finetune.lora.targets=[qkv,out,gate_up,down]", "finetune.monitor=spearman",
                  "trainer.gradient_checkpointing=true", "finetune.split.method=identity")
     summary = train_task(cfg, tmp_path)
@@ -110,6 +83,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
     base = load_file(str(pretrained / "base" / "model.safetensors"))
     merged = load_file(str(tmp_path / "model" / "model.safetensors"))
     assert set(merged) == set(base) and any(not torch.equal(merged[k], base[k]) for k in base)  # merged, changed
+    assert not list(tmp_path.rglob(".*"))  # the adapter went into the export's staging: no temporary left
     trunk, _ = load_pretrained(pretrained / "base")
     load_adapter(trunk, tmp_path / "model" / "adapter.safetensors")
     model, tokenizer, info = load_task_model(tmp_path)
@@ -123,7 +97,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
 def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_unchanged(pretrained, tmp_path):
     from biotf.training.finetune import train_task
 
-    cfg = config(pretrained, "data.label_column=ss", "task=token", "finetune.mode=frozen", "optim.lr=3e-2",
+    cfg = finetune_config(pretrained, "data.label_column=ss", "task=token", "finetune.mode=frozen", "optim.lr=3e-2",
                  "finetune.split.method=group", "finetune.split.group_column=family", "finetune.monitor=accuracy")
     summary = train_task(cfg, tmp_path)
     assert summary.test["accuracy"] > 0.75, summary.test  # H/C is a function of the residue: linear in its vector
@@ -151,24 +125,24 @@ def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_u
 
 def test_the_composed_model_group_does_not_limit_a_fine_tuning_run(pretrained):
     """experiment=finetune's max_length (1024) exceeds the default model group's 512: init_from's model counts."""
-    assert config(pretrained, "data.label_column=label", "data.max_length=1024").data.max_length == 1024
+    assert finetune_config(pretrained, "data.label_column=label", "data.max_length=1024").data.max_length == 1024
 
 
 def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
     with pytest.raises(ConfigError, match="data.label_column"):
-        config(pretrained, "data.label_column=null")
+        finetune_config(pretrained, "data.label_column=null")
     with pytest.raises(ConfigError, match="finetune.monitor.*rmse"):
-        config(pretrained, "data.label_column=value", "task=regression", "finetune.monitor=accuracy")
+        finetune_config(pretrained, "data.label_column=value", "task=regression", "finetune.monitor=accuracy")
     with pytest.raises(ConfigError, match="finetune.split.group_column"):
-        config(pretrained, "data.label_column=label", "finetune.split.method=group")
+        finetune_config(pretrained, "data.label_column=label", "finetune.split.method=group")
     with pytest.raises(ConfigError, match="init_from"):
-        config(pretrained, "data.label_column=label", f"init_from={tmp_path / 'missing'}")
+        finetune_config(pretrained, "data.label_column=label", f"init_from={tmp_path / 'missing'}")
     from biotf.training.finetune import train_task
 
     with pytest.raises(InputError, match="column 'labels' not found"):
-        train_task(config(pretrained, "data.label_column=labels"), tmp_path / "a")
+        train_task(finetune_config(pretrained, "data.label_column=labels"), tmp_path / "a")
     with pytest.raises(InputError, match="record 'p0': label 'no' is not a number"):
-        train_task(config(pretrained, "data.label_column=label", "task=regression", "finetune.monitor=rmse"),
+        train_task(finetune_config(pretrained, "data.label_column=label", "task=regression", "finetune.monitor=rmse"),
                    tmp_path / "b")
     with pytest.raises(BiotfError, match="not a fine-tuned model"):
         from biotf.inference.task import load_task_model

@@ -1,0 +1,87 @@
+"""What a fine-tuning run reports: split.tsv, predictions_test.tsv and finetune.json (`FinetuneSummary`).
+
+Every file is written atomically (`atomic_write_text`): it appears complete under its name, or not at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biotf.checkpoint import atomic_write_text
+from biotf.model.loss import IGNORE_INDEX
+from biotf.training.labelled import LabelledSet
+
+SPLIT_FILE = "split.tsv"
+RESULT_FILE = "finetune.json"
+PREDICTIONS_FILE = "predictions_test.tsv"
+
+
+def _label_text(value: Any, classes: list[str] | None, task: str) -> str:
+    if task == "regression":
+        return f"{float(np.ravel(value)[0]):.6g}"
+    if task == "token":
+        return "".join(classes[int(v)] for v in np.ravel(value) if int(v) != IGNORE_INDEX)
+    return classes[int(value)]
+
+
+def write_predictions(path: Path, data: LabelledSet, rows: np.ndarray, predictions: list[np.ndarray], task: str) -> None:
+    """predictions_test.tsv: each of `rows`' label and prediction as text (class names, values, label strings)."""
+    lines = ["id\tlabel\tprediction"]
+    for row, predicted in zip(rows, predictions):
+        if task == "token":  # predictions over the padded width: keep the labelled (content) positions
+            predicted = np.where(data.labels[row] != IGNORE_INDEX, np.ravel(predicted)[:len(data.labels[row])],
+                                 IGNORE_INDEX)
+        lines.append(f"{data.ids[row]}\t{_label_text(data.labels[row], data.classes, task)}\t"
+                     f"{_label_text(predicted, data.classes, task)}")
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def write_split(path: Path, ids: list[str], sides: np.ndarray, groups: np.ndarray) -> None:
+    """split.tsv: each labelled record's side (train / validation / test) and the group that kept it there."""
+    atomic_write_text(path, "id\tsplit\tgroup\n" + "".join(f"{i}\t{s}\t{g}\n" for i, s, g in zip(ids, sides, groups)))
+
+
+@dataclass
+class FinetuneSummary:
+    experiment: str
+    task: str
+    mode: str
+    init_from: str
+    parameters: int
+    trainable_parameters: int
+    steps: int
+    train_seconds: float
+    split: dict[str, Any]
+    dropped: dict[str, int]
+    best_checkpoint: str
+    validation: dict[str, float]
+    test: dict[str, float]
+    classes: list[str] | None
+
+    @property
+    def final_val_loss(self) -> float:  # what a Hydra sweeper minimises, as for language-model runs
+        return self.validation["loss"]
+
+    def text(self) -> str:
+        def row(metrics: dict[str, float]) -> str:
+            return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+        sizes = ", ".join(f"{k} {v}" for k, v in self.split["records"].items())
+        lines = [f"biotf fine-tuning summary: {self.experiment} (task {self.task}, mode {self.mode}, "
+                 f"{self.trainable_parameters:,} of {self.parameters:,} parameters trained)",
+                 f"  from {self.init_from}; {self.steps} steps, {self.train_seconds:.0f} s",
+                 f"  split {self.split['method']}: {sizes} records in {self.split['groups']} groups",
+                 f"  best checkpoint, validation: {row(self.validation)}",
+                 f"  best checkpoint, test:       {row(self.test)}"]
+        if self.dropped:
+            lines.append("  left out: " + ", ".join(f"{n} {why}" for why, n in self.dropped.items()))
+        return "\n".join(lines)
+
+    def write(self, run_dir: Path) -> None:
+        atomic_write_text(run_dir / RESULT_FILE, json.dumps(dataclasses.asdict(self), indent=2) + "\n")

@@ -1,0 +1,115 @@
+"""Labelled records for fine-tuning: each record's label read from data.label_column, in the task's form.
+
+Classification takes the distinct values as class names (sorted); regression parses numbers; token takes one label
+character per residue, so it needs a tokenizer with one token per residue (character-level protein / DNA), checked
+record by record. Records are never dropped silently: unlabelled records and records over max_length
+(data.long_policy=drop) are counted in `LabelledSet.dropped`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from biotf.data import ReaderOptions, read_records
+from biotf.errors import InputError
+from biotf.inference.task import encode_for_task
+from biotf.model.loss import IGNORE_INDEX
+from biotf.tokenizers.base import Tokenizer
+from biotf.training.config import TrainConfig
+
+
+@dataclass
+class LabelledSet:
+    """Encoded labelled records: `labels[i]` is a class id, a float, or an array over `ids[i]` (token task)."""
+
+    ids: list[str]
+    sequences: list[str]
+    token_ids: list[np.ndarray]
+    labels: list[Any]
+    groups: list[str] | None
+    classes: list[str] | None
+    dropped: Counter
+
+
+def _label_values(config: TrainConfig) -> tuple[list, list[str], list[str | None]]:
+    """(records, raw labels, group names) of the input, labels parsed with data.label_pattern."""
+    from biotf.analysis.labels import parse_labels
+
+    data = config.data
+    records = list(read_records(data.path, ReaderOptions(format=data.format, column=data.column,
+                                                         id_column=data.id_column)))
+    if not records:
+        raise InputError(f"data.path: {data.path} holds no records")
+    column, group_column = data.label_column, config.finetune.split.group_column
+    for key, name in (("data.label_column", column), ("finetune.split.group_column", group_column)):
+        if name is not None and name != "id" and name not in records[0].metadata:
+            raise InputError(f"{key}: column {name!r} not found in {data.path} "
+                             f"(columns: {', '.join(['id', *records[0].metadata])})")
+    raw = np.array([r.id if column == "id" else r.metadata.get(column, "") for r in records], dtype=str)
+    raw = parse_labels([r.id for r in records], raw, data.label_pattern, column, key="data.label_pattern")
+    groups = [r.metadata.get(group_column) if group_column else None for r in records]
+    return records, [str(v).strip() for v in raw], groups
+
+
+def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
+    """Every labelled record, encoded, with its label in the task's form (see the module docstring)."""
+    task, data = config.task, config.data
+    records, raw, groups = _label_values(config)
+    dropped: Counter = Counter()
+    classes = None
+    if task == "classification":
+        classes = sorted({v for v in raw if v})
+        if len(classes) < 2:
+            raise InputError(f"data.label_column {data.label_column!r}: {len(classes)} distinct label(s); "
+                             "classification needs at least 2")
+    elif task == "token":
+        classes = sorted({c for v in raw for c in v})
+    index = {name: i for i, name in enumerate(classes or [])}
+    kept = LabelledSet([], [], [], [], [] if config.finetune.split.method == "group" else None, classes, dropped)
+    for record, value, group in zip(records, raw, groups):
+        if not value:
+            dropped["unlabelled"] += 1
+            continue
+        if config.finetune.split.method == "group" and not group:
+            raise InputError(f"record {record.id!r}: no value in group column {config.finetune.split.group_column!r}")
+        ids = encode_for_task(tokenizer, record.sequence, record.id, data.max_length, data.long_policy, dropped)
+        if ids is None:
+            continue
+        if task == "classification":
+            label: Any = index[value]
+        elif task == "regression":
+            try:
+                label = float(value)
+            except ValueError:
+                raise InputError(f"record {record.id!r}: label {value!r} is not a number (task=regression)") from None
+        else:
+            label = _token_labels(record.id, record.sequence, value, ids, tokenizer, index, data.max_length)
+        kept.ids.append(record.id)
+        kept.sequences.append(record.sequence)
+        kept.token_ids.append(ids)
+        kept.labels.append(label)
+        if kept.groups is not None:
+            kept.groups.append(group)
+    if task == "regression" and len(set(kept.labels)) < 2:
+        raise InputError("task=regression: the labels do not vary")
+    return kept
+
+
+def _token_labels(record: str, sequence: str, value: str, ids: np.ndarray, tokenizer: Tokenizer,
+                  index: dict[str, int], max_length: int) -> np.ndarray:
+    """Per-token class ids over `ids` (-100 on special tokens) from one label character per residue."""
+    if len(value) != len(sequence):
+        raise InputError(f"record {record!r}: {len(value)} token labels for a sequence of {len(sequence)} residues "
+                         "(task=token needs one label character per residue)")
+    content = np.flatnonzero(~np.isin(ids, list(tokenizer.special_ids)))
+    whole = len(tokenizer.encode(sequence, add_special_tokens=False, record=record))
+    if whole != len(sequence):
+        raise InputError(f"record {record!r}: the {tokenizer.kind} tokenizer makes {whole} tokens of {len(sequence)} "
+                         "residues; task=token needs one token per residue (a character-level tokenizer)")
+    labels = np.full(len(ids), IGNORE_INDEX, np.int64)
+    labels[content] = [index[c] for c in value[:len(content)]]  # a cut record keeps its first residues' labels
+    return labels

@@ -1,0 +1,117 @@
+"""The LightningModule of a fine-tuning run: a `TaskModel` (trunk + head) in its mode, its optimizer and metrics.
+
+Validation computes the task's metrics over the whole split (`metrics.py`); checkpoints carry the RNG state and
+training steps agree on SIGTERM and the wall-time clock (`callbacks`), as a language-model run's do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from biotf.model.loss import IGNORE_INDEX
+from biotf.model.lora import apply_lora
+from biotf.model.tasks import TaskModel
+from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
+                                     save_rng_state)
+from biotf.training.config import TrainConfig
+from biotf.training.metrics import task_metrics
+from biotf.training.optim import WarmupCosine, parameter_groups
+
+
+class TaskModule(L.LightningModule):
+    """Trains a `TaskModel`; validation computes the task's metrics over the whole split (`metrics.py`)."""
+
+    def __init__(self, model: TaskModel, config: TrainConfig, total_steps: int, n_classes: int,
+                 control: RunControl | None = None):
+        super().__init__()
+        self.model, self.config, self.total_steps, self.n_classes = model, config, total_steps, n_classes
+        self.control, self.training_time = control, TrainingTime()
+        self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.config.finetune.mode == "frozen":
+            self.model.trunk.eval()  # a frozen trunk computes the features of inference (no dropout)
+        agree_on_requests(self, self.control)  # SIGTERM and the wall-time clock, as in a language-model run
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
+        self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=len(batch["input_ids"]))
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=len(batch["input_ids"]))
+        return out.loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._outputs = []
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
+        weight = (batch["labels"] != IGNORE_INDEX).sum() if self.model.task == "token" else len(batch["labels"])
+        self._outputs.append((out.loss.detach() * weight, torch.as_tensor(weight), out.predictions, batch["labels"]))
+
+    def on_validation_epoch_end(self) -> None:
+        for name, value in self.collected_metrics().items():
+            self.log(f"val/{name}", value, prog_bar=name == "loss")
+
+    def collected_metrics(self) -> dict[str, float]:
+        """Loss (weighted by labelled items) and task metrics over everything since the epoch started."""
+        loss = float(sum(o[0] for o in self._outputs) / max(float(sum(o[1] for o in self._outputs)), 1.0))
+        truth, predicted = self._flat([o[3] for o in self._outputs]), self._flat([o[2] for o in self._outputs])
+        if self.model.task == "token":
+            labelled = truth != IGNORE_INDEX
+            truth, predicted = truth[labelled], predicted[labelled]
+        return {"loss": loss, **task_metrics(self.model.task, truth, predicted, self.n_classes)}
+
+    def _flat(self, tensors: list[torch.Tensor]) -> np.ndarray:
+        if self.model.task == "token":  # batches differ in width
+            return np.concatenate([t.cpu().numpy().ravel() for t in tensors])
+        return torch.cat([t.cpu() for t in tensors]).numpy()
+
+    def on_train_start(self) -> None:
+        self.training_time.start()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        save_rng_state(checkpoint)  # head and trunk dropout after a resume repeat the uninterrupted run
+        checkpoint[PROGRESS_KEY] = {"train_seconds": self.training_time.seconds()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_rng_state(checkpoint)
+        self.training_time.before = checkpoint.get(PROGRESS_KEY, {}).get("train_seconds", 0.0)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW: the head at optim.lr, the trunk's trainable weights (all, or LoRA's) at finetune.trunk_lr."""
+        optim, trunk_lr = self.config.optim, self.config.finetune.trunk_lr or self.config.optim.lr
+        groups = [dict(g, lr=optim.lr) for g in parameter_groups(self.model.head, optim.weight_decay)]
+        groups += [dict(g, lr=trunk_lr) for g in parameter_groups(self.model.trunk, optim.weight_decay)]
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], betas=tuple(optim.betas), eps=optim.eps)
+        schedule = WarmupCosine(optim.warmup_steps, self.total_steps, optim.min_lr_ratio)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
+                                 "interval": "step"}}
+
+
+def build_task_model(config: TrainConfig, trunk, n_outputs: int) -> tuple[TaskModel, int]:
+    """The TaskModel in the configured mode; returns it and its trainable parameter count."""
+    finetune = config.finetune
+    trunk.train()
+    trunk.gradient_checkpointing = config.trainer.gradient_checkpointing
+    model = TaskModel(trunk, config.task, n_outputs, pool=finetune.pool, dropout=finetune.head_dropout)
+    if finetune.mode == "frozen":
+        for parameter in trunk.parameters():
+            parameter.requires_grad_(False)
+    elif finetune.mode == "lora":
+        lora = finetune.lora
+        apply_lora(trunk, list(lora.targets), lora.rank, lora.alpha, lora.dropout)
+    return model, sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def evaluate(module: TaskModule, loader: DataLoader) -> tuple[dict[str, float], list[np.ndarray]]:
+    """(metrics, one prediction per record in loader order) of the module's current weights on one split."""
+    module.eval()
+    module.on_validation_epoch_start()
+    with torch.no_grad():
+        for batch in loader:
+            module.validation_step(batch, 0)
+    predictions = [p for output in module._outputs for p in output[2].cpu().numpy()]
+    return module.collected_metrics(), predictions
