@@ -28,6 +28,8 @@ FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_DIR = "checkpoints"
+FINETUNED_MODEL_DIR = "model"  # a fine-tuning run's export, inside its run directory
+TASK_FILE = "task.json"  # what marks an export as fine-tuned: its task, classes, pooling
 STATE_PREFIX = "model."
 
 

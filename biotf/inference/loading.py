@@ -4,6 +4,7 @@
     model, tokenizer, defaults = load_for_generation("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
 
 Sources, tried in order (`LOADERS`):
+- a fine-tuning run directory (holds `model/task.json`): its exported, fine-tuned trunk `model/`;
 - a training run directory (holds `checkpoints/`): its `best.ckpt` (lowest validation loss), else
   `last.ckpt`;
 - a Lightning checkpoint file `*.ckpt` written by biotf training;
@@ -29,9 +30,9 @@ from typing import Any, NamedTuple
 import torch
 from torch.overrides import TorchFunctionMode
 
-from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, STATE_PREFIX, ensure_same_tokenizer,
-                              payload_fingerprint, read_checkpoint, read_exported, save_pretrained,
-                              tokenizer_from_payload)
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINETUNED_MODEL_DIR, STATE_PREFIX,
+                              TASK_FILE, ensure_same_tokenizer, payload_fingerprint, read_checkpoint, read_exported,
+                              save_pretrained, tokenizer_from_payload)
 from biotf.errors import CheckpointError
 from biotf.inference.hf_checkpoint import (GenerationDefaults, HFCheckpoint, is_hf_directory, load_hf_checkpoint,
                                           load_hf_model, parse_dtype)
@@ -109,7 +110,8 @@ def load_checkpoint(path: str | Path) -> Pretrained:
     checkpoint = read_checkpoint(path)
     payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
     if payload is None or "state_dict" not in checkpoint:
-        raise CheckpointError(f"{path} is not a biotf training checkpoint (no '{CHECKPOINT_KEY}' section)")
+        raise CheckpointError(f"{path} is not a biotf language-model checkpoint (no '{CHECKPOINT_KEY}' section); a "
+                              f"fine-tuning run's model loads from its run directory or its {FINETUNED_MODEL_DIR}/")
     tokenizer = tokenizer_from_payload(payload, str(path))
     state = {k[len(STATE_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(STATE_PREFIX)}
     return Pretrained(_model(payload["model"], state, str(path)), tokenizer)
@@ -145,6 +147,16 @@ def load_exported(directory: str | Path) -> Pretrained:
     return Pretrained(_model(config["model"], state, str(directory)), tokenizer)
 
 
+def load_fine_tuning_run(run_dir: str | Path) -> Pretrained:
+    """The fine-tuned trunk and tokenizer of a fine-tuning run: its export `<run>/model/` (LoRA merged), which
+    `biotf predict` reads with the task head."""
+    return load_exported(Path(run_dir) / FINETUNED_MODEL_DIR)
+
+
+def _is_fine_tuning_run(path: Path) -> bool:
+    return path.is_dir() and (path / FINETUNED_MODEL_DIR / TASK_FILE).is_file()
+
+
 def _is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / CHECKPOINT_DIR).is_dir()
 
@@ -177,6 +189,7 @@ class Loader(NamedTuple):
 
 # The first loader whose `detect(path)` is true loads it. Extend by appending.
 LOADERS: list[Loader] = [
+    Loader("fine-tuning run directory", _is_fine_tuning_run, load_fine_tuning_run),
     Loader("run directory", _is_run_dir, load_run),
     Loader("checkpoint", _is_checkpoint, load_checkpoint),
     Loader("exported directory", _is_exported, load_exported),

@@ -21,17 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from biotf.checkpoint import save_pretrained
+from biotf.checkpoint import FINETUNED_MODEL_DIR as MODEL_DIR
+from biotf.checkpoint import TASK_FILE, save_pretrained
 from biotf.data.long_policy import LongPolicy
 from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.loading import load_pretrained
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
 
-TASK_FILE = "task.json"
 HEAD_FILE = "task_head.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
-MODEL_DIR = "model"  # inside a fine-tuning run directory
 
 
 @dataclass

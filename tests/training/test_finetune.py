@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.errors import BiotfError, CheckpointError, ConfigError, InputError
 from training_helpers import finetune_config, finetune_overrides, run_script
 
 
@@ -37,6 +37,17 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
     test_ids = {r["id"] for r in split if r["split"] == "test"}
     expected = {r["id"]: r["prediction"] for r in read_tsv(run / "predictions_test.tsv")}
     assert set(expected) == test_ids
+
+    # Every tool that takes a model takes the run: load_pretrained (and so biotf embed / score) gives the fine-tuned
+    # trunk of its export; the checkpoint file alone, which holds no tokenizer, is refused naming the run.
+    from biotf.inference.loading import load_pretrained
+    from biotf.inference.task import load_task_model
+
+    trunk, _ = load_pretrained(run)
+    tuned, _, _ = load_task_model(run)
+    assert all(torch.equal(a, b) for a, b in zip(trunk.state_dict().values(), tuned.trunk.state_dict().values()))
+    with pytest.raises(CheckpointError, match="fine-tuning run's model loads from its run directory"):
+        load_pretrained(run / "checkpoints" / "best.ckpt")
 
     from biotf.cli import main
 
