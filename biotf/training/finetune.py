@@ -29,12 +29,12 @@ from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.callbacks import RunControl
 from biotf.training.config import TrainConfig, to_plain
-from biotf.training.finetune_results import (PREDICTIONS_FILE, SPLIT_FILE, FinetuneSummary, write_predictions,
-                                             write_split)
+from biotf.training.finetune_results import (PREDICTIONS_FILE, SPLIT_FILE, FinetuneSummary, check_same_split,
+                                             write_predictions, write_split)
 from biotf.training.labelled import read_labelled
 from biotf.training.metrics import LOWER_IS_BETTER
 from biotf.training.run import build_trainer, continue_metrics, held_run, write_run_files
-from biotf.training.rundir import RunDirectoryError
+from biotf.training.rundir import RunDirectoryError, checkpoint_run_dir
 from biotf.training.task_data import TaskCollator, task_loader
 from biotf.training.task_module import TaskModule, build_task_model, evaluate
 
@@ -66,6 +66,9 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer)
     sides = assign(groups, split.validation, split.test, config.seed)
     rows = {name: np.flatnonzero(sides == name) for name in ("train", "validation", "test")}
+    origin = checkpoint_run_dir(config.ckpt_path) if config.ckpt_path is not None else None
+    if origin is not None:  # a resume trains on the split its run began with (a loose .ckpt has no split.tsv)
+        check_same_split(origin / SPLIT_FILE, data.ids, sides)
     write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
 
     n_outputs = 1 if config.task == "regression" else len(data.classes)

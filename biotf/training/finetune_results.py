@@ -5,6 +5,7 @@ Every file is written atomically (`atomic_write_text`): it appears complete unde
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from biotf.checkpoint import atomic_write_text
+from biotf.errors import InputError
 from biotf.model.loss import IGNORE_INDEX
 from biotf.training.labelled import LabelledSet
 
@@ -45,6 +47,22 @@ def write_predictions(path: Path, data: LabelledSet, rows: np.ndarray, predictio
 def write_split(path: Path, ids: list[str], sides: np.ndarray, groups: np.ndarray) -> None:
     """split.tsv: each labelled record's side (train / validation / test) and the group that kept it there."""
     atomic_write_text(path, "id\tsplit\tgroup\n" + "".join(f"{i}\t{s}\t{g}\n" for i, s, g in zip(ids, sides, groups)))
+
+
+def check_same_split(path: Path, ids: list[str], sides: np.ndarray) -> None:
+    """A resume must train on the split the run began with: refuse one whose recomputed split (from data.path,
+    the split settings and the seed) differs from the run's split.tsv, naming how many records moved."""
+    if not path.is_file():
+        return
+    with open(path, newline="", encoding="utf-8") as handle:
+        stored = {row["id"]: row["split"] for row in csv.DictReader(handle, delimiter="\t")}
+    now = dict(zip(ids, map(str, sides)))
+    moved = sorted(i for i in stored.keys() | now.keys() if stored.get(i) != now.get(i))
+    if moved:
+        first = moved[0]
+        raise InputError(f"resuming: {len(moved)} records would change sides against {path} (e.g. {first!r}: "
+                         f"{stored.get(first, 'absent')} -> {now.get(first, 'absent')}); resume with the run's "
+                         "data, split settings and seed (its config.yaml), or start a new run")
 
 
 @dataclass

@@ -5,6 +5,7 @@ lands on the uninterrupted run's weights and results exactly and counts the trai
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from biotf.errors import InputError
 from biotf.training import callbacks, entry
 from biotf.training.finetune import train_task
 from biotf.training.rundir import RunDirectoryError
@@ -85,6 +87,21 @@ def test_a_finished_run_is_not_resumed_over_its_export(pretrained, tmp_path):
                              f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}")
     with pytest.raises(RunDirectoryError, match="already holds a finished fine-tuning run"):
         train_task(resume, tmp_path)
+
+
+def test_a_resume_that_would_train_on_another_split_is_refused(pretrained, tmp_path):
+    cfg = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=2")
+    train_task(cfg, tmp_path)
+    shutil.rmtree(tmp_path / "model")  # as a run stopped before its export
+    split = (tmp_path / "split.tsv").read_text()
+    resume = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4", "seed=1",
+                             f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}")
+    with pytest.raises(InputError, match=r"resuming: \d+ records would change sides against .*split.tsv"):
+        train_task(resume, tmp_path)
+    assert (tmp_path / "split.tsv").read_text() == split  # the run's split is left as it was
+    same = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4",
+                           f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}")
+    assert train_task(same, tmp_path).steps == 4
 
 
 def test_a_run_directory_in_use_is_refused(pretrained, tmp_path):
