@@ -25,6 +25,7 @@ def _task_and_plain(total_steps: int):
     import torch
 
     from biotf.model import Transformer, TransformerConfig
+    from biotf.model.loss import language_model_loss
     from biotf.tokenizers import build_tokenizer
     from biotf.training.config import OptimConfig
     from biotf.training.module import LanguageModelTask
@@ -38,8 +39,9 @@ def _task_and_plain(total_steps: int):
     plain.load_state_dict(task.model.state_dict())
     optimizer, scheduler = build_optimizer(plain, OptimConfig(), total_steps)
 
-    def plain_step(batch):
-        loss = plain(**batch).loss
+    def plain_step(batch):  # the loss as the LightningModule computes it (fused head + loss)
+        loss = language_model_loss(plain, batch["input_ids"], batch["labels"], batch.get("attention_mask"),
+                                   fused=True).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
         optimizer.step()
@@ -107,7 +109,7 @@ def loader_vs_step(bench, quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="biotf-bench-loader-") as tmp:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             config = validate(compose(config_name="config", overrides=[f"data.cache_dir={tmp}"]))
-        tokenizer = build_run_tokenizer(config)
+        tokenizer = build_run_tokenizer(config, resumed=None)
         prepared = prepare_data(config, tokenizer)
         datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
 
