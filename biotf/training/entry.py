@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -44,6 +44,9 @@ def describe(error: Exception) -> str:
     if error.__cause__ is not None and str(error.__cause__) not in parts[0]:
         parts.append(str(error.__cause__))
     lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
+    key, equals, value = error.override.partition("=") if isinstance(error, OverrideParseException) else ("", "", "")
+    if equals and "'" not in value:  # e.g. a regex: Hydra reads ( ) [ ] { } , as override syntax
+        lines.append(f"quote the value for Hydra, inside shell quotes: \"{key}='{value}'\"")
     return "; ".join(lines)
 
 

@@ -44,6 +44,9 @@ def test_default_is_the_protein_run():
     ("tokenizer=nope", "tokenizer='nope': no such option"),
     ("data.path=/no/such/file.fasta", "data.path: input file /no/such/file.fasta does not exist"),
     ("ckpt_path=/no/such.ckpt", "ckpt_path='/no/such.ckpt'"),
+    # an unquoted regex is Hydra syntax: the error says how to quote it
+    (r"data.label_pattern=^(\S+?)-[MSU]\b",
+     "quote the value for Hydra, inside shell quotes: \"data.label_pattern='^(\\S+?)-[MSU]\\b'\""),
 ])
 def test_bad_override_is_one_line_with_status_2(override, expected, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
