@@ -28,7 +28,7 @@ import torch
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer
-from biotf.model.hf import CONFIG_FILE, ESM_ARCHITECTURES, LOADERS, read_hf_config
+from biotf.model.hf import CONFIG_FILE, ESM_ARCHITECTURES, LOADERS, Materialise, read_hf_config
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
@@ -148,7 +148,8 @@ def _read_checked_config(directory: Path, supported: Mapping[str, str], purpose:
     return config
 
 
-def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> tuple[Transformer, Tokenizer]:
+def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.float32,
+                  materialise: Materialise | None = None) -> tuple[Transformer, Tokenizer]:
     """Model (eval mode, CPU, `dtype`) and tokenizer of a Qwen2 or ESM checkpoint
     directory, by its model_type. An ESM encoder without masked-LM head (EsmModel, a classifier) loads with
     `lm_head=False`: its hidden states and embeddings work, its logits are refused."""
@@ -156,7 +157,7 @@ def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.fl
     dtype = parse_dtype(dtype)
     config = _read_checked_config(directory, ARCHITECTURES, "load")
     tokenizer = TOKENIZER_READERS[config["model_type"]](directory)
-    model = Transformer.from_hf(directory, dtype=dtype)
+    model = Transformer.from_hf(directory, dtype=dtype, materialise=materialise)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise CheckpointError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but the model's "
                               f"embedding only {model.config.vocab_size} rows: tokenizer and weights do not match")
@@ -164,9 +165,14 @@ def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.fl
 
 
 def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
-    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory."""
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory, for
+    generation: its matrices are read straight into their decoding layout (`biotf.inference.fast`; one copy per
+    tensor, where converting first and arranging later would hold two of the largest), so that
+    `optimize_for_decoding` then copies nothing."""
+    from biotf.inference.fast.layout import loaded_in_decode_layout
+
     directory = Path(directory)
     config = _read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
-    model, tokenizer = load_hf_model(directory, dtype)
+    model, tokenizer = load_hf_model(directory, dtype, materialise=loaded_in_decode_layout)
     defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
     return HFCheckpoint(model, tokenizer, defaults)

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
@@ -91,7 +92,7 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
     Lazy so that a mapping function which fuses tensors (q/k/v, gate/up) drops each source right after
     use: loading never holds a second full copy of the weights (issue 6: peak RSS <= 1.3x their size).
     A conversion to `dtype` that shrinks a tensor happens here, before fusing; one that grows it is left
-    to the loader (`load_hf`), after fusing, so that the sources are never held in the larger dtype.
+    to the loader (`load_hf`), in the same copy as any other conversion it makes.
     """
 
     def __init__(self, files: Mapping[str, Path], dtype: torch.dtype | None = None):
@@ -415,9 +416,15 @@ LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
 }
 
 
-def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
+# How a parameter is materialised from its source tensor: (meta model, name, source, dtype) -> tensor.
+Materialise = Callable[[nn.Module, str, torch.Tensor, torch.dtype], torch.Tensor]
+
+
+def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32,
+            materialise: Materialise | None = None) -> Transformer:
     """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see module
-    docstring)."""
+    docstring). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one at a
+    time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
     if isinstance(model_or_directory, (str, PathLike)):
         directory = Path(model_or_directory)
         if not directory.is_dir():
@@ -452,7 +459,10 @@ def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torc
     parameters = dict(model.named_parameters())
     for name in list(state):
         source = state.pop(name).detach()
-        tensor = source.to(dtype=dtype if name in parameters else expected[name].dtype)
+        if name not in parameters:
+            tensor = source.to(dtype=expected[name].dtype)
+        else:
+            tensor = source.to(dtype=dtype) if materialise is None else materialise(model, name, source, dtype)
         state[name] = tensor.clone() if directory is None and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()

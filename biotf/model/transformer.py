@@ -290,13 +290,14 @@ class Transformer(nn.Module):
 
     # --- Hugging Face checkpoints ---------------------------------------------------------------
     @classmethod
-    def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32) -> Transformer:
+    def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32,
+                materialise: Any = None) -> Transformer:
         """Load a Hugging Face Qwen2 or ESM model (a `Qwen2ForCausalLM` / `EsmForMaskedLM` object, or a directory
         with config.json and safetensors, sharded or not, or pytorch_model.bin) into a biotf Transformer; see
-        `biotf.model.hf`."""
+        `biotf.model.hf` (`materialise`: how each parameter is made from its source, `hf.Materialise`)."""
         from biotf.model.hf import load_hf
 
-        return load_hf(cls, model_or_directory, dtype=dtype)
+        return load_hf(cls, model_or_directory, dtype=dtype, materialise=materialise)
 
     def to_hf(self, directory: str | PathLike) -> None:
         """Write a Qwen2 checkpoint (config.json + model.safetensors) that `transformers` loads."""

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from biotf.checkpoint import atomic_write_text
+from biotf.data.long_policy import CROPPED
 from biotf.errors import InputError
 from biotf.model.loss import IGNORE_INDEX
 from biotf.training.labelled import LabelledSet
@@ -76,7 +77,8 @@ class FinetuneSummary:
     steps: int
     train_seconds: float
     split: dict[str, Any]
-    dropped: dict[str, int]
+    dropped: dict[str, int]  # records left out, by reason
+    cropped: int  # records kept but cut to their first max_length tokens (data.long_policy=crop)
     best_checkpoint: str
     validation: dict[str, float]
     test: dict[str, float]
@@ -99,6 +101,8 @@ class FinetuneSummary:
                  f"  best checkpoint, test:       {row(self.test)}"]
         if self.dropped:
             lines.append("  left out: " + ", ".join(f"{n} {why}" for why, n in self.dropped.items()))
+        if self.cropped:
+            lines.append(f"  kept but cut: {self.cropped} {CROPPED}")
         return "\n".join(lines)
 
     def write(self, run_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """Generation section: loading and running a Hugging Face Qwen2 checkpoint directory (issue 6).
 
-1. Peak RSS of loading (`optimize_for_decoding(Transformer.from_hf(...))`, as `biotf generate` loads) a
+1. Peak RSS of loading (`Transformer.from_hf(materialise=loaded_in_decode_layout)`, as `load_hf_checkpoint`) a
    random checkpoint of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in bf16 without ever
    building a model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
    the weights' size in memory; target <= 1.3x (the interpreter + torch share is printed beside it).
@@ -107,6 +107,7 @@ LOAD_CHILD = """
 import json, sys, time
 import torch
 from biotf.inference.fast import optimize_for_decoding
+from biotf.inference.fast.layout import loaded_in_decode_layout
 from biotf.model import Transformer
 
 def status(field):
@@ -117,7 +118,8 @@ with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")
 baseline = status("VmRSS")
 start = time.perf_counter()
-model = optimize_for_decoding(Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]))).model
+model = Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]), materialise=loaded_in_decode_layout)
+model = optimize_for_decoding(model).model
 seconds = time.perf_counter() - start
 with torch.inference_mode():
     model(torch.tensor([[1, 2, 3]]))
@@ -167,10 +169,13 @@ def speed(bench, directory: Path, dtype: torch.dtype, label: str, prompt_length:
     from transformers import AutoModelForCausalLM
 
     from biotf.inference.fast import optimize_for_decoding
+    from biotf.inference.fast.layout import loaded_in_decode_layout
     from biotf.inference.generation import generate_ids
     from biotf.model import Transformer
 
-    ours = optimize_for_decoding(Transformer.from_hf(directory, dtype=dtype).to(bench.device))  # as biotf generate
+    # as biotf generate: loaded into the decoding layout (load_hf_checkpoint), then optimize_for_decoding
+    ours = Transformer.from_hf(directory, dtype=dtype, materialise=loaded_in_decode_layout).to(bench.device)
+    ours = optimize_for_decoding(ours)
     theirs = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
     theirs = theirs.to(bench.device).eval()
     vocab = ours.config.vocab_size

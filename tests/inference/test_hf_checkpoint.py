@@ -51,9 +51,11 @@ def test_sharded_checkpoint_and_bfloat16(tied, tied_checkpoint, tmp_path):
     tokenizer.save(directory)
     assert (directory / "model.safetensors.index.json").is_file() and not (directory / "model.safetensors").exists()
     sharded, _, _ = load_hf_checkpoint(directory)
-    assert all(p.is_contiguous() for p in sharded.parameters())  # loaded plain: decoding layout is opt-in
-    decoder = optimize_for_decoding(sharded)  # float32 matrices transposed, the tied embedding too
+    # float32 matrices are read straight into their decoding layout (transposed), the tied embedding too
     assert sharded.blocks[0].attn.qkv.weight.t().is_contiguous() and sharded.embed.weight.t().is_contiguous()
+    pointers = [p.data_ptr() for p in sharded.parameters()]
+    decoder = optimize_for_decoding(sharded)
+    assert [p.data_ptr() for p in sharded.parameters()] == pointers  # nothing left to copy
     ids = [tokenizer.encode("Sharded weights load too")]
     assert generate_ids(decoder, ids, max_new_tokens=8) == generate_ids(model, ids, max_new_tokens=8)
     half, _, _ = load_hf_checkpoint(directory, dtype="bfloat16")

@@ -11,6 +11,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model import Transformer, TransformerConfig
 from biotf.inference.fast import optimize_for_decoding
+from biotf.inference.fast.layout import loaded_in_decode_layout
 
 transformers = pytest.importorskip("transformers")
 
@@ -96,6 +97,12 @@ def test_from_directory_single_file_and_sharded(tmp_path, tied):
             assert max_diff(model(ids, attention_mask=mask).logits, reference, mask) <= TOLERANCE
         model = Transformer.from_hf(str(directory))  # str paths too
         assert model.config.vocab_size == 211
+        arranged = Transformer.from_hf(directory, materialise=loaded_in_decode_layout)  # transposed as they are read
+        head = arranged.embed if tied else arranged.lm_head  # the matrix the LM head multiplies by
+        assert arranged.blocks[0].mlp.gate_up.weight.t().is_contiguous() and head.weight.t().is_contiguous()
+        assert arranged.final_norm.weight.is_contiguous() and arranged.embed.weight.is_contiguous() is not tied
+        with torch.no_grad():
+            assert max_diff(arranged(ids, attention_mask=mask).logits, reference, mask) <= TOLERANCE
 
 
 @pytest.mark.parametrize("tied, arranged", [(True, False), (False, False), (True, True)])

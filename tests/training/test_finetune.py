@@ -28,7 +28,7 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
     result = run_script(finetune_overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / "finetune.json").read_text())
-    assert summary["dropped"] == {"unlabelled": 1}
+    assert summary["dropped"] == {"unlabelled": 1} and summary["cropped"] == 0
     assert summary["split"]["records"] == {"train": 191, "validation": 24, "test": 24}
     assert summary["test"]["accuracy"] >= 0.9 and summary["test"]["mcc"] >= 0.8, summary["test"]
     assert summary["classes"] == ["no", "yes"]

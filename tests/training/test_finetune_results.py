@@ -31,12 +31,19 @@ def labelled() -> LabelledSet:
                        groups=None, classes=["no", "yes"], dropped=Counter())
 
 
-def summary() -> FinetuneSummary:
+def summary(dropped: dict[str, int] | None = None, cropped: int = 0) -> FinetuneSummary:
     return FinetuneSummary(experiment="finetune", task="classification", mode="full", init_from="base",
                            parameters=10, trainable_parameters=10, steps=1, train_seconds=1.0,
-                           split={"method": "random", "groups": 2, "records": {"train": 2}}, dropped={},
-                           best_checkpoint="best.ckpt", validation={"loss": 0.5}, test={"loss": 0.5},
-                           classes=["no", "yes"])
+                           split={"method": "random", "groups": 2, "records": {"train": 2}}, dropped=dropped or {},
+                           cropped=cropped, best_checkpoint="best.ckpt", validation={"loss": 0.5},
+                           test={"loss": 0.5}, classes=["no", "yes"])
+
+
+def test_the_summary_tells_records_left_out_from_records_kept_but_cut():
+    text = summary({"unlabelled": 1, "longer than max_length, dropped": 2}, cropped=3).text()
+    assert "left out: 1 unlabelled, 2 longer than max_length, dropped" in text
+    assert "kept but cut: 3 longer than max_length, cut to the first max_length tokens" in text
+    assert "left out" not in summary(cropped=3).text()
 
 
 WRITERS = {

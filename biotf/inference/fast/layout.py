@@ -28,14 +28,23 @@ def transposed_is_faster(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.float32
 
 
-def decode_layout(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` (out, in) in the layout its device decodes fastest: itself when it already is, else one copy."""
-    transposed = transposed_is_faster(weight.device, weight.dtype)
-    if weight.t().is_contiguous() if transposed else weight.is_contiguous():
+def decode_layout(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`weight` (out, in) converted to `dtype` in the layout its device decodes fastest: itself when it already
+    is, else one copy (a loader converts dtype and layout in that single pass: `loaded_in_decode_layout`)."""
+    dtype = dtype or weight.dtype
+    transposed = transposed_is_faster(weight.device, dtype)
+    in_layout = weight.t().is_contiguous() if transposed else weight.is_contiguous()
+    if in_layout and weight.dtype == dtype:
         return weight
     if transposed:
-        return torch.empty(weight.shape[::-1], dtype=weight.dtype, device=weight.device).t().copy_(weight)
-    return weight.contiguous()
+        return torch.empty(weight.shape[::-1], dtype=dtype, device=weight.device).t().copy_(weight)
+    return torch.empty(weight.shape, dtype=dtype, device=weight.device).copy_(weight)
+
+
+def loaded_in_decode_layout(model: nn.Module, name: str, source: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A `Transformer.from_hf(materialise=...)` that reads each decode matrix straight into `decode_layout`: converting
+    the dtype (a bf16 checkpoint read as float32) and then the layout would hold two copies of the largest."""
+    return decode_layout(source, dtype) if name in decode_matrix_names(model) else source.to(dtype)
 
 
 def decode_matrix_names(model: nn.Module) -> set[str]:
