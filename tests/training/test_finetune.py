@@ -139,6 +139,27 @@ def test_the_composed_model_group_does_not_limit_a_fine_tuning_run(pretrained):
     assert finetune_config(pretrained, "data.label_column=label", "data.max_length=1024").data.max_length == 1024
 
 
+@pytest.mark.parametrize("name, records, task, split", [("finetune_deeploc", 2768, "classification", "identity"),
+                                                      ("finetune_splice", 3190, "classification", "identity"),
+                                                      ("finetune_esol", 1128, "regression", "scaffold")])
+def test_the_worked_examples_are_experiment_presets_on_shipped_data(name, records, task, split):
+    """`experiment=finetune_<example>` is the README's example with only init_from to give; its labelled file ships
+    (biotf/samples), and its label settings find a label in every record."""
+    from hydra import compose, initialize_config_dir
+
+    from biotf.resources import CONF_DIR
+    from biotf.training.config import register_configs, validate
+    from biotf.training.labelled import _label_values
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        config = validate(compose(config_name="config", overrides=[f"experiment={name}", f"init_from={CONF_DIR}"]))
+    assert config.experiment == name and config.task == task and config.finetune.split.method == split
+    assert config.finetune.split.identity in (0.6, 0.8) and config.trainer.max_steps == 600
+    _, labels, _ = _label_values(config)
+    assert len(labels) == records and all(labels), name
+
+
 def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
     with pytest.raises(ConfigError, match="data.label_column"):
         finetune_config(pretrained, "data.label_column=null")
