@@ -1,4 +1,5 @@
-"""Fixtures for training tests: a shared token cache, and a tiny pretrained model with labelled data to fine-tune."""
+"""Fixtures for training tests: a shared token cache, a tiny pretrained model with labelled data to fine-tune, and
+the steps at which last.ckpt was written."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from biotf.training import callbacks
 
 AMINO = "ACDEFGHIKLMNPQRSTVY"  # no W: the fine-tuning classification label is "has a W"
 
@@ -43,3 +46,18 @@ def pretrained(tmp_path_factory) -> Path:
         lines.append(f"p{i},{sequence},{label},{sequence.count('K') + 0.5 * sequence.count('W')},{ss},f{i % 17}")
     (root / "labelled.csv").write_text("\n".join(lines) + "\n")
     return root
+
+
+@pytest.fixture
+def saves(monkeypatch) -> list[int]:
+    """The global steps at which last.ckpt was written, in order."""
+    steps: list[int] = []
+    save = callbacks.save_checkpoint
+
+    def recording(checkpoint, path):
+        if Path(path).name == "last.ckpt":
+            steps.append(checkpoint["global_step"])
+        return save(checkpoint, path)
+
+    monkeypatch.setattr(callbacks, "save_checkpoint", recording)
+    return steps

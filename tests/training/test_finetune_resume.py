@@ -116,21 +116,6 @@ def test_a_run_directory_in_use_is_refused(pretrained, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.lock"]
 
 
-@pytest.fixture
-def saves(monkeypatch) -> list[int]:
-    """The global steps at which last.ckpt was written, in order."""
-    steps: list[int] = []
-    save = callbacks.save_checkpoint
-
-    def recording(checkpoint, path):
-        if Path(path).name == "last.ckpt":
-            steps.append(checkpoint["global_step"])
-        return save(checkpoint, path)
-
-    monkeypatch.setattr(callbacks, "save_checkpoint", recording)
-    return steps
-
-
 def test_last_checkpoint_by_wall_time(pretrained, tmp_path, saves, monkeypatch):
     clock = iter(range(0, 10**6, 20))  # every read of the clock is 20 s later: 30 s are due every other read
     monkeypatch.setattr(callbacks.RunControl, "clock", staticmethod(lambda: float(next(clock))))

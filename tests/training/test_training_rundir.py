@@ -8,7 +8,6 @@ import json
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -166,21 +165,6 @@ def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp
 
 
 # --- when last.ckpt is written ---------------------------------------------------------------------
-@pytest.fixture
-def saves(monkeypatch):
-    """The global steps at which last.ckpt was written, in order."""
-    steps: list[int] = []
-    save = callbacks.save_checkpoint
-
-    def recording(checkpoint, path):
-        if Path(path).name == "last.ckpt":
-            steps.append(checkpoint["global_step"])
-        return save(checkpoint, path)
-
-    monkeypatch.setattr(callbacks, "save_checkpoint", recording)
-    return steps
-
-
 def test_last_checkpoint_by_wall_time(common, tmp_path, saves, monkeypatch):
     clock = iter(range(0, 10**6, 20))  # every read of the clock is 20 s later: 30 s are due every other read
     monkeypatch.setattr(callbacks.RunControl, "clock", staticmethod(lambda: float(next(clock))))
