@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
-from biotf.data.long_policy import CROPPED
 from biotf.data.splits import assign, split_groups
 from biotf.errors import InputError
 from biotf.inference.loading import load_pretrained
@@ -109,8 +108,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
         steps=trainer.global_step, train_seconds=train_seconds,
         split={"method": split.method, "groups": int(len(np.unique(groups))),
                "records": {k: int(len(v)) for k, v in rows.items()}, "seed": config.seed},
-        dropped={why: n for why, n in data.dropped.items() if why != CROPPED}, cropped=data.dropped.get(CROPPED, 0),
-        best_checkpoint=best,
+        dropped=data.dropped, cropped=data.cropped, best_checkpoint=best,
         validation=results["validation"][0], test=results["test"][0], classes=data.classes)
     summary.write(run_dir)
     print(summary.text())

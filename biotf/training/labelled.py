@@ -2,8 +2,8 @@
 
 Classification takes the distinct values as class names (sorted); regression parses numbers; token takes one label
 character per residue, so it needs a tokenizer with one token per residue (character-level protein / DNA), checked
-record by record. Records are never dropped silently: unlabelled records and records over max_length
-(data.long_policy=drop) are counted in `LabelledSet.dropped`.
+record by record. Records are never dropped or cut silently: what happened to records, by reason, is counted in
+`LabelledSet.counts` (unlabelled, over max_length and dropped or cropped by data.long_policy).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from biotf.data import ReaderOptions, read_records
+from biotf.data.long_policy import CROPPED
 from biotf.errors import InputError
 from biotf.inference.task import encode_for_task
 from biotf.model.loss import IGNORE_INDEX
@@ -32,7 +33,17 @@ class LabelledSet:
     labels: list[Any]
     groups: list[str] | None
     classes: list[str] | None
-    dropped: Counter
+    counts: Counter  # records left out or cut, by reason
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Records left out, by reason."""
+        return {why: n for why, n in self.counts.items() if why != CROPPED}
+
+    @property
+    def cropped(self) -> int:
+        """Records kept but cut to their first max_length tokens (data.long_policy=crop)."""
+        return self.counts[CROPPED]
 
 
 def _label_values(config: TrainConfig) -> tuple[list, list[str], list[str | None]]:
@@ -59,7 +70,7 @@ def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
     """Every labelled record, encoded, with its label in the task's form (see the module docstring)."""
     task, data = config.task, config.data
     records, raw, groups = _label_values(config)
-    dropped: Counter = Counter()
+    counts: Counter = Counter()
     classes = None
     if task == "classification":
         classes = sorted({v for v in raw if v})
@@ -69,14 +80,14 @@ def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
     elif task == "token":
         classes = sorted({c for v in raw for c in v})
     index = {name: i for i, name in enumerate(classes or [])}
-    kept = LabelledSet([], [], [], [], [] if config.finetune.split.method == "group" else None, classes, dropped)
+    kept = LabelledSet([], [], [], [], [] if config.finetune.split.method == "group" else None, classes, counts)
     for record, value, group in zip(records, raw, groups):
         if not value:
-            dropped["unlabelled"] += 1
+            counts["unlabelled"] += 1
             continue
         if config.finetune.split.method == "group" and not group:
             raise InputError(f"record {record.id!r}: no value in group column {config.finetune.split.group_column!r}")
-        ids = encode_for_task(tokenizer, record.sequence, record.id, data.max_length, data.long_policy, dropped)
+        ids = encode_for_task(tokenizer, record.sequence, record.id, data.max_length, data.long_policy, counts)
         if ids is None:
             continue
         if task == "classification":

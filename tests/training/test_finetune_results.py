@@ -28,7 +28,7 @@ def dies_mid_write(monkeypatch):
 
 def labelled() -> LabelledSet:
     return LabelledSet(ids=["a", "b"], sequences=["MK", "MW"], token_ids=[np.arange(4)] * 2, labels=[0, 1],
-                       groups=None, classes=["no", "yes"], dropped=Counter())
+                       groups=None, classes=["no", "yes"], counts=Counter())
 
 
 def summary(dropped: dict[str, int] | None = None, cropped: int = 0) -> FinetuneSummary:
