@@ -29,8 +29,8 @@ import torch
 
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.inference.chat import render_chat
-from biotf.model import KVCache, Transformer
 from biotf.inference.fast import DecodingModel
+from biotf.model import KVCache, Transformer
 from biotf.tokenizers.base import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -233,8 +233,8 @@ def chat_prompt(tokenizer: Tokenizer, prompt: str, system: str | None = None) ->
     return render_chat(tokenizer, messages, add_generation_prompt=True)
 
 
-def generate(model: Transformer | DecodingModel, tokenizer: Tokenizer, prompts: str | Sequence[str], *, max_new_tokens: int = 32,
-             temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
+def generate(model: Transformer | DecodingModel, tokenizer: Tokenizer, prompts: str | Sequence[str], *,
+             max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
              repetition_penalty: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, eos_token_ids: Sequence[int] | None = None,
              truncate_prompt: bool = False, on_token: TokenCallback | None = None) -> list[str]:

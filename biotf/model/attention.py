@@ -24,7 +24,7 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.dropout = config.dropout
         self.qkv = nn.Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
-                          bias=config.qkv_bias)
+                             bias=config.qkv_bias)
         self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
