@@ -11,7 +11,7 @@ __all__ = ["BiotfError", "CheckpointError", "ConfigError", "InputError", "Tokeni
 def __getattr__(name: str):
     # Imported on first use so that `import biotf` (and the CLI's startup) does not pay for torch.
     if name == "load_pretrained":
-        from biotf.inference.loading import load_pretrained
+        from biotf.checkpoint.loading import load_pretrained
 
         return load_pretrained
     raise AttributeError(f"module 'biotf' has no attribute {name!r}")

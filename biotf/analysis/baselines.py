@@ -55,9 +55,9 @@ def dna_features(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
 
 def morgan_fingerprints(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
     """(N, 2048) Morgan bits; a SMILES RDKit cannot parse is an InputError naming its record."""
-    from biotf.tokenizers.chem import _molecule  # raises a BiotfError with the install line when RDKit is missing
+    from biotf.tokenizers.chem import molecule  # raises a BiotfError with the install line when RDKit is missing
 
-    molecules = [_molecule(smiles, record) for smiles, record in zip(sequences, ids)]
+    molecules = [molecule(smiles, record) for smiles, record in zip(sequences, ids)]
     from rdkit.Chem import rdFingerprintGenerator
 
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=MORGAN_RADIUS, fpSize=MORGAN_BITS)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.labels import labels, numeric
+from biotf.analysis.labels import labels
+from biotf.data.labels import numeric
 from biotf.errors import BiotfError, ConfigError
 from biotf.export.outputs import check_output
 
@@ -73,7 +74,7 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     axes.set_ylabel(f"{method.upper()} 2")
     axes.set_title(title)
     figure.tight_layout()
-    from biotf.checkpoint.files import atomic_write  # loads torch: when a map is drawn, not for `--help`
+    from biotf.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
 
     try:
         return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from biotf.analysis.baselines import baseline
-from biotf.analysis.labels import numeric
+from biotf.data.labels import numeric
 from biotf.errors import ConfigError, InputError
 
 TASKS = ("auto", "classification", "regression")

@@ -1,22 +1,23 @@
-"""Checkpoints: the payload format, atomic writes, the content checksum, and reading / writing them.
+"""Checkpoints: every on-disk format of a model, its checksums, and loading any of them.
 
-Below training, inference and export (which all import it) and above `model/` and `tokenizers/`:
+Below training, fine-tuning, inference and export (which all import it) and above `model/` and `tokenizers/`:
 - `format`: what `checkpoint["biotf"]` and an exported config.json hold; `ensure_same_tokenizer`, the
   one fingerprint comparison;
-- `files`: all-or-nothing file and directory writes with the user's umask;
 - `digest`: the CRC-32 of a checkpoint's content;
-- `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`.
+- `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`;
+- `task_model`: a fine-tuned model (the exported trunk, its head and task.json);
+- `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer;
+- `loading`: `load_pretrained`, the one table of model sources (`MODEL_SOURCES`).
+Writes are all-or-nothing (`biotf.atomic`).
 """
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
-from biotf.checkpoint.files import atomic_directory, atomic_write, atomic_write_text
 from biotf.checkpoint.format import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINETUNED_MODEL_DIR, FORMAT_VERSION,
                                      STATE_PREFIX, TASK_FILE, WEIGHTS_FILE, checkpoint_payload, ensure_same_tokenizer,
                                      payload_fingerprint, tokenizer_from_payload, tokenizer_payload)
 from biotf.checkpoint.store import read_checkpoint, read_exported, read_payload, save_checkpoint, save_pretrained
 
 __all__ = ["CHECKPOINT_DIR", "CHECKPOINT_KEY", "CONFIG_FILE", "DIGEST_KEY", "FINETUNED_MODEL_DIR", "FORMAT_VERSION",
-           "STATE_PREFIX", "TASK_FILE", "WEIGHTS_FILE", "atomic_directory", "atomic_write", "atomic_write_text",
-           "checkpoint_payload", "content_crc32", "ensure_same_tokenizer", "payload_fingerprint", "read_checkpoint",
-           "read_exported", "read_payload", "save_checkpoint", "save_pretrained", "tokenizer_from_payload",
-           "tokenizer_payload"]
+           "STATE_PREFIX", "TASK_FILE", "WEIGHTS_FILE", "checkpoint_payload", "content_crc32", "ensure_same_tokenizer",
+           "payload_fingerprint", "read_checkpoint", "read_exported", "read_payload", "save_checkpoint",
+           "save_pretrained", "tokenizer_from_payload", "tokenizer_payload"]

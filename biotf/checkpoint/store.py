@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
-from biotf.checkpoint.files import atomic_directory, atomic_write
+from biotf.atomic import atomic_directory, atomic_write
 from biotf.checkpoint.format import CHECKPOINT_KEY, CONFIG_FILE, FORMAT_VERSION, WEIGHTS_FILE
 from biotf.errors import CheckpointError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer

@@ -25,7 +25,7 @@ from biotf.errors import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.export import EMBED_LONG_POLICIES, FORMATS, POOLS
+    from biotf.export import EMBED_LONG_POLICIES, EMBEDDING_FORMATS, POOLS
 
     parser = subparsers.add_parser("embed", help="export embeddings of every record of a file",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_input_arguments(parser)
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
                                   "unknown=to_unk (repeatable; its vocabulary must stay the same)")
-    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(FORMATS)}")
+    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(EMBEDDING_FORMATS)}")
     parser.add_argument("--pool", choices=POOLS, default="mean",
                         help="mean / max over content tokens, the <cls> token, or none: every token (default mean)")
     parser.add_argument("--layer", default="-1", metavar="-1|N|all",

@@ -17,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.checkpoint import save_pretrained
-    from biotf.inference.loading import load_pretrained
+    from biotf.checkpoint.loading import load_pretrained
 
     model, tokenizer = load_pretrained(args.source)
     path = save_pretrained(model, tokenizer, args.directory)

@@ -57,7 +57,7 @@ def read_prompts(path: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
-    from biotf.inference.loading import load_for_generation
+    from biotf.inference.pretrained import load_for_generation
 
     prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
     if args.system is not None and not args.chat:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from biotf.data.readers import FORMATS, ReaderOptions
+from biotf.data.readers import INPUT_FORMATS, ReaderOptions
 from biotf.errors import ConfigError
 
 
@@ -18,7 +18,7 @@ def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     """--input FILE plus the reader options that say how to read it (`required`: False where another option
     can name the file instead, as `biotf score --variants`)."""
     parser.add_argument("--input", required=required, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
-    parser.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
+    parser.add_argument("--format", choices=INPUT_FORMATS, help="input format (default: from the extension)")
     parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
     parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")
     parser.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row; columns are 0, 1, ...")

@@ -12,9 +12,7 @@ dropped by that policy are counted on stderr.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
-from collections import Counter
 from pathlib import Path
 
 from biotf.commands.input_options import add_input_arguments, reader_options
@@ -34,56 +32,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
+    from biotf.inference.predict import predict_file
 
-    from biotf.data import read_records
-    from biotf.errors import ConfigError
-    from biotf.checkpoint.files import atomic_write
-    from biotf.inference.task import encode_for_task, load_task_model, predict
-
-    if args.batch_size < 1:
-        raise ConfigError("--batch-size", args.batch_size, "an integer >= 1")
     prepare_outputs(args, {"--output": args.output}, [args.input])
-    model, tokenizer, info = load_task_model(args.model)
-    classes = info.classes
-    header = ["id", "prediction"] + ([f"p_{c}" for c in classes] if info.task == "classification" else [])
-    counts: Counter = Counter()
-    rows: list[list[str]] = []
-
-    def flush(batch: list[tuple[str, np.ndarray]]) -> None:
-        predictions, scores = predict(model, tokenizer, [ids for _, ids in batch])
-        for (record, ids), predicted, score in zip(batch, predictions, scores):
-            if info.task == "regression":
-                rows.append([record, f"{float(predicted[0]):.6g}"])
-            elif info.task == "token":
-                content = ~np.isin(ids, list(tokenizer.special_ids))
-                rows.append([record, "".join(classes[int(c)] for c in predicted[:len(ids)][content])])
-            else:
-                rows.append([record, classes[int(predicted)], *(f"{p:.6f}" for p in score)])
-
-    batch: list[tuple[str, np.ndarray]] = []
-    records = 0
-    for record in read_records(args.input, reader_options(args)):
-        records += 1
-        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy, counts)
-        if ids is not None:
-            batch.append((record.id, ids))
-        if len(batch) == args.batch_size:
-            flush(batch)
-            batch = []
-    if batch:
-        flush(batch)
-
-    delimiter = "," if args.output.suffix.lower() == ".csv" else "\t"
-
-    def write(path: Path) -> None:
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(rows)
-
-    atomic_write(args.output, write)
-    print(f"{args.output}: {len(rows)} predictions of {records} records ({info.task}, from {args.model})")
-    if counts:
-        print("policies: " + ", ".join(f"{n} {why}" for why, n in counts.items()), file=sys.stderr)
+    summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size)
+    print(f"{args.output}: {summary.rows} predictions of {summary.records} records ({summary.task}, from {args.model})")
+    if summary.counts:
+        print("policies: " + ", ".join(f"{n} {why}" for why, n in summary.counts.items()), file=sys.stderr)
     return 0

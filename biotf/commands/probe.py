@@ -43,11 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from biotf.analysis.labels import labels
     from biotf.analysis.probe import run_probe
+    from biotf.data.split_file import sides_of
     from biotf.export.writers import read_embeddings
 
     table = read_embeddings(args.embeddings)
     values = labels(table, args.label, args.label_pattern)
-    split = None if args.split is None else read_split(args.split, table.ids)
+    split = None if args.split is None else sides_of(args.split, table.ids)
     report = run_probe(table.arrays, values, table.sequences, table.ids, table.info.get("tokenizer"), args.task,
                        args.folds, args.seed, args.deduplicate, None if args.baseline == "none" else args.baseline,
                        model_name=f"model ({table.info.get('pool')} pool)", split=split)
@@ -60,23 +61,3 @@ def run(args: argparse.Namespace) -> int:
         print("left out: " + ", ".join(f"{count} {why}" for why, count in report.dropped.items()))
     print(report.table())
     return 0
-
-
-def read_split(path: Path, ids):
-    """The split name of each id (a fine-tuning run's split.tsv: id, split, group); "" for ids it lacks."""
-    import csv
-
-    import numpy as np
-
-    from biotf.errors import InputError
-
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t"))
-    if not rows or not {"id", "split"} <= set(rows[0]):
-        raise InputError(f"{path}: not a split file (needs tab-separated columns id and split)")
-    side: dict[str, str] = {}
-    for row in rows:
-        if side.setdefault(row["id"], row["split"]) != row["split"]:
-            raise InputError(f"{path}: id {row['id']!r} is on two sides ({side[row['id']]}, {row['split']}); "
-                             "records sharing an id cannot be told apart")
-    return np.array([side.get(str(i), "") for i in ids], dtype=object).astype(str)

@@ -24,7 +24,7 @@ from biotf.errors import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.scoring import FORMATS, METHODS
+    from biotf.scoring import SCORE_FORMATS, METHODS
 
     parser = subparsers.add_parser("score", help="sequence likelihoods and variant effects (zero-shot)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(default: mutant, mutation, mutations or variant)")
     parser.add_argument("--both-strands", action="store_true",
                         help="DNA: average each variant's score with its score on the reverse complement")
-    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(FORMATS)}")
+    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(SCORE_FORMATS)}")
     parser.add_argument("--method", choices=METHODS, default="auto",
                         help="auto (default): causal for decoders; masked-marginal for masked models with one token "
                              "per residue and substitutions; pll otherwise")

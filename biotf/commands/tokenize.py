@@ -15,15 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import Any
 
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
                                          reader_options)
 from biotf.data.tokenize import tokenize_file
 from biotf.errors import ConfigError
-from biotf.tokenizers.base import Tokenizer, registered_tokenizers
-from biotf.tokenizers.loading import build_tokenizer, with_options
+from biotf.tokenizers.presets import resolve_tokenizer
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -40,32 +37,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, metavar="N",
                         help="print only the first N records (the summary still covers the whole file)")
     parser.set_defaults(run=run)
-
-
-def presets() -> dict[str, Path]:
-    """The tokenizer presets of training (`tokenizer=<name>`): every `<name>.yaml` of the config's tokenizer group."""
-    from biotf.resources import CONF_DIR
-
-    return {path.stem: path for path in sorted((CONF_DIR / "tokenizer").glob("*.yaml"))}
-
-
-def resolve_tokenizer(spec: str, options: dict[str, Any]) -> Tokenizer:
-    """A saved tokenizer when `spec` is an existing path (`options` applied by `with_options`), else the preset
-    `spec` (what `tokenizer=spec` trains with) or the registered scheme `spec`, built with `options`."""
-    import biotf.tokenizers  # registers the built-in schemes
-
-    path = Path(spec)
-    if path.exists():
-        return with_options(biotf.tokenizers.load_tokenizer(path.parent if path.is_file() else path), options)
-    preset = presets().get(spec)
-    if preset is not None:
-        from omegaconf import OmegaConf
-
-        return build_tokenizer({**OmegaConf.to_container(OmegaConf.load(preset), resolve=True), **options})
-    if spec not in registered_tokenizers():
-        names = sorted({*presets(), *registered_tokenizers()})
-        raise ConfigError("--tokenizer", spec, allowed=f"{', '.join(names)} or a saved tokenizer path")
-    return build_tokenizer({"kind": spec, **options})
 
 
 def run(args: argparse.Namespace) -> int:

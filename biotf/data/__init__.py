@@ -13,9 +13,9 @@ _EXPORTS = {
     "pad_batch": "collators", "TRAINING_LONG_POLICIES": "long_policy", "LongPolicy": "long_policy",
     "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
-    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "FORMATS": "readers",
+    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "INPUT_FORMATS": "readers",
     "ReaderOptions": "readers", "Record": "readers", "detect_format": "readers", "read_records": "readers",
-    "is_validation": "split", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
+    "is_validation": "validation_split", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

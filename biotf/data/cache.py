@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from biotf.data.readers import ReaderOptions, Record, read_records
-from biotf.data.split import SPLITS, is_validation, validate_fraction
+from biotf.data.validation_split import SPLITS, is_validation, validate_fraction
 from biotf.data.tokenize import encode_chunks
 from biotf.errors import InputError
 from biotf.tokenizers.base import PolicyStats, Tokenizer

@@ -22,7 +22,7 @@ import torch
 
 from biotf.data.datasets import seeded_rng
 from biotf.errors import ConfigError
-from biotf.model.loss import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX
 from biotf.tokenizers.base import Tokenizer
 
 
@@ -115,3 +115,9 @@ class MLMCollator:
         corrupted[to_mask] = self.mask_id
         corrupted[to_random] = rng.choice(self.random_pool, size=int(to_random.sum()))
         return corrupted, labels
+
+
+def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
+    """Real tokens that are not special tokens: what sequence heads pool and token heads are scored on."""
+    special = torch.tensor(sorted(tokenizer.special_ids), dtype=ids.dtype, device=ids.device)
+    return attention_mask.bool() & ~torch.isin(ids, special)

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, Sampler
 from biotf.data.cache import TokenShard
 from biotf.data.long_policy import LongPolicy
 from biotf.errors import ConfigError, check_int
-from biotf.model.loss import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX
 
 
 @dataclass(frozen=True)

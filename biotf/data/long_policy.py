@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from biotf.errors import InputError, check_choice, check_int
+from biotf.tokenizers.base import Tokenizer
 
 # What training does with a sequence longer than data.max_length (`data.long_policy`).
 TRAINING_LONG_POLICIES = ("crop", "drop", "error")
@@ -64,3 +65,11 @@ class LongPolicy:
             return None
         counts[CROPPED] += 1
         return self.crop(ids)
+
+
+def encode_for_task(tokenizer: Tokenizer, sequence: str, record: str, max_length: int, long_policy: str,
+                    counts: Counter) -> np.ndarray | None:
+    """Token ids of one record (special tokens added), cropped, dropped (None) or refused by `long_policy`
+    (`LongPolicy.apply`, the policy pretraining's datasets follow), counted in `counts`."""
+    ids = np.asarray(tokenizer.encode(sequence, record=record), np.int64)
+    return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)

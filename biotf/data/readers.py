@@ -40,7 +40,7 @@ FORMATS_BY_SUFFIX = {
     **dict.fromkeys([".smi", ".smiles"], "smi"),
     **dict.fromkeys([".txt", ".text"], "text"),
 }
-FORMATS = ("fasta", "genbank", "csv", "tsv", "smi", "text")
+INPUT_FORMATS = ("fasta", "genbank", "csv", "tsv", "smi", "text")
 # Tried in this order when a CSV/TSV reader is given no sequence column.
 DEFAULT_SEQUENCE_COLUMNS = ("sequence", "seq", "smiles", "text", "document")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -60,7 +60,7 @@ class Record:
 class ReaderOptions:
     """How to read a file. Plain fields so that it can live in a YAML config and in cache keys.
 
-    format: one of FORMATS, or None to take it from the extension.
+    format: one of INPUT_FORMATS, or None to take it from the extension.
     column / id_column: CSV/TSV column names (or 0-based indices as strings when `header` is False).
     header: whether a CSV/TSV file's first row names the columns.
     strip: remove whitespace around CSV/TSV fields (counted as `whitespace_stripped`).
@@ -85,8 +85,8 @@ class ReaderOptions:
 def detect_format(path: Path, override: str | None = None) -> str:
     """The reader format for `path`: the override if given, else from the extension."""
     if override is not None:
-        if override not in FORMATS:
-            raise InputError(f"unknown input format {override!r} for {path} (allowed: {', '.join(FORMATS)})")
+        if override not in INPUT_FORMATS:
+            raise InputError(f"unknown input format {override!r} for {path} (allowed: {', '.join(INPUT_FORMATS)})")
         return override
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
@@ -95,7 +95,7 @@ def detect_format(path: Path, override: str | None = None) -> str:
         return FORMATS_BY_SUFFIX[suffixes[-1]]
     raise InputError(f"cannot tell the format of {path} from its extension "
                      f"(known: {', '.join(sorted(FORMATS_BY_SUFFIX))}); give the format explicitly "
-                     f"(allowed: {', '.join(FORMATS)})")
+                     f"(allowed: {', '.join(INPUT_FORMATS)})")
 
 
 def open_binary(path: str | Path) -> IO[bytes]:

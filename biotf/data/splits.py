@@ -131,10 +131,10 @@ def identity_clusters(sequences: Sequence[str], threshold: float, k: int | None 
 
 def scaffold_groups(smiles: Sequence[str], ids: Sequence[str]) -> np.ndarray:
     """Group ids by Bemis-Murcko scaffold (RDKit); an unparsable SMILES is an error naming its record."""
-    from biotf.tokenizers.chem import _molecule  # a BiotfError naming `pip install 'biotf[chem]'` without RDKit
+    from biotf.tokenizers.chem import molecule  # a BiotfError naming `pip install 'biotf[chem]'` without RDKit
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    scaffolds = [MurckoScaffold.MurckoScaffoldSmiles(mol=_molecule(s, record), includeChirality=False)
+    scaffolds = [MurckoScaffold.MurckoScaffoldSmiles(mol=molecule(s, record), includeChirality=False)
                  for s, record in zip(smiles, ids)]
     return exact_groups(scaffolds)
 

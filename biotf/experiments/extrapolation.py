@@ -84,7 +84,7 @@ def evaluate_lengths(config: TrainConfig, run_dir: Path, lengths: tuple[int, ...
     """Mean next-token loss at each evaluation length over the same validation tokens (None: the model
     cannot take that length). The validation stream is cut into blocks of the longest length, and each
     of those into blocks of every shorter one, so every length scores the same tokens."""
-    from biotf.inference.loading import load_pretrained
+    from biotf.checkpoint.loading import load_pretrained
     from biotf.model.loss import language_model_loss
     from biotf.training.run import prepare_data
 

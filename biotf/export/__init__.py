@@ -1,4 +1,4 @@
-"""Embedding export: pooling, windows for long records, the batched pipeline and npz/parquet/h5ad writers.
+"""Embedding export: pooling, windows for long records (`biotf.data.windows`), the batched pipeline and npz/parquet/h5ad writers.
 
     from biotf.export import embed_file, read_embeddings
     stats = embed_file("outputs/protein_mlm/<run>", "proteins.fasta", "proteins.h5ad")
@@ -10,8 +10,8 @@ from biotf.lazy import lazy_exports
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
     "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed", "RecordEmbedding": "embed",
-    "embed_file": "files", "FORMATS": "formats", "POOLS": "pooling", "EMBED_LONG_POLICIES": "windows",
-    "Window": "windows", "plan_windows": "windows", "EmbeddingTable": "writers", "EmbeddingWriter": "writers",
+    "embed_file": "files", "EMBEDDING_FORMATS": "choices", "POOLS": "pooling", "EMBED_LONG_POLICIES": "choices",
+    "EmbeddingTable": "writers", "EmbeddingWriter": "writers",
     "read_embeddings": "writers", "npz_text": "writers",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)

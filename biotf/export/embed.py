@@ -17,7 +17,7 @@ probes", measures both). A record's vectors do not depend on its batch mates: pa
 attention and out of pooling (tests check <= 1e-5).
 
 Records longer than the model (`max_length`, default the model's `max_seq_len`, special tokens
-included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.export.windows`),
+included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.data.windows`),
 "truncate" (the first tokens only) or "error". `EmbedStats` counts chunked and truncated records.
 """
 
@@ -34,8 +34,9 @@ import torch
 from biotf.data.readers import Record
 from biotf.data.tokenize import encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_choice, check_int
+from biotf.export.choices import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
-from biotf.export.windows import EMBED_LONG_POLICIES, Window, plan_windows
+from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 

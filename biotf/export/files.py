@@ -14,7 +14,7 @@ from typing import Any
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
-from biotf.inference.loading import load_pretrained
+from biotf.checkpoint.loading import load_pretrained
 from biotf.tokenizers.loading import with_options
 
 

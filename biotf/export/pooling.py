@@ -1,6 +1,6 @@
 """Pooling token vectors into one vector per record, window by window.
 
-A record may pass through the model in several windows (`biotf.export.windows`), so pooling is split in
+A record may pass through the model in several windows (`biotf.data.windows`), so pooling is split in
 two: `pool_window` reduces the tokens one window owns to a partial result, and `combine` merges the
 partials of a record. Both only ever see *content* tokens: special tokens (<cls>, <eos>, <mask>, ...) and
 padding are excluded by the caller's `keep` mask, as ESM's `extract.py` excludes BOS/EOS from its mean.

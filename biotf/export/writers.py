@@ -41,10 +41,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from biotf.checkpoint.files import atomic_write
+from biotf.atomic import atomic_write
 from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
-from biotf.export.formats import FORMATS
+from biotf.export.choices import EMBEDDING_FORMATS
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
 
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
@@ -53,10 +53,10 @@ CHUNK_ROWS = 8192
 
 
 def output_format(path: str | Path) -> str:
-    """The output's extension; anything but FORMATS is refused before any work is done."""
+    """The output's extension; anything but EMBEDDING_FORMATS is refused before any work is done."""
     suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(FORMATS)})")
+    if suffix not in EMBEDDING_FORMATS:
+        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(EMBEDDING_FORMATS)})")
     return suffix
 
 
@@ -354,7 +354,7 @@ class EmbeddingTable:
 
 
 def read_embeddings(path: str | Path) -> EmbeddingTable:
-    """Read a pooled embedding file written by `biotf embed` (any of FORMATS)."""
+    """Read a pooled embedding file written by `biotf embed` (any of EMBEDDING_FORMATS)."""
     path = Path(path)
     suffix = output_format(path)
     if not path.is_file():

@@ -1,4 +1,5 @@
-"""Inference: loading trained or Hugging Face checkpoints, and generating text with the KV cache."""
+"""Inference: generation with the KV cache (and `fast/`: optimize_for_decoding), chat templates, a causal model
+loaded for generation (`pretrained`), and a fine-tuned model's predictions (`predict`)."""
 
 from biotf.inference.generation import generate
 

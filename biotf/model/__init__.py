@@ -12,7 +12,7 @@ the trunk, for fine-tuning), lora (low-rank adapters).
 
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.loss import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX  # re-exported: the label convention the loss follows
 from biotf.model.transformer import Transformer, TransformerOutput, TrunkOutput
 
 __all__ = ["IGNORE_INDEX", "KVCache", "Transformer", "TransformerConfig", "TransformerOutput", "TrunkOutput"]

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from biotf.conventions import IGNORE_INDEX
 from biotf.errors import InputError
 
 if TYPE_CHECKING:  # the model passes itself in: this module does not import it
     from biotf.model.transformer import Transformer
 
-IGNORE_INDEX = -100
 ROWS_PER_CHUNK = 512
 
 

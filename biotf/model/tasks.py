@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from biotf.errors import ConfigError, InputError
-from biotf.model.loss import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX
 from biotf.model.transformer import Transformer
 
 TASKS = ("classification", "regression", "token")

@@ -2,4 +2,4 @@
 
 METHODS = ("auto", "causal", "pll", "masked-marginal", "wt-marginal")
 SEQUENCE_METHODS = ("auto", "causal", "pll")  # the methods that score whole records (the others score variants)
-FORMATS = (".csv", ".tsv", ".parquet")  # output tables, by extension
+SCORE_FORMATS = (".csv", ".tsv", ".parquet")  # output tables, by extension

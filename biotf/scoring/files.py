@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from biotf.checkpoint.files import atomic_write
+from biotf.atomic import atomic_write
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
 from biotf.errors import InputError, TokenizationError
-from biotf.scoring.choices import FORMATS
+from biotf.scoring.choices import SCORE_FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import read_reference, read_variants
 from biotf.tokenizers.base import PolicyStats
@@ -46,10 +46,10 @@ class ScoreSummary:
 
 
 def output_format(path: str | Path) -> str:
-    """The output's extension; anything but FORMATS is refused before the model loads."""
+    """The output's extension; anything but SCORE_FORMATS is refused before the model loads."""
     suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(FORMATS)})")
+    if suffix not in SCORE_FORMATS:
+        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(SCORE_FORMATS)})")
     return suffix
 
 
@@ -95,7 +95,7 @@ def score_file(model_source: str | Path, input_path: str | Path, output_path: st
                options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
                device: str = "cpu", progress: bool = False) -> ScoreSummary:
     """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`."""
-    from biotf.inference.loading import load_pretrained
+    from biotf.checkpoint.loading import load_pretrained
 
     output_format(output_path)
     scorer = Scorer(*load_pretrained(model_source, device=device), options)
@@ -134,7 +134,7 @@ def score_variants_file(model_source: str | Path, variants_path: str | Path, ref
                         mutation_column: str | None = None, device: str = "cpu",
                         progress: bool = False) -> ScoreSummary:
     """A score per variant of `variants_path` against `reference` (a sequence or a one-record file)."""
-    from biotf.inference.loading import load_pretrained
+    from biotf.checkpoint.loading import load_pretrained
 
     output_format(output_path)
     _, reference_sequence = read_reference(reference)

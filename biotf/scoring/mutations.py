@@ -117,7 +117,7 @@ def difference(reference: str, sequence: str, name: str) -> Variant:
 
 def reverse_strand(reference_length: int, variant: Variant) -> Variant:
     """The same variant on the reverse complement of a reference of `reference_length` bases."""
-    from biotf.tokenizers.kmer import reverse_complement
+    from biotf.tokenizers import reverse_complement
 
     flipped = (Mutation(reference_length - m.start - len(m.ref), reverse_complement(m.ref, variant.name),
                         reverse_complement(m.alt, variant.name)) for m in variant.mutations)

@@ -20,7 +20,7 @@ Variant methods (a reference and its variants; a score of 0 means "as likely as 
 residue when every variant is a substitution, and pll otherwise. `both_strands` (DNA) averages each score
 with the same variant scored on the reverse complement of the reference.
 
-Long inputs are cut into the overlapping windows of `biotf embed` (`biotf.export.windows`): every token is
+Long inputs are cut into the overlapping windows of `biotf embed` (`biotf.data.windows`): every token is
 scored once, in the window that owns it, with that window as its context.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from biotf.errors import ConfigError, InputError
-from biotf.export.windows import Window, plan_windows
+from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.scoring.batching import Row, row_log_probs
 from biotf.scoring.choices import METHODS, SEQUENCE_METHODS
@@ -191,7 +191,7 @@ class Scorer:
         forward = self._variant_scores(reference, variants, method, progress)
         if not both_strands:
             return [VariantScore(score, (score,)) for score in forward]
-        from biotf.tokenizers.kmer import reverse_complement
+        from biotf.tokenizers import reverse_complement
 
         flipped = [reverse_strand(len(reference), variant) for variant in variants]
         reverse = self._variant_scores(reverse_complement(reference, "reference"), flipped, method, progress)

@@ -20,12 +20,14 @@ def _chem():
     return Chem
 
 
-def _molecule(smiles: str, record: str | None):
-    molecule = _chem().MolFromSmiles(smiles)
-    if molecule is None or not smiles:
+def molecule(smiles: str, record: str | None):
+    """RDKit's molecule of `smiles`; an InputError naming the record if RDKit cannot parse it, a BiotfError with
+    the install line if RDKit is missing."""
+    parsed = _chem().MolFromSmiles(smiles)
+    if parsed is None or not smiles:
         where = f" (record {record!r})" if record is not None else ""
         raise InputError(f"RDKit cannot parse SMILES {smiles!r}{where}")
-    return molecule
+    return parsed
 
 
 def is_valid(smiles: str) -> bool:
@@ -35,11 +37,11 @@ def is_valid(smiles: str) -> bool:
 
 def canonicalize(smiles: str, record: str | None = None, isomeric: bool = True) -> str:
     """RDKit's canonical SMILES of `smiles` (stereochemistry kept unless `isomeric=False`)."""
-    return _chem().MolToSmiles(_molecule(smiles, record), isomericSmiles=isomeric)
+    return _chem().MolToSmiles(molecule(smiles, record), isomericSmiles=isomeric)
 
 
 def randomize(smiles: str, n: int = 1, seed: int = 0, record: str | None = None) -> list[str]:
     """`n` randomized SMILES of the same molecule (Bjerrum 2017 augmentation), reproducible by `seed`."""
     if n < 1:
         raise BiotfError(f"randomize needs n >= 1, got {n}")
-    return list(_chem().MolToRandomSmilesVect(_molecule(smiles, record), n, randomSeed=seed))
+    return list(_chem().MolToRandomSmilesVect(molecule(smiles, record), n, randomSeed=seed))

@@ -26,7 +26,7 @@ from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
 from biotf.resources import SAMPLES_DIR
 from biotf.tokenizers.loading import check_tokenizer_config
-from biotf.training.finetune_config import FinetuneConfig, check_finetune
+from biotf.finetune.config import FinetuneConfig, check_finetune
 
 PRECISIONS = ("32", "32-true", "bf16-mixed")
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -161,7 +161,7 @@ class TrainConfig:
 
     ckpt_path: resume from this Lightning checkpoint (optimizer, schedule, step and data position).
     task / init_from / finetune: set `task` to fine-tune the model `init_from` names on labelled data
-    (`biotf.training.finetune`); null trains a language model.
+    (`biotf.finetune.run`); null trains a language model.
     """
 
     experiment: str = MISSING

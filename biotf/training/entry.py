@@ -108,12 +108,12 @@ def preflight(overrides: list[str], multirun: bool = False) -> None:
 def _hydra_job(cfg: DictConfig) -> float:
     """One Hydra job; returns the final validation loss (the objective a Hydra sweeper minimises)."""
     from biotf.training.callbacks import SIGTERM_STATUS, RunInterrupted
-    from biotf.training.finetune import train_task  # Lightning is imported only once a job really runs
+    from biotf.finetune.run import train_task  # Lightning is imported only once a job really runs
     from biotf.training.run import train
 
     try:
         config = validate(cfg)
-        run = train if config.task is None else train_task  # a task fine-tunes (biotf.training.finetune)
+        run = train if config.task is None else train_task  # a task fine-tunes (biotf.finetune.run)
         return run(config, Path(HydraConfig.get().runtime.output_dir)).final_val_loss
     except BiotfError as error:
         print(f"train: error: {error}", file=sys.stderr)

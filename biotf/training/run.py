@@ -27,8 +27,8 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, atomic_write, atomic_write_text, ensure_same_tokenizer,
-                              payload_fingerprint, read_checkpoint)
+from biotf.atomic import atomic_write, atomic_write_text
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint)
 from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
 from biotf.training.callbacks import LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from biotf.checkpoint import CHECKPOINT_DIR, atomic_write_text
+from biotf.atomic import atomic_write_text
+from biotf.checkpoint import CHECKPOINT_DIR
 from biotf.errors import BiotfError
 
 RESOLVED_CONFIG = "config.yaml"

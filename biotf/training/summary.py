@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from biotf.checkpoint import atomic_write_text
+from biotf.atomic import atomic_write_text
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_TEXT = "summary.txt"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from biotf.checkpoint import (CHECKPOINT_KEY, DIGEST_KEY, atomic_write, checkpoint_payload, read_checkpoint,
-                              save_checkpoint, save_pretrained)
+from biotf.atomic import atomic_write
+from biotf.checkpoint import (CHECKPOINT_KEY, DIGEST_KEY, checkpoint_payload, read_checkpoint, save_checkpoint, save_pretrained)
 from biotf.errors import CheckpointError
-from biotf.inference.loading import load_pretrained
+from biotf.checkpoint.loading import load_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer, build_tokenizer
 
@@ -78,7 +78,7 @@ def test_zeroed_bytes_in_exported_weights_are_refused(model, tmp_path):
 CAPPED_LOAD = '''
 import resource, sys
 from biotf.errors import CheckpointError
-from biotf.inference.loading import load_pretrained
+from biotf.checkpoint.loading import load_pretrained
 with open("/proc/self/statm") as handle:
     used = int(handle.read().split()[0]) * resource.getpagesize()
 resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, resource.RLIM_INFINITY))
@@ -130,7 +130,7 @@ def test_files_get_the_users_umask(model, tmp_path):
         checkpoint = lightning_checkpoint(model, tmp_path / "last.ckpt")
         plain = atomic_write(tmp_path / "plain.txt", lambda path: path.write_text("x"))
         # A fine-tuned model's export: its head and task.json are written inside the same all-or-nothing directory.
-        from biotf.inference.task import HEAD_FILE, TASK_FILE, TaskInfo, save_task_model
+        from biotf.checkpoint.task_model import HEAD_FILE, TASK_FILE, TaskInfo, save_task_model
         from biotf.model.tasks import TaskModel
 
         info = TaskInfo("classification", ["a", "b"], "mean", 64, "crop")

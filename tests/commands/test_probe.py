@@ -48,12 +48,12 @@ def test_missing_label_column_is_one_line(capsys, embeddings, tmp_path):
 
 
 def test_split_file_sides_are_read_by_id_and_ambiguous_ids_refused(tmp_path):
-    from biotf.commands.probe import read_split
+    from biotf.data.split_file import sides_of
     from biotf.errors import InputError
 
     path = tmp_path / "split.tsv"
     path.write_text("id\tsplit\tgroup\na\ttrain\t0\nb\ttest\t1\na\ttrain\t0\n")
-    assert read_split(path, ["b", "a", "c"]).tolist() == ["test", "train", ""]
+    assert sides_of(path, ["b", "a", "c"]).tolist() == ["test", "train", ""]
     path.write_text("id\tsplit\tgroup\na\ttrain\t0\na\ttest\t1\n")
     with pytest.raises(InputError, match="id 'a' is on two sides"):
-        read_split(path, ["a"])
+        sides_of(path, ["a"])

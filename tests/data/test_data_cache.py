@@ -7,7 +7,7 @@ import pytest
 
 from biotf.data.cache import file_digest, tokenize_to_cache, token_dtype
 from biotf.data.readers import ReaderOptions, read_records
-from biotf.data.split import is_validation
+from biotf.data.validation_split import is_validation
 from biotf.errors import TokenizationError
 
 SEQUENCES = {f"p{i}": "MKVLAACDEFGHIKLMNPQRSTVWY"[: 3 + i % 20] * (1 + i % 3) for i in range(200)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from biotf.data.split import is_validation, validate_fraction
+from biotf.data.validation_split import is_validation, validate_fraction
 from biotf.errors import ConfigError
 
 

@@ -12,7 +12,7 @@ from biotf.data.cache import TokenShard
 from biotf.data.datasets import SequenceDataset
 from biotf.data.long_policy import CROPPED, DROPPED, LongPolicy
 from biotf.errors import ConfigError, InputError
-from biotf.inference.task import encode_for_task
+from biotf.data.long_policy import encode_for_task
 from biotf.tokenizers import build_tokenizer
 
 CLS, EOS = 0, 2

@@ -30,7 +30,7 @@ def entries(per_token: bool) -> Iterator[RecordEmbedding]:
 
 
 @pytest.mark.parametrize("per_token", [False, True])
-@pytest.mark.parametrize("suffix", writers.FORMATS)
+@pytest.mark.parametrize("suffix", writers.EMBEDDING_FORMATS)
 def test_writer_holds_ids_only_and_closes_chunk_by_chunk(tmp_path, monkeypatch, suffix, per_token):
     import anndata.io  # noqa: F401  (imports allocate; load them before measuring)
     import pyarrow.parquet  # noqa: F401

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from biotf.errors import ConfigError
-from biotf.export.windows import Window, plan_windows
+from biotf.data.windows import Window, plan_windows
 
 
 @given(n=st.integers(1, 400), width=st.integers(1, 64), data=st.data())

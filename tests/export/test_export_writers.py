@@ -111,7 +111,7 @@ def test_h5ad_opens_in_anndata(tmp_path):
     assert tokens.n_obs == 9 and tokens.obs["record_index"].tolist()[:3] == [0, 1, 1]
 
 
-@pytest.mark.parametrize("suffix", writers.FORMATS)
+@pytest.mark.parametrize("suffix", writers.EMBEDDING_FORMATS)
 def test_read_back(tmp_path, suffix):
     pooled = items(False)
     table = read_embeddings(write(tmp_path / f"e{suffix}", pooled))

@@ -49,13 +49,13 @@ def untied_checkpoint(tmp_path_factory, qwen_tokenizer_dir) -> Path:
 @pytest.fixture(scope="session")
 def tied(tied_checkpoint):
     """The tied checkpoint loaded once by biotf: (model, tokenizer, defaults). Tests must not modify it."""
-    from biotf.inference.hf_checkpoint import load_hf_checkpoint
+    from biotf.inference.pretrained import load_hf_checkpoint
 
     return load_hf_checkpoint(tied_checkpoint)
 
 
 @pytest.fixture(scope="session")
 def untied(untied_checkpoint):
-    from biotf.inference.hf_checkpoint import load_hf_checkpoint
+    from biotf.inference.pretrained import load_hf_checkpoint
 
     return load_hf_checkpoint(untied_checkpoint)

@@ -10,7 +10,7 @@ import torch
 
 from biotf import load_pretrained
 from biotf.errors import CheckpointError, ConfigError
-from biotf.inference.hf_checkpoint import load_hf_checkpoint
+from biotf.inference.pretrained import load_hf_checkpoint
 from biotf.tokenizers import AminoAcidTokenizer
 
 PROTEINS = ["MKTAYIAKQRQISFVKSHFSRQ", "MA<mask>LLK", "GSHMSEQ<mask>VRWAAL"]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import biotf.inference.loading as loading
+import biotf.inference.pretrained as pretrained
 from biotf.cli import main
 from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 
@@ -15,7 +15,7 @@ from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 @pytest.fixture
 def loaded(monkeypatch, tied):
     """Skip reloading the checkpoint for every command (loading has its own tests and one here)."""
-    monkeypatch.setattr(loading, "load_for_generation", lambda source, dtype: tied)
+    monkeypatch.setattr(pretrained, "load_for_generation", lambda source, dtype: tied)
     return tied
 
 

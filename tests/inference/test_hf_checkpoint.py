@@ -11,7 +11,8 @@ import torch
 from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.fast import optimize_for_decoding
 from biotf.inference.generation import generate_ids
-from biotf.inference.hf_checkpoint import GenerationDefaults, is_hf_directory, load_hf_checkpoint
+from biotf.checkpoint.hf_directory import is_hf_directory
+from biotf.inference.pretrained import GenerationDefaults, load_hf_checkpoint
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""`find_loader` and `load_for_generation`: the one loader table decides what a model source is, for generation too."""
+"""`find_source` and `load_for_generation`: the one loader table decides what a model source is, for generation too."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import torch
 
 from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, save_checkpoint
 from biotf.errors import CheckpointError, ConfigError
-from biotf.inference.hf_checkpoint import GenerationDefaults
-from biotf.inference.loading import LOADERS, find_loader, load_for_generation
+from biotf.inference.pretrained import GenerationDefaults
+from biotf.checkpoint.loading import MODEL_SOURCES, find_source
+from biotf.inference.pretrained import load_for_generation
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import build_tokenizer
 
@@ -33,7 +34,7 @@ def run_dir(tmp_path) -> Path:
 
 def test_a_run_is_a_run_even_with_a_hugging_face_config(run_dir):
     """The table's order decides, not a second test of its own: the run directory comes first."""
-    assert find_loader(run_dir).name == "run directory"
+    assert find_source(run_dir).name == "run directory"
     model, tokenizer, defaults = load_for_generation(run_dir, dtype="bfloat16")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16} and not model.training
     assert defaults == GenerationDefaults(eos_token_ids=(tokenizer.eos_id,), pad_token_id=tokenizer.pad_id)
@@ -41,7 +42,7 @@ def test_a_run_is_a_run_even_with_a_hugging_face_config(run_dir):
 
 
 def test_a_hugging_face_directory_brings_its_generation_config(tied_checkpoint, tied):
-    assert find_loader(tied_checkpoint) is LOADERS[-1]
+    assert find_source(tied_checkpoint) is MODEL_SOURCES[-1]
     model, tokenizer, defaults = load_for_generation(tied_checkpoint, dtype="bfloat16")
     assert defaults == tied.defaults and tokenizer.fingerprint == tied.tokenizer.fingerprint
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
@@ -51,7 +52,7 @@ def test_refusals_name_the_problem(run_dir, tmp_path):
     with pytest.raises(ConfigError, match="allowed: float32, bfloat16"):
         load_for_generation(run_dir, dtype="float16")
     with pytest.raises(CheckpointError, match="does not exist"):
-        find_loader(tmp_path / "nowhere")
+        find_source(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"allowed: fine-tuning run directory, run directory, checkpoint, exported directory, Hugging Face"):
         load_for_generation(tmp_path / "empty")

@@ -175,7 +175,8 @@ def test_stored_float16_rounded_frequencies_are_used_over_long_sequences(names, 
 
 
 def test_rounded_frequencies_survive_export_dtype_casts_and_old_state_dicts(tmp_path, random_esm):
-    from biotf.inference.loading import load_pretrained, save_pretrained
+    from biotf.checkpoint import save_pretrained
+    from biotf.checkpoint.loading import load_pretrained
     from biotf.tokenizers import AminoAcidTokenizer
 
     hf = random_esm(token_dropout=True, hidden_size=64, max_positions=1026, seed=8, query_key_std=0.5)

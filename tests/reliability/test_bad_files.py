@@ -284,7 +284,7 @@ def test_damaged_exported_directory(capsys, tmp_path, model_dir, file, kind):
     import shutil
 
     from biotf.errors import BiotfError
-    from biotf.inference.loading import load_pretrained
+    from biotf.checkpoint.loading import load_pretrained
 
     exported = tmp_path / "exported"
     shutil.copytree(model_dir, exported)

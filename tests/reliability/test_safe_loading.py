@@ -17,7 +17,7 @@ import torch
 from biotf.cli import main
 from biotf.errors import CheckpointError
 from biotf.checkpoint import save_pretrained
-from biotf.inference.loading import load_pretrained
+from biotf.checkpoint.loading import load_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.hf import read_weights
 from biotf.tokenizers import AminoAcidTokenizer

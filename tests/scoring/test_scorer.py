@@ -51,7 +51,7 @@ def test_batched_equals_one_at_a_time(fixture, request):
 
 def test_windows_score_every_token_once_in_the_window_that_owns_it(protein_mlm):
     """max_length 12 (10 residues a window, overlap 2): the PLL is the sum of per-window masked copies."""
-    from biotf.export.windows import plan_windows
+    from biotf.data.windows import plan_windows
 
     model, tokenizer = protein_mlm
     score = Scorer(model, tokenizer, ScoreOptions(max_length=12, overlap=2)).sequence_scores([WILD_TYPE], "pll")[0]

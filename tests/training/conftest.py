@@ -24,7 +24,7 @@ def cache_dir(tmp_path_factory) -> Path:
 def pretrained(tmp_path_factory) -> Path:
     """base/: a tiny exported bidirectional model with the protein tokenizer; labelled.csv: 240 proteins with a
     class (contains W), a value (K count + W count / 2), per-residue labels (H for AELMQKRH, else C), a family."""
-    from biotf.inference.loading import save_pretrained
+    from biotf.checkpoint import save_pretrained
     from biotf.model import Transformer, TransformerConfig
     from biotf.tokenizers import build_tokenizer
 

@@ -40,8 +40,8 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
 
     # Every tool that takes a model takes the run: load_pretrained (and so biotf embed / score) gives the fine-tuned
     # trunk of its export; the checkpoint file alone, which holds no tokenizer, is refused naming the run.
-    from biotf.inference.loading import load_pretrained
-    from biotf.inference.task import load_task_model
+    from biotf.checkpoint.loading import load_pretrained
+    from biotf.checkpoint.task_model import load_task_model
 
     trunk, _ = load_pretrained(run)
     tuned, _, _ = load_task_model(run)
@@ -79,10 +79,10 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
 
 
 def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_model(pretrained, tmp_path):
-    from biotf.inference.loading import load_pretrained
-    from biotf.inference.task import load_task_model
+    from biotf.checkpoint.loading import load_pretrained
+    from biotf.checkpoint.task_model import load_task_model
     from biotf.model.lora import load_adapter
-    from biotf.training.finetune import train_task
+    from biotf.finetune.run import train_task
 
     cfg = finetune_config(pretrained, "data.label_column=value", "task=regression", "finetune.mode=lora",
                  "finetune.lora.targets=[qkv,out,gate_up,down]", "finetune.monitor=spearman",
@@ -106,7 +106,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
 
 
 def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_unchanged(pretrained, tmp_path):
-    from biotf.training.finetune import train_task
+    from biotf.finetune.run import train_task
 
     cfg = finetune_config(pretrained, "data.label_column=ss", "task=token", "finetune.mode=frozen", "optim.lr=3e-2",
                  "finetune.split.method=group", "finetune.split.group_column=family", "finetune.monitor=accuracy")
@@ -149,7 +149,7 @@ def test_the_worked_examples_are_experiment_presets_on_shipped_data(name, record
 
     from biotf.resources import CONF_DIR
     from biotf.training.config import register_configs, validate
-    from biotf.training.labelled import _label_values
+    from biotf.finetune.labelled import _label_values
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -169,7 +169,7 @@ def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
         finetune_config(pretrained, "data.label_column=label", "finetune.split.method=group")
     with pytest.raises(ConfigError, match="init_from"):
         finetune_config(pretrained, "data.label_column=label", f"init_from={tmp_path / 'missing'}")
-    from biotf.training.finetune import train_task
+    from biotf.finetune.run import train_task
 
     with pytest.raises(InputError, match="column 'labels' not found"):
         train_task(finetune_config(pretrained, "data.label_column=labels"), tmp_path / "a")
@@ -177,7 +177,7 @@ def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
         train_task(finetune_config(pretrained, "data.label_column=label", "task=regression", "finetune.monitor=rmse"),
                    tmp_path / "b")
     with pytest.raises(BiotfError, match="not a fine-tuned model"):
-        from biotf.inference.task import load_task_model
+        from biotf.checkpoint.task_model import load_task_model
 
         load_task_model(pretrained / "base")
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from biotf.tokenizers import build_tokenizer
-from biotf.training.finetune_results import FinetuneSummary, write_predictions, write_split
-from biotf.training.labelled import LabelledSet
+from biotf.data.split_file import write_split
+from biotf.finetune.results import FinetuneSummary, write_predictions
+from biotf.finetune.labelled import LabelledSet
 from biotf.training.run import write_run_files
 
 

@@ -16,7 +16,7 @@ import torch
 
 from biotf.errors import InputError
 from biotf.training import callbacks, entry
-from biotf.training.finetune import train_task
+from biotf.finetune.run import train_task
 from biotf.training.rundir import RunDirectoryError
 from training_helpers import REPO, SUBPROCESS_ENV, finetune_config, finetune_overrides
 
@@ -25,7 +25,7 @@ STEPS = 30
 # train.py's entry point, sending itself SIGTERM as a scheduler would, as optimizer step N+1 begins.
 TERMINATOR = '''
 import os, signal, sys
-from biotf.training.task_module import TaskModule
+from biotf.finetune.module import TaskModule
 n = int(sys.argv[1])
 step = TaskModule.training_step
 def training_step(self, batch, batch_idx):

@@ -15,9 +15,6 @@ from typing import NamedTuple
 
 from biotf.errors import ConfigError, check_int
 
-# What `biotf embed --long` does with a record longer than the model: windows, its first tokens, or an error.
-EMBED_LONG_POLICIES = ("chunk", "truncate", "error")
-
 
 class Window(NamedTuple):
     """Content tokens [start, end) go through the model; the window's vectors for [own_start, own_end) are kept."""

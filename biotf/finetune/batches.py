@@ -12,12 +12,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from biotf.data import LengthGroupedBatchSampler
-from biotf.data.collators import pad_batch
-from biotf.inference.task import content_mask
-from biotf.model.loss import IGNORE_INDEX
+from biotf.data.collators import content_mask, pad_batch
+from biotf.conventions import IGNORE_INDEX
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.datamodule import ResumableDataLoader
-from biotf.training.labelled import LabelledSet
+from biotf.finetune.labelled import LabelledSet
 
 
 class RowDataset(torch.utils.data.Dataset):

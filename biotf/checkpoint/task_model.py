@@ -1,31 +1,23 @@
-"""A fine-tuned model on disk, and predictions with it (`biotf predict`).
+"""A fine-tuned model on disk: the exported trunk, its task head and task.json, written and read as one.
 
 A fine-tuning run exports `<run>/model/`: the trunk as any exported model (`save_pretrained`: config.json,
 model.safetensors, tokenizer.json; LoRA adapters merged, so `biotf embed --model <run>/model` embeds with the
 fine-tuned trunk), plus `task_head.safetensors` (the head and the regression target scale) and `task.json`
 (task, class names, pooling, max_length, long_policy). With LoRA the adapter alone is kept as
 `adapter.safetensors` too (`biotf.model.lora.load_adapter` puts it back onto the base model).
-
-Inputs are encoded as in training (`encode_for_task`): a record longer than max_length tokens is cut to its first
-max_length tokens, its trailing special token kept (policy crop, counted), skipped (drop, counted) or refused (error).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from biotf.checkpoint import FINETUNED_MODEL_DIR as MODEL_DIR
 from biotf.checkpoint import TASK_FILE, save_pretrained
-from biotf.data.long_policy import LongPolicy
-from biotf.errors import CheckpointError, ConfigError
-from biotf.inference.loading import load_pretrained
+from biotf.errors import CheckpointError
+from biotf.checkpoint.loading import load_pretrained
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
 
@@ -45,20 +37,6 @@ class TaskInfo:
     @property
     def n_outputs(self) -> int:
         return 1 if self.classes is None else len(self.classes)
-
-
-def encode_for_task(tokenizer: Tokenizer, sequence: str, record: str, max_length: int, long_policy: str,
-                    counts: Counter) -> np.ndarray | None:
-    """Token ids of one record (special tokens added), cropped, dropped (None) or refused by `long_policy`
-    (`LongPolicy.apply`, the policy pretraining's datasets follow), counted in `counts`."""
-    ids = np.asarray(tokenizer.encode(sequence, record=record), np.int64)
-    return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)
-
-
-def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
-    """Real tokens that are not special tokens: what sequence heads pool and token heads are scored on."""
-    special = torch.tensor(sorted(tokenizer.special_ids), dtype=ids.dtype, device=ids.device)
-    return attention_mask.bool() & ~torch.isin(ids, special)
 
 
 def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, directory: Path,
@@ -96,18 +74,3 @@ def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]
     model.target_mean.copy_(state["target_mean"])
     model.target_std.copy_(state["target_std"])
     return model.eval(), tokenizer, info
-
-
-@torch.no_grad()
-def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(predictions, scores) of a batch of encoded records: class ids and softmax probabilities (classification,
-    token: per position), or values and values (regression)."""
-    from biotf.data.collators import pad_batch
-
-    if tokenizer.pad_id is None:
-        raise ConfigError("tokenizer", tokenizer.kind, reason="batched prediction needs a tokenizer with a pad token")
-    ids, attention = (torch.from_numpy(a) for a in pad_batch(batch, tokenizer.pad_id))
-    out = model(ids, attention, content_mask(ids, attention, tokenizer))
-    if model.task == "regression":
-        return out.predictions.numpy(), out.predictions.numpy()
-    return out.predictions.numpy(), torch.softmax(out.logits.float(), -1).numpy()

@@ -13,13 +13,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from biotf.model.loss import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX
 from biotf.model.lora import apply_lora
 from biotf.model.tasks import TaskModel
 from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
                                      save_rng_state)
 from biotf.training.config import TrainConfig
-from biotf.training.metrics import task_metrics
+from biotf.finetune.metrics import task_metrics
 from biotf.training.optim import WarmupCosine, parameter_groups
 
 

@@ -1,15 +1,14 @@
 """`load_pretrained`: a model and its tokenizer from a run directory, a checkpoint or an exported directory.
 
     model, tokenizer = biotf.load_pretrained("outputs/protein_mlm/2026-11-29_18-00-00_123456")
-    model, tokenizer, defaults = load_for_generation("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
 
-Sources, tried in order (`LOADERS`):
+Sources, tried in order (`MODEL_SOURCES`):
 - a fine-tuning run directory (holds `model/task.json`): its exported, fine-tuned trunk `model/`;
 - a training run directory (holds `checkpoints/`): its `best.ckpt` (lowest validation loss), else
   `last.ckpt`;
 - a Lightning checkpoint file `*.ckpt` written by biotf training;
 - an exported directory (`biotf export-model`): `config.json`, `model.safetensors`, `tokenizer.json`;
-- a Hugging Face checkpoint directory (Qwen2, or ESM with its vocab.txt; `hf_checkpoint.load_hf_model`).
+- a Hugging Face checkpoint directory (Qwen2, or ESM with its vocab.txt; `hf_directory.load_hf_model`).
 
 The file formats, their checksums and the tokenizer check live in `biotf.checkpoint`; this module
 turns them into models. The stored config is checked against the weights' shapes before the model is
@@ -32,16 +31,14 @@ from torch.overrides import TorchFunctionMode
 
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINETUNED_MODEL_DIR, STATE_PREFIX,
                               TASK_FILE, ensure_same_tokenizer, payload_fingerprint, read_checkpoint, read_exported,
-                              save_pretrained, tokenizer_from_payload)
+                              tokenizer_from_payload)
 from biotf.errors import CheckpointError
-from biotf.inference.hf_checkpoint import (GenerationDefaults, HFCheckpoint, is_hf_directory, load_hf_checkpoint,
-                                          load_hf_model, parse_dtype)
+from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
-__all__ = ["LOADERS", "Loader", "Pretrained", "find_loader", "load_for_generation", "load_pretrained",
-           "save_pretrained"]
+__all__ = ["MODEL_SOURCES", "ModelSource", "Pretrained", "find_source", "load_pretrained"]
 
 LAYER = re.compile(r"blocks\.(\d+)\.(.*)")
 
@@ -175,11 +172,11 @@ def _is_exported(path: Path) -> bool:
 
 
 def load_hf_directory(directory: str | Path) -> Pretrained:
-    """Model (float32) and tokenizer of a Hugging Face Qwen2 or ESM checkpoint directory (`hf_checkpoint`)."""
+    """Model (float32) and tokenizer of a Hugging Face Qwen2 or ESM checkpoint directory (`hf_directory`)."""
     return Pretrained(*load_hf_model(directory))
 
 
-class Loader(NamedTuple):
+class ModelSource(NamedTuple):
     """One kind of model source: what it is called, how it is recognised, how it loads."""
 
     name: str
@@ -188,51 +185,35 @@ class Loader(NamedTuple):
 
 
 # The first loader whose `detect(path)` is true loads it. Extend by appending.
-LOADERS: list[Loader] = [
-    Loader("fine-tuning run directory", _is_fine_tuning_run, load_fine_tuning_run),
-    Loader("run directory", _is_run_dir, load_run),
-    Loader("checkpoint", _is_checkpoint, load_checkpoint),
-    Loader("exported directory", _is_exported, load_exported),
-    Loader("Hugging Face directory (Qwen2, ESM)", is_hf_directory, load_hf_directory),
+MODEL_SOURCES: list[ModelSource] = [
+    ModelSource("fine-tuning run directory", _is_fine_tuning_run, load_fine_tuning_run),
+    ModelSource("run directory", _is_run_dir, load_run),
+    ModelSource("checkpoint", _is_checkpoint, load_checkpoint),
+    ModelSource("exported directory", _is_exported, load_exported),
+    ModelSource("Hugging Face directory (Qwen2, ESM)", is_hf_directory, load_hf_directory),
 ]
 
 
-def find_loader(source: str | Path) -> Loader:
-    """The loader of `source`: the first of `LOADERS` that recognises it; an error names every kind otherwise."""
+def find_source(source: str | Path) -> ModelSource:
+    """The loader of `source`: the first of `MODEL_SOURCES` that recognises it; an error names every kind otherwise."""
     path = Path(source)
     if not path.exists():
         raise CheckpointError(f"model source {path} does not exist")
-    for loader in LOADERS:
+    for loader in MODEL_SOURCES:
         if loader.detect(path):
             return loader
-    kinds = ", ".join(loader.name for loader in LOADERS)
+    kinds = ", ".join(loader.name for loader in MODEL_SOURCES)
     raise CheckpointError(f"cannot load a model from {path} (allowed: {kinds})")
 
 
 def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None,
                     device: str | torch.device = "cpu") -> Pretrained:
-    """The model (eval mode, on `device`) and its tokenizer from any source of `LOADERS`.
+    """The model (eval mode, on `device`) and its tokenizer from any source of `MODEL_SOURCES`.
 
     Passing `tokenizer` checks it against the one the weights were trained with (and returns it).
     """
     path = Path(source)
-    model, stored = find_loader(path).load(path)
+    model, stored = find_source(path).load(path)
     if tokenizer is not None:
         ensure_same_tokenizer(stored.fingerprint, tokenizer, str(path))
     return Pretrained(model.to(device), tokenizer or stored)
-
-
-def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
-    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults from any source of `LOADERS`.
-
-    A Hugging Face directory must hold a causal LM; it loads straight into `dtype` (no float32 copy first) and its
-    generation_config.json gives the defaults. Other sources store no generation settings: greedy decoding, and
-    the tokenizer's eos and pad ids.
-    """
-    path = Path(source)
-    loader = find_loader(path)
-    if loader.load is load_hf_directory:
-        return load_hf_checkpoint(path, dtype)
-    dtype = parse_dtype(dtype)  # refuse an unknown dtype before the weights are read
-    model, tokenizer = loader.load(path)
-    return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.from_hf({}, tokenizer))

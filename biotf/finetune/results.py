@@ -5,7 +5,6 @@ Every file is written atomically (`atomic_write_text`): it appears complete unde
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -14,23 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from biotf.checkpoint import atomic_write_text
+from biotf.atomic import atomic_write_text
+from biotf.data.labels import label_text
 from biotf.data.long_policy import CROPPED
+from biotf.data.split_file import read_sides
 from biotf.errors import InputError
-from biotf.model.loss import IGNORE_INDEX
-from biotf.training.labelled import LabelledSet
+from biotf.conventions import IGNORE_INDEX
+from biotf.finetune.labelled import LabelledSet
 
-SPLIT_FILE = "split.tsv"
 RESULT_FILE = "finetune.json"
 PREDICTIONS_FILE = "predictions_test.tsv"
-
-
-def _label_text(value: Any, classes: list[str] | None, task: str) -> str:
-    if task == "regression":
-        return f"{float(np.ravel(value)[0]):.6g}"
-    if task == "token":
-        return "".join(classes[int(v)] for v in np.ravel(value) if int(v) != IGNORE_INDEX)
-    return classes[int(value)]
 
 
 def write_predictions(path: Path, data: LabelledSet, rows: np.ndarray, predictions: list[np.ndarray], task: str) -> None:
@@ -40,14 +32,9 @@ def write_predictions(path: Path, data: LabelledSet, rows: np.ndarray, predictio
         if task == "token":  # predictions over the padded width: keep the labelled (content) positions
             predicted = np.where(data.labels[row] != IGNORE_INDEX, np.ravel(predicted)[:len(data.labels[row])],
                                  IGNORE_INDEX)
-        lines.append(f"{data.ids[row]}\t{_label_text(data.labels[row], data.classes, task)}\t"
-                     f"{_label_text(predicted, data.classes, task)}")
+        lines.append(f"{data.ids[row]}\t{label_text(data.labels[row], data.classes, task)}\t"
+                     f"{label_text(predicted, data.classes, task)}")
     atomic_write_text(path, "\n".join(lines) + "\n")
-
-
-def write_split(path: Path, ids: list[str], sides: np.ndarray, groups: np.ndarray) -> None:
-    """split.tsv: each labelled record's side (train / validation / test) and the group that kept it there."""
-    atomic_write_text(path, "id\tsplit\tgroup\n" + "".join(f"{i}\t{s}\t{g}\n" for i, s, g in zip(ids, sides, groups)))
 
 
 def check_same_split(path: Path, ids: list[str], sides: np.ndarray) -> None:
@@ -55,8 +42,7 @@ def check_same_split(path: Path, ids: list[str], sides: np.ndarray) -> None:
     the split settings and the seed) differs from the run's split.tsv, naming how many records moved."""
     if not path.is_file():
         return
-    with open(path, newline="", encoding="utf-8") as handle:
-        stored = {row["id"]: row["split"] for row in csv.DictReader(handle, delimiter="\t")}
+    stored = read_sides(path)
     now = dict(zip(ids, map(str, sides)))
     moved = sorted(i for i in stored.keys() | now.keys() if stored.get(i) != now.get(i))
     if moved:

@@ -3,7 +3,7 @@
     load_pretrained(init_from) -> labelled records (`labelled`) -> leakage-aware train / validation / test split
       (finetune.split; split.tsv) -> TaskModel (`task_module`: trunk frozen, full or LoRA) -> fit with early
       stopping on validation -> best checkpoint -> validation and test metrics (`finetune_results`: finetune.json,
-      predictions_test.tsv) -> <run>/model: exported with its head (`biotf.inference.task`) for `biotf predict`.
+      predictions_test.tsv) -> <run>/model: exported with its head (`biotf.checkpoint.task_model`) for `biotf predict`.
 
 The run directory, last.ckpt (by steps, by wall time, at the end, on SIGTERM: exit 143 with the resume command)
 and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (`run.build_trainer`, `run.held_run`).
@@ -20,23 +20,23 @@ import numpy as np
 import torch
 
 from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
+from biotf.data.split_file import SPLIT_FILE, write_split
 from biotf.data.splits import assign, split_groups
 from biotf.errors import InputError
-from biotf.inference.loading import load_pretrained
-from biotf.inference.task import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
+from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
 from biotf.model.lora import merge_lora, save_adapter
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.callbacks import RunControl
 from biotf.training.config import TrainConfig, to_plain
-from biotf.training.finetune_results import (PREDICTIONS_FILE, SPLIT_FILE, FinetuneSummary, check_same_split,
-                                             write_predictions, write_split)
-from biotf.training.labelled import read_labelled
-from biotf.training.metrics import LOWER_IS_BETTER
+from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
+from biotf.finetune.labelled import read_labelled
+from biotf.finetune.metrics import LOWER_IS_BETTER
 from biotf.training.run import build_trainer, continue_metrics, held_run, write_run_files
 from biotf.training.rundir import RunDirectoryError, checkpoint_run_dir
-from biotf.training.task_data import TaskCollator, task_loader
-from biotf.training.task_module import TaskModule, build_task_model, evaluate
+from biotf.finetune.batches import TaskCollator, task_loader
+from biotf.finetune.module import TaskModule, build_task_model, evaluate
 
 
 def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:

@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 
 from biotf.data import ReaderOptions, read_records
-from biotf.data.long_policy import CROPPED
+from biotf.data.long_policy import CROPPED, encode_for_task
 from biotf.errors import InputError
-from biotf.inference.task import encode_for_task
-from biotf.model.loss import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.config import TrainConfig
 
@@ -48,7 +47,7 @@ class LabelledSet:
 
 def _label_values(config: TrainConfig) -> tuple[list, list[str], list[str | None]]:
     """(records, raw labels, group names) of the input, labels parsed with data.label_pattern."""
-    from biotf.analysis.labels import parse_labels
+    from biotf.data.labels import parse_labels
 
     data = config.data
     records = list(read_records(data.path, ReaderOptions(format=data.format, column=data.column,

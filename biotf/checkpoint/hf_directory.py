@@ -1,0 +1,102 @@
+"""A Hugging Face checkpoint directory as (model, tokenizer): `load_hf_model("esm2_t6_8M_UR50D")` (Qwen2 or ESM).
+
+The directory is what `transformers`' `save_pretrained` writes (or a hub download holds):
+- `config.json` with a `model_type` of `ARCHITECTURES` (others are refused, naming theirs and the supported ones);
+- the weights (`model.safetensors`, its shards with their index, or `pytorch_model.bin`), read by
+  `Transformer.from_hf` into a model built on the meta device (`biotf.model.hf`);
+- the tokenizer, by model_type (`TOKENIZER_READERS`): Qwen2's `tokenizer.json` + `tokenizer_config.json`, ESM's
+  `vocab.txt` (mapped onto biotf's protein tokenizer, refused unless the ids agree).
+Nothing is downloaded and no code from the directory is run. Generation settings: `biotf.inference.pretrained`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from biotf.errors import CheckpointError, ConfigError
+from biotf.model import Transformer
+from biotf.model.hf import CONFIG_FILE, ESM_ARCHITECTURES, FAMILIES, Materialise, read_hf_config
+from biotf.tokenizers import load_tokenizer
+from biotf.tokenizers.amino_acid import AminoAcidTokenizer
+from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+ESM_VOCAB_FILE = "vocab.txt"
+# What biotf loads, by model_type: the architectures (config.json "architectures") it reads, ESM encoders without a
+# masked-LM head included (for embeddings); and of those, the ones that generate text.
+ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",), "esm": ESM_ARCHITECTURES}
+
+
+def read_text_tokenizer(directory: Path) -> Tokenizer:
+    if not (directory / TOKENIZER_FILE).is_file():
+        raise CheckpointError(f"{directory} has no {TOKENIZER_FILE}: copy the checkpoint's tokenizer files "
+                              f"({TOKENIZER_FILE}, tokenizer_config.json) into it")
+    return load_tokenizer(directory)
+
+
+def read_esm_tokenizer(directory: Path) -> Tokenizer:
+    return AminoAcidTokenizer.from_esm_vocab(directory / ESM_VOCAB_FILE)
+
+
+TOKENIZER_READERS = {"qwen2": read_text_tokenizer, "esm": read_esm_tokenizer}
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype) and name in DTYPES.values():
+        return name
+    if name not in DTYPES:
+        raise ConfigError("dtype", name, allowed=", ".join(DTYPES))
+    return DTYPES[name]
+
+
+def is_hf_directory(path: str | PathLike) -> bool:
+    """A directory whose config.json names a `model_type` (how every `transformers` checkpoint says what it is)."""
+    path = Path(path)
+    try:
+        return path.is_dir() and "model_type" in json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def check_architecture(directory: Path, config: Mapping[str, Any],
+                       supported: Mapping[str, tuple[str, ...]] = ARCHITECTURES, purpose: str = "load") -> None:
+    """Refuse, before reading any weights, what biotf cannot run for `purpose`, naming what it can."""
+    names = ", ".join(f"{kind} ({' | '.join(archs)})" for kind, archs in supported.items())
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES or model_type not in supported:
+        raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot "
+                              f"{purpose} (supported: {names})")
+    architectures = config.get("architectures") or []
+    if architectures and not set(architectures) & set(supported[model_type]):
+        raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}, not "
+                              f"{' | '.join(supported[model_type])}: biotf cannot {purpose} it (supported: {names})")
+
+
+def read_checked_config(directory: Path, supported: Mapping[str, str], purpose: str) -> dict[str, Any]:
+    if not directory.is_dir():
+        raise CheckpointError(f"model directory {directory} does not exist")
+    config = read_hf_config(directory)
+    check_architecture(directory, config, supported, purpose)
+    return config
+
+
+def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.float32,
+                  materialise: Materialise | None = None) -> tuple[Transformer, Tokenizer]:
+    """Model (eval mode, CPU, `dtype`) and tokenizer of a Qwen2 or ESM checkpoint
+    directory, by its model_type. An ESM encoder without masked-LM head (EsmModel, a classifier) loads with
+    `lm_head=False`: its hidden states and embeddings work, its logits are refused."""
+    directory = Path(directory)
+    dtype = parse_dtype(dtype)
+    config = read_checked_config(directory, ARCHITECTURES, "load")
+    tokenizer = TOKENIZER_READERS[config["model_type"]](directory)
+    model = Transformer.from_hf(directory, dtype=dtype, materialise=materialise)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise CheckpointError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but the model's "
+                              f"embedding only {model.config.vocab_size} rows: tokenizer and weights do not match")
+    return model, tokenizer

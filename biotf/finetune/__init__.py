@@ -1,0 +1,10 @@
+"""Fine-tuning: a task head on a pretrained trunk, trained on labelled records (`python train.py experiment=finetune`).
+
+- `config`: the `finetune` node of the training config (mode, head, pooling, split, LoRA), checked at construction;
+- `labelled`: records and their labels in the task's form; `batches`: their batches and the resumable loader;
+- `module`: the LightningModule around a `TaskModel`; `metrics`: the task's metrics;
+- `results`: predictions_test.tsv and finetune.json; `run`: `train_task`, the run from data to export.
+
+Runs share pretraining's machinery (`biotf.training`: trainer, run directory, stop and resume); the fine-tuned model's
+file format is `biotf.checkpoint.task_model`.
+"""

@@ -1,0 +1,110 @@
+"""A causal model for generation, with its tokenizer and generation defaults, from any model source.
+
+    model, tokenizer, defaults = load_for_generation("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
+
+A Hugging Face directory's `generation_config.json` gives the defaults, read as `transformers` does; its matrices are
+read straight into their decoding layout (`biotf.inference.fast`). Other sources store no generation settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from biotf.checkpoint.hf_directory import load_hf_model, parse_dtype, read_checked_config
+from biotf.checkpoint.loading import find_source, load_hf_directory
+from biotf.errors import CheckpointError
+from biotf.model import Transformer
+from biotf.tokenizers.base import Tokenizer
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+CAUSAL_LM_ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",)}
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """Generation settings of a checkpoint; `transformers`' defaults where generation_config.json is silent.
+
+    `temperature` 0 means greedy decoding (generation_config.json's `do_sample: false`).
+    """
+
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_k: int | None = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+    @classmethod
+    def from_hf(cls, generation: Mapping[str, Any], tokenizer: Tokenizer | None = None) -> GenerationDefaults:
+        """From generation_config.json's fields; the tokenizer's eos id is an eos id too."""
+        eos = generation.get("eos_token_id")
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        if tokenizer is not None and tokenizer.eos_id is not None:
+            eos_ids.append(tokenizer.eos_id)
+        pad = generation.get("pad_token_id")
+        if pad is None and tokenizer is not None:
+            pad = tokenizer.pad_id
+        sample = bool(generation.get("do_sample", False))
+        max_new_tokens = generation.get("max_new_tokens") or cls.max_new_tokens
+        return cls(eos_token_ids=tuple(dict.fromkeys(int(i) for i in eos_ids)),
+                   pad_token_id=None if pad is None else int(pad), max_new_tokens=int(max_new_tokens),
+                   temperature=float(generation.get("temperature") or 1.0) if sample else 0.0,
+                   top_k=generation.get("top_k", cls.top_k), top_p=float(generation.get("top_p") or 1.0),
+                   repetition_penalty=float(generation.get("repetition_penalty") or 1.0))
+
+
+class HFCheckpoint(NamedTuple):
+    """What `load_hf_checkpoint` returns; unpacks as `model, tokenizer, defaults = ...`."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    defaults: GenerationDefaults
+
+
+def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[str, Any]:
+    """generation_config.json, else the eos/pad ids of config.json (as `transformers` falls back)."""
+    path = directory / GENERATION_CONFIG_FILE
+    if not path.is_file():
+        return {key: config[key] for key in ("eos_token_id", "pad_token_id") if config.get(key) is not None}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
+
+
+def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory, for
+    generation: its matrices are read straight into their decoding layout (`biotf.inference.fast`; one copy per
+    tensor, where converting first and arranging later would hold two of the largest), so that
+    `optimize_for_decoding` then copies nothing."""
+    from biotf.inference.fast.layout import loaded_in_decode_layout
+
+    directory = Path(directory)
+    config = read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
+    model, tokenizer = load_hf_model(directory, dtype, materialise=loaded_in_decode_layout)
+    defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
+    return HFCheckpoint(model, tokenizer, defaults)
+
+
+def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults from any source of `MODEL_SOURCES`.
+
+    A Hugging Face directory must hold a causal LM; it loads straight into `dtype` (no float32 copy first) and its
+    generation_config.json gives the defaults. Other sources store no generation settings: greedy decoding, and
+    the tokenizer's eos and pad ids.
+    """
+    path = Path(source)
+    loader = find_source(path)
+    if loader.load is load_hf_directory:
+        return load_hf_checkpoint(path, dtype)
+    dtype = parse_dtype(dtype)  # refuse an unknown dtype before the weights are read
+    model, tokenizer = loader.load(path)
+    return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.from_hf({}, tokenizer))
