@@ -8,40 +8,10 @@ which unpickles tensors only, never code):
   of `EsmModel`, `EsmForSequenceClassification` and `EsmForTokenClassification`, which have no LM head: the model
   then has `lm_head=False`, and their pooler / classifier weights are not read).
 Other model types are refused with a `CheckpointError`; a new format adds a `<format>_config` /
-`<format>_to_biotf` pair here and an entry in `LOADERS`.
+`<format>_to_biotf` pair here and an entry in `FAMILIES`.
 
-The Qwen2 mapping (Qwen2 name -> biotf name), per layer i:
-    model.embed_tokens.weight                     -> embed.weight
-    model.layers.i.input_layernorm.weight         -> blocks.i.attn_norm.weight
-    model.layers.i.self_attn.{q,k,v}_proj.weight  -> blocks.i.attn.qkv.weight  (rows stacked q, k, v)
-    model.layers.i.self_attn.{q,k,v}_proj.bias    -> blocks.i.attn.qkv.bias
-    model.layers.i.self_attn.o_proj.weight        -> blocks.i.attn.out.weight
-    model.layers.i.post_attention_layernorm.weight-> blocks.i.mlp_norm.weight
-    model.layers.i.mlp.{gate,up}_proj.weight      -> blocks.i.mlp.gate_up.weight (rows stacked gate, up)
-    model.layers.i.mlp.down_proj.weight           -> blocks.i.mlp.down.weight
-    model.norm.weight                             -> final_norm.weight
-    lm_head.weight                                -> lm_head.weight (absent when embeddings are tied)
-    model.rotary_emb.inv_freq (or per layer)      -> positions.inverse_frequency (read when stored, see below)
-
-The ESM mapping (HF `EsmForMaskedLM` name -> biotf name); each LayerNorm is `.weight`/`.bias`, or the legacy
-`.gamma`/`.beta` that transformers still writes for the per-layer norms:
-    esm.embeddings.word_embeddings.weight                 -> embed.weight
-    esm.embeddings.position_embeddings.weight[p + 1:]     -> positions.table.weight (absolute only; p = pad id)
-    esm.embeddings.layer_norm                             -> embed_norm (emb_layer_norm_before, ESM-1b)
-    esm.encoder.layer.i.attention.LayerNorm               -> blocks.i.attn_norm
-    esm.encoder.layer.i.attention.self.{query,key,value}  -> blocks.i.attn.qkv (rows stacked q, k, v)
-    esm.encoder.layer.i.attention.output.dense            -> blocks.i.attn.out
-    esm.encoder.layer.i.LayerNorm                         -> blocks.i.mlp_norm
-    esm.encoder.layer.i.intermediate.dense                -> blocks.i.mlp.up
-    esm.encoder.layer.i.output.dense                      -> blocks.i.mlp.down
-    esm.encoder.emb_layer_norm_after                      -> final_norm (HF applies it after the last layer
-                                                             always: it is biotf's Pre-LN final norm)
-    lm_head.dense, lm_head.layer_norm                     -> head_transform.dense, head_transform.norm
-    lm_head.bias                                          -> lm_head_bias
-    lm_head.decoder.weight                                -> lm_head.weight (absent when embeddings are tied)
-    esm.rotary_embeddings.inv_freq (or per layer)         -> positions.inverse_frequency
-The `esm.` prefix is absent in a bare `EsmModel` directory. Not read: the contact-prediction head, the pooler and
-classifier heads.
+The name maps live in the code, one per family (`qwen2_to_biotf`, `esm_to_biotf` and their inverses); the
+tests compare logits with `transformers` for each.
 
 Rotary inverse frequencies are taken from the checkpoint when it stores them, under any of the names
 transformers has written: one shared `...rotary_embeddings.inv_freq` / `model.rotary_emb.inv_freq`, one per layer
@@ -213,7 +183,7 @@ def qwen2_config(hf: Mapping[str, Any]) -> TransformerConfig:
 
 
 def qwen2_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
-    """Rename and fuse Qwen2 tensors into a biotf state dict (see the table in the module docstring)."""
+    """Rename and fuse Qwen2 tensors into a biotf state dict (q, k, v rows stacked into qkv; gate, up into gate_up)."""
     # Look tensors up one at a time (never copy the mapping): a lazy `SafetensorsWeights` then frees each
     # source as soon as it is fused. "_orig_mod." prefixes a torch.compile'd model's names.
     prefix = "_orig_mod." if any(name.startswith("_orig_mod.") for name in weights) else ""
@@ -301,7 +271,8 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
 
 
 def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
-    """Rename and fuse ESM tensors into a biotf state dict (see the table in the module docstring)."""
+    """Rename and fuse ESM tensors into a biotf state dict. The `esm.` prefix is absent in a bare `EsmModel`; the
+    contact, pooler and classifier heads are not read."""
     prefix = esm_prefix(weights)
     head_prefix = prefix.removesuffix("esm.")
 
@@ -318,6 +289,7 @@ def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig)
     def linear(hf_name: str, ours: str, at: str = prefix) -> dict[str, torch.Tensor]:
         return {ours + ".weight": take(hf_name + ".weight", at), ours + ".bias": take(hf_name + ".bias", at)}
 
+    # HF applies emb_layer_norm_after after the last layer always: it is biotf's Pre-LN final norm.
     state = {"embed.weight": take("embeddings.word_embeddings.weight"),
              **norm("encoder.emb_layer_norm_after", "final_norm")}
     if config.lm_head:
@@ -409,7 +381,7 @@ def biotf_to_qwen2(state: Mapping[str, torch.Tensor], config: TransformerConfig)
 
 
 # --- entry points -----------------------------------------------------------------------------
-LOADERS: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
+FAMILIES: dict[str, tuple[Callable[[Mapping[str, Any]], TransformerConfig],
                          Callable[[Mapping[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]]] = {
     "qwen2": (qwen2_config, qwen2_to_biotf),
     "esm": (esm_config, esm_to_biotf),
@@ -438,9 +410,9 @@ def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torc
         raise CheckpointError(f"from_hf needs a transformers model or a directory, got "
                               f"{type(model_or_directory).__name__}")
     model_type = hf_config.get("model_type")
-    if model_type not in LOADERS:
-        raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(LOADERS)})")
-    make_config, convert = LOADERS[model_type]
+    if model_type not in FAMILIES:
+        raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(FAMILIES)})")
+    make_config, convert = FAMILIES[model_type]
     config = make_config(hf_config)
     if weights is None:
         weights = read_weights(directory, dtype)
