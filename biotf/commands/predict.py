@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from biotf.errors import ConfigError
     from biotf.checkpoint.files import atomic_write
     from biotf.inference.task import encode_for_task, load_task_model, predict
+    from biotf.wording import counted
 
     if args.batch_size < 1:
         raise ConfigError("--batch-size", args.batch_size, "an integer >= 1")
@@ -83,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
             writer.writerows(rows)
 
     atomic_write(args.output, write)
-    print(f"{args.output}: {len(rows)} predictions of {records} records ({info.task}, from {args.model})")
+    print(f"{args.output}: {counted(len(rows), 'prediction')} of {counted(records, 'record')} ({info.task}, "
+          f"from {args.model})")
     if counts:
         print("policies: " + ", ".join(f"{n} {why}" for why, n in counts.items()), file=sys.stderr)
     return 0
