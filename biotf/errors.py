@@ -15,11 +15,22 @@ class BiotfError(Exception):
 
 
 class ConfigError(BiotfError, ValueError):
-    """An invalid configuration value or combination; names the key and the allowed values."""
+    """An invalid configuration value or combination; names the key and the allowed values.
 
-    def __init__(self, key: str, value: object, allowed: str | None = None, reason: str | None = None):
+    A `key` starting with "-" is a command-line flag, worded as the user typed it: `invalid --limit=-1`,
+    `invalid --both-strands` (a switch, value True), `--reference is required with --variants` (value None,
+    `required_with` the flag that needs it). Any other key is a config key: `invalid config model.pos='foo'`.
+    """
+
+    def __init__(self, key: str, value: object, allowed: str | None = None, reason: str | None = None,
+                 required_with: str | None = None):
         self.key, self.value, self.allowed, self.reason = key, value, allowed, reason
-        message = f"invalid config {key}={value!r}"
+        if not key.startswith("-"):
+            message = f"invalid config {key}={value!r}"
+        elif value is None:
+            message = f"{key} is required" + (f" with {required_with}" if required_with else "")
+        else:
+            message = f"invalid {key}" + ("" if value is True else f"={value!r}")
         if reason:
             message += f": {reason}"
         if allowed:

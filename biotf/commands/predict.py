@@ -33,10 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.predict import predict_file
+    from biotf.wording import counted
 
     prepare_outputs(args, {"--output": args.output}, [args.input])
     summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size)
-    print(f"{args.output}: {summary.rows} predictions of {summary.records} records ({summary.task}, from {args.model})")
+    print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
+          f"({summary.task}, from {args.model})")
     if summary.counts:
         print("policies: " + ", ".join(f"{n} {why}" for why, n in summary.counts.items()), file=sys.stderr)
     return 0

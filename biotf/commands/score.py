@@ -10,7 +10,11 @@ masked once, for masked models), its means per token and per residue, and the pe
 A42G:K50R (a CSV column `mutant`, ProteinGym / fair-esm layout, or one per line), `pos ref alt` rows (DNA
 SNVs and indels), or whole variant sequences (FASTA). Positions count from --offset (the number of the
 reference's first residue, default 1). A mutation whose reference residue does not match is refused.
+--reference: a file with one record, or the sequence itself; an argument with a '/' or an extension (wt.fa)
+is a file name and must exist. The summary says which was taken.
 Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal, wt-marginal.
+--output follows the output rule of every command (biotf.export.outputs): never one of the inputs, an
+existing file only with --overwrite, checked before the model loads; written whole or not at all.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 from pathlib import Path
 
 from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.errors import ConfigError
 
 
@@ -41,6 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--both-strands", action="store_true",
                         help="DNA: average each variant's score with its score on the reverse complement")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(SCORE_FORMATS)}")
+    add_overwrite_argument(parser)
     parser.add_argument("--method", choices=METHODS, default="auto",
                         help="auto (default): causal for decoders; masked-marginal for masked models with one token "
                              "per residue and substitutions; pll otherwise")
@@ -57,22 +63,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.scoring import ScoreOptions, score_file, score_variants_file
+    from biotf.scoring.files import output_format
 
-    if (args.input is None) == (args.variants is None):
-        raise ConfigError("--input/--variants", None, allowed="exactly one of them")
+    if args.input is None and args.variants is None:
+        raise ConfigError("--input or --variants", None, allowed="exactly one of them")
+    if args.input is not None and args.variants is not None:
+        raise ConfigError("--variants", str(args.variants), reason="--input is given too",
+                          allowed="exactly one of them")
+    if args.input is not None:
+        for flag in ("reference", "mutation_column", "both_strands"):
+            if getattr(args, flag) not in (None, False):
+                raise ConfigError(f"--{flag.replace('_', '-')}", getattr(args, flag), reason="it needs --variants")
+    elif args.reference is None:
+        raise ConfigError("--reference", None, reason="the variants are scored against a reference",
+                          allowed="a file with one record, or a sequence", required_with="--variants")
     options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap)
+    output_format(args.output)
+    inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
+    prepare_outputs(args, {"--output": args.output}, inputs)
     progress = not args.no_progress and sys.stderr.isatty()
     if args.input is not None:
-        for flag in ("reference", "mutation_column"):
-            if getattr(args, flag) is not None:
-                raise ConfigError(f"--{flag.replace('_', '-')}", getattr(args, flag), reason="it needs --variants")
         summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
                              args.device, progress)
         source = args.input
     else:
-        if args.reference is None:
-            raise ConfigError("--reference", None, reason="--variants are scored against a reference",
-                              allowed="a sequence or a file with one record")
         summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
                                       args.offset, args.both_strands, options, reader_options(args),
                                       args.mutation_column, args.device, progress)

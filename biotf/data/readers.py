@@ -24,6 +24,7 @@ import gzip
 import io
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import chain, islice
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -147,6 +148,19 @@ def with_source(error: TokenizationError, source: str | Path) -> TokenizationErr
     return TokenizationError(error.char, error.position, error.record, detail=detail, source=str(source))
 
 
+@contextmanager
+def _read_errors(path: Path) -> Iterator[None]:
+    """Bytes that are not UTF-8, damaged gzip and failing reads, as one-line InputErrors naming `path`."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: {_bad_utf8(path)}") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise InputError(f"{path}: damaged or truncated compressed file ({error})") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read ({error})") from None
+
+
 def read_records(path: str | Path, options: ReaderOptions | None = None,
                  stats: PolicyStats | None = None) -> Iterator[Record]:
     """Stream the records of `path`; raises InputError for an unreadable, empty or malformed file."""
@@ -159,24 +173,17 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
     count = 0
     # Hashes of the ids seen so far (an int each, not the id strings): duplicates are counted in one pass.
     seen_ids: set[int] = set()
-    with open_binary(path) as handle:
-        try:
-            if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
-                stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
-            for record in reader(handle, path, options, stats, fmt):
-                count += 1
-                id_hash = hash(record.id)
-                if id_hash in seen_ids:
-                    stats["duplicate_ids"] += 1
-                else:
-                    seen_ids.add(id_hash)
-                yield record
-        except UnicodeDecodeError:
-            raise InputError(f"{path}: {_bad_utf8(path)}") from None
-        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-            raise InputError(f"{path}: damaged or truncated compressed file ({error})") from None
-        except OSError as error:
-            raise InputError(f"{path}: cannot be read ({error})") from None
+    with open_binary(path) as handle, _read_errors(path):
+        if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
+            stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
+        for record in reader(handle, path, options, stats, fmt):
+            count += 1
+            id_hash = hash(record.id)
+            if id_hash in seen_ids:
+                stats["duplicate_ids"] += 1
+            else:
+                seen_ids.add(id_hash)
+            yield record
     if count == 0:
         raise InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
@@ -248,21 +255,42 @@ def _column_index(names: list[str], wanted: str | None, role: str, path: Path,
     raise InputError(f"{path}: {role} column {wanted!r} not found; columns: {', '.join(names)}")
 
 
-def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
-                fmt: str) -> Iterator[Record]:
-    delimiter = "\t" if fmt == "tsv" else ","
+def _csv_reader(handle: IO[bytes], path: Path, options: ReaderOptions, fmt: str):
+    """A csv reader over the decoded rows of a CSV/TSV file (BOM dropped, any newline), with its quoting."""
     quoting_name = options.quoting or ("none" if fmt == "tsv" else "minimal")
     quoting = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}.get(quoting_name)
     if quoting is None:
         raise InputError(f"unknown CSV quoting {quoting_name!r} for {path} (allowed: minimal, none)")
-    reader = csv.reader(_text(handle), delimiter=delimiter, quoting=quoting, strict=True)
+    return csv.reader(_text(handle), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True)
+
+
+def _column_names(first_row: list[str], header: bool) -> list[str]:
+    """The names a table's columns go by: its first row, stripped, or "0", "1", ... without a header."""
+    return [name.strip() for name in first_row] if header else [str(i) for i in range(len(first_row))]
+
+
+def table_columns(path: str | Path, options: ReaderOptions | None = None) -> list[str]:
+    """The column names of CSV/TSV file `path` exactly as `read_records` reads them (for callers that choose
+    a column by its name before reading); [] for an empty file."""
+    path = Path(path)
+    options = options or ReaderOptions()
+    fmt = detect_format(path, options.format)
+    with open_binary(path) as handle, _read_errors(path):
+        reader = _csv_reader(handle, path, options, fmt)
+        try:
+            return _column_names(next(reader, []), options.header)
+        except csv.Error as error:
+            raise InputError(f"{path}: line 1: malformed {fmt.upper()} ({error})") from None
+
+
+def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+                fmt: str) -> Iterator[Record]:
+    reader = _csv_reader(handle, path, options, fmt)
     try:
-        names = next(reader, None)
-        if names is None:
+        first_row = next(reader, None)
+        if first_row is None:
             return
-        if not options.header:
-            first_row, names = names, [str(i) for i in range(len(names))]
-        names = [n.strip() for n in names]
+        names = _column_names(first_row, options.header)
         sequence_at = _column_index(names, options.column, "sequence", path, DEFAULT_SEQUENCE_COLUMNS)
         id_at = _column_index(names, options.id_column, "id", path)
         rows = reader if options.header else _chain_one(first_row, reader)

@@ -39,6 +39,7 @@ from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.wording import counted
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
@@ -91,8 +92,9 @@ class EmbedStats:
     policies: PolicyStats = field(default_factory=PolicyStats)
 
     def summary(self) -> str:
-        return (f"{self.records} records, {self.tokens} tokens in {self.windows} windows; "
-                f"{self.chunked} chunked, {self.truncated} truncated ({self.truncated_tokens} tokens cut); "
+        return (f"{counted(self.records, 'record')}, {counted(self.tokens, 'token')} in "
+                f"{counted(self.windows, 'window')}; {self.chunked} chunked, {self.truncated} truncated "
+                f"({counted(self.truncated_tokens, 'token')} cut); "
                 f"tokenizer policies: {self.policies.summary()}")
 
 

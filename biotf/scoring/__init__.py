@@ -17,7 +17,7 @@ _EXPORTS = {
     "Mutation": "mutations", "Variant": "mutations", "apply": "mutations", "difference": "mutations",
     "make_variant": "mutations", "parse_code": "mutations", "parse_pos_ref_alt": "mutations",
     "ScoreOptions": "scorer", "Scorer": "scorer", "SequenceScore": "scorer", "VariantScore": "scorer",
-    "read_reference": "variant_files", "read_variants": "variant_files",
+    "Reference": "variant_files", "read_reference": "variant_files", "read_variants": "variant_files",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -21,8 +21,9 @@ from biotf.data.readers import Record, ReaderOptions, read_records, with_source
 from biotf.errors import InputError, TokenizationError
 from biotf.scoring.choices import SCORE_FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
-from biotf.scoring.variant_files import read_reference, read_variants
+from biotf.scoring.variant_files import Reference, read_reference, read_variants
 from biotf.tokenizers.base import PolicyStats
+from biotf.wording import counted
 
 RECORDS_PER_CALL = 256  # sequences scored together: their rows share batches
 
@@ -36,13 +37,15 @@ class ScoreSummary:
     tokens: int = 0
     windows: int = 0
     chunked: int = 0
+    reference: Reference | None = None
     policies: PolicyStats = field(default_factory=PolicyStats)
 
     def summary(self) -> str:
-        windows = f", {self.tokens} tokens in {self.windows} windows ({self.chunked} records chunked)" \
-            if self.windows else ""
-        return f"{self.records} records scored by {self.method}{windows}; tokenizer policies: {self.policies.summary()}"
-
+        windows = (f", {counted(self.tokens, 'token')} in {counted(self.windows, 'window')} "
+                   f"({counted(self.chunked, 'record')} chunked)") if self.windows else ""
+        reference = f"; reference: {self.reference.describe()}" if self.reference is not None else ""
+        return (f"{counted(self.records, 'record')} scored by {self.method}{windows}{reference}; "
+                f"tokenizer policies: {self.policies.summary()}")
 
 
 def output_format(path: str | Path) -> str:
@@ -133,14 +136,22 @@ def score_variants_file(model_source: str | Path, variants_path: str | Path, ref
                         options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
                         mutation_column: str | None = None, device: str = "cpu",
                         progress: bool = False) -> ScoreSummary:
-    """A score per variant of `variants_path` against `reference` (a sequence or a one-record file)."""
+    """A score per variant of `variants_path` against `reference` (a one-record file or a sequence: see
+    `read_reference`); an error about the reference names its file, one about a variant the variants file."""
     from biotf.checkpoint.loading import load_pretrained
 
     output_format(output_path)
-    _, reference_sequence = read_reference(reference)
     summary = ScoreSummary()
+    summary.reference = read_reference(reference, summary.policies)
+    reference_sequence = summary.reference.sequence
     pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)
     scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    try:
+        scorer.check_reference(reference_sequence, summary.reference.name, both_strands)
+    except TokenizationError as error:
+        if summary.reference.path is None:
+            raise
+        raise with_source(error, summary.reference.path) from None
     variants = [variant for _, variant in pairs]
     summary.method = scorer.resolve(method, variants, reference_sequence)
     bar = _progress(progress, f"scoring {Path(variants_path).name}")

@@ -41,6 +41,8 @@ from biotf.scoring.mutations import Variant, apply, reverse_strand
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 MARGINAL_METHODS = ("masked-marginal", "wt-marginal")
+# Tokenizer kinds whose alphabet is not nucleotides: a reverse strand means nothing to their models.
+NOT_DNA_TOKENIZERS = ("protein", "smiles")
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,19 @@ class Scorer:
         return rows
 
     # --- variants -------------------------------------------------------------------------------------
+    def check_reference(self, reference: str, name: str = "reference", both_strands: bool = False) -> None:
+        """Refuse, before any scoring, a reference this model cannot read (a TokenizationError naming record
+        `name`) and `both_strands` where there is no reverse strand: a tokenizer that reads no DNA, or a
+        reference with a letter that has no complement."""
+        if both_strands and self.tokenizer.kind in NOT_DNA_TOKENIZERS:
+            raise ConfigError("--both-strands", True, reason=f"the model's {self.tokenizer.kind} tokenizer reads "
+                              "no DNA, so a variant has no reverse strand to score (it is for DNA models)")
+        self.tokenizer.encode(reference, add_special_tokens=False, record=name)
+        if both_strands:
+            from biotf.tokenizers.kmer import reverse_complement
+
+            reverse_complement(reference, name)
+
     def variant_scores(self, reference: str, variants: Sequence[Variant], method: str = "auto",
                        both_strands: bool = False, progress=None) -> list[VariantScore]:
         """Each variant's score against `reference` (mutations checked by `make_variant`); see the module docstring."""

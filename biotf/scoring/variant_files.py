@@ -5,44 +5,65 @@
 - CSV/TSV with `pos`, `ref`, `alt` columns (DNA SNVs and short indels, VCF-like alleles).
 - Text: one variant a line, a code (`A42G:K50R`) or `pos ref alt` separated by whitespace.
 - FASTA/GenBank: whole variant sequences, as long as the reference; the variant is their difference.
-The reference is a sequence given apart (`read_reference`: a literal sequence or a file with one record).
+The reference is a sequence given apart (`read_reference`: a file with one record, or a literal sequence).
 """
 
 from __future__ import annotations
 
-import csv
+import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from biotf.data.readers import Record, ReaderOptions, detect_format, open_binary, read_records
+from biotf.data.readers import Record, ReaderOptions, detect_format, read_records, table_columns
 from biotf.errors import InputError
 from biotf.scoring.mutations import Variant, difference, make_variant, parse_code, parse_pos_ref_alt
 from biotf.tokenizers.base import PolicyStats
+from biotf.wording import counted
 
 MUTATION_COLUMNS = ("mutant", "mutation", "mutations", "variant")
 POSITION_COLUMNS = ("pos", "position")
 _SEQUENCE = re.compile(r"[A-Za-z*.-]+")
 
 
-def read_reference(text: str) -> tuple[str, str]:
-    """(name, sequence) of `--reference`: a file holding exactly one record, or the sequence itself."""
+@dataclass(frozen=True)
+class Reference:
+    """The sequence variants are scored against: `name` its record id, `path` the file it came from (None for
+    a literal sequence given on the command line)."""
+
+    name: str
+    sequence: str
+    path: Path | None = None
+
+    def describe(self) -> str:
+        """Which was taken, for the run summary: `file wt.fa (record P62593, 286 residues)`."""
+        residues = counted(len(self.sequence), "residue")
+        return f"literal sequence ({residues})" if self.path is None else \
+            f"file {self.path} (record {self.name}, {residues})"
+
+
+def looks_like_a_path(text: str) -> bool:
+    """A path separator or a file extension (`wt.fa`, `ref.fasta.gz`): what a sequence of letters never has."""
+    return "/" in text or os.sep in text or bool(Path(text).suffix)
+
+
+def read_reference(text: str, stats: PolicyStats | None = None) -> Reference:
+    """`--reference`: a file holding exactly one record (its reader's policies counted in `stats`), or the
+    sequence itself. An argument that looks like a path is never taken for a sequence: if no such file
+    exists, that is an error (`wt.fa` is not "WT.FA")."""
     path = Path(text)
     if path.is_file():
-        records = list(read_records(path))
+        records = list(read_records(path, stats=stats))
         if len(records) != 1:
-            raise InputError(f"reference file {path}: {len(records)} records, expected exactly one")
-        return records[0].id, records[0].sequence
+            raise InputError(f"reference file {path}: {counted(len(records), 'record')}, expected exactly one")
+        return Reference(records[0].id, records[0].sequence, path)
+    if looks_like_a_path(text):
+        what = "is not a file" if path.exists() else "does not exist"
+        raise InputError(f"reference file {path} {what} (a literal reference sequence has no '/' and no "
+                         "'.<extension>')")
     if not _SEQUENCE.fullmatch(text):
         raise InputError(f"reference {text[:40]!r} is neither an existing file nor a sequence of letters")
-    return "reference", text
-
-
-def _header(path: Path, options: ReaderOptions, fmt: str) -> list[str]:
-    with open_binary(path) as handle:
-        line = handle.readline().decode("utf-8", errors="replace")
-    names = next(csv.reader([line], delimiter="\t" if fmt == "tsv" else ","), [])
-    return [n.strip() for n in names] if options.header else [str(i) for i in range(len(names))]
+    return Reference("reference", text)
 
 
 def _find(names: list[str], candidates: tuple[str, ...]) -> str | None:
@@ -60,7 +81,7 @@ def read_variants(path: str | Path, reference: str, offset: int = 1, options: Re
         return [(record, difference(reference, record.sequence, record.id))
                 for record in read_records(path, options, stats)]
     if fmt in ("csv", "tsv"):
-        names = _header(path, options, fmt)
+        names = table_columns(path, options)
         column = mutation_column or _find(names, MUTATION_COLUMNS)
         if column is not None:
             return [(record, make_variant(reference, parse_code(record.sequence, offset, _name(record)),

@@ -145,9 +145,9 @@ def test_tokenizer_options_change_a_policy_of_the_models_tokenizer(capsys, tmp_p
     np.testing.assert_array_equal(data["embeddings"][0], data["embeddings"][1])
     info = json.loads(str(data["info"]))
     assert info["tokenizer_options"] == {"stop": "strip_terminal"}
-    for option, message in (("colour=red", "invalid config --option colour='red': not an option of tokenizer "
+    for option, message in (("colour=red", "invalid --option colour='red': not an option of tokenizer "
                                             "'protein'"),
-                            ("stop=drop", "invalid config --option stop='drop' (allowed: error | strip_terminal | "
+                            ("stop=drop", "invalid --option stop='drop' (allowed: error | strip_terminal | "
                                           "to_unk)")):
         status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
                                str(tmp_path / "y.npz"), "--option", option)

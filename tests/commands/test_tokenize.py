@@ -66,7 +66,7 @@ def test_saved_tokenizer_path(capsys, shared_data, tmp_path):
     (b"not a fasta\n", [], r"line 1: expected a FASTA header"),
     (b">a\nMKJ\n", [], r"unexpected character 'J' .* file .*bad\.fasta, record 'a', position 2"),
     (b"id,seq\n1,MK\n", ["--column", "sequence"], r"sequence column 'sequence' not found; columns: id, seq"),
-    (b">a\nMK\n", ["--option", "colour=red"], r"invalid config --option"),
+    (b">a\nMK\n", ["--option", "colour=red"], r"invalid --option"),
 ])
 def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, content, extra, message):
     name = {None: "missing.fasta", b"": "empty.fasta"}.get(content, "bad.csv" if b"," in (content or b"") else "bad.fasta")
