@@ -2,11 +2,14 @@
 
     biotf predict --model outputs/finetune/<run> --input proteins.fasta --output predictions.tsv
     biotf predict --model <run>/model --input splice.csv --id-column instance_name --output splice.csv
+    biotf predict --model <run> --input molecules.csv --column smiles --option unknown=to_unk --output p.tsv
 
 Columns: id, prediction (the class name, the value in the label's unit, or one label character per residue),
 and for classification one probability column per class (p_<class>). The output is tab-separated unless its
 name ends in .csv. Records are encoded as in training (the run's max_length and long_policy); records cut or
-dropped by that policy are counted on stderr.
+dropped by that policy, and what the reader's and the tokenizer's policies changed, are counted on stderr.
+`--option KEY=VALUE` changes a policy of the model's tokenizer (e.g. unknown=to_unk, stop=strip_terminal).
+An error about a record names the input file, the record and the position.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+                                         reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 
 
@@ -27,6 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, type=Path, metavar="RUN",
                         help="a fine-tuning run directory, or its exported model/ directory")
     add_input_arguments(parser)
+    add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. unknown=to_unk, "
+                                  "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
     add_overwrite_argument(parser)
@@ -36,18 +42,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from biotf.data import read_records
-    from biotf.errors import ConfigError
     from biotf.checkpoint.files import atomic_write
+    from biotf.data.readers import read_records
+    from biotf.errors import ConfigError
     from biotf.inference.task import encode_for_task, load_task_model, predict
+    from biotf.tokenizers.base import PolicyStats
 
     if args.batch_size < 1:
         raise ConfigError("--batch-size", args.batch_size, "an integer >= 1")
     prepare_outputs(args, {"--output": args.output}, [args.input])
-    model, tokenizer, info = load_task_model(args.model)
+    tokenizer_options = parse_options(args.option)
+    with as_option_errors(tokenizer_options):
+        model, tokenizer, info = load_task_model(args.model, tokenizer_options)
     classes = info.classes
     header = ["id", "prediction"] + ([f"p_{c}" for c in classes] if info.task == "classification" else [])
-    counts: Counter = Counter()
+    counts: Counter = Counter()  # records cut or dropped by the run's long_policy
+    policies = PolicyStats()  # what the reader's and the tokenizer's policies changed
     rows: list[list[str]] = []
 
     def flush(batch: list[tuple[str, np.ndarray]]) -> None:
@@ -63,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
 
     batch: list[tuple[str, np.ndarray]] = []
     records = 0
-    for record in read_records(args.input, reader_options(args)):
+    for record in read_records(args.input, reader_options(args), policies):
         records += 1
-        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy, counts)
+        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy, counts,
+                              policies, args.input)
         if ids is not None:
             batch.append((record.id, ids))
         if len(batch) == args.batch_size:
@@ -84,6 +95,6 @@ def run(args: argparse.Namespace) -> int:
 
     atomic_write(args.output, write)
     print(f"{args.output}: {len(rows)} predictions of {records} records ({info.task}, from {args.model})")
-    if counts:
-        print("policies: " + ", ".join(f"{n} {why}" for why, n in counts.items()), file=sys.stderr)
+    changed = [f"{n} {why}" for why, n in counts.items()] + [f"{key}={n}" for key, n in sorted(policies.items())]
+    print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
     return 0

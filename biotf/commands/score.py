@@ -11,6 +11,7 @@ A42G:K50R (a CSV column `mutant`, ProteinGym / fair-esm layout, or one per line)
 SNVs and indels), or whole variant sequences (FASTA). Positions count from --offset (the number of the
 reference's first residue, default 1). A mutation whose reference residue does not match is refused.
 Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal, wt-marginal.
+--option KEY=VALUE changes a policy of the model's tokenizer (e.g. stop=strip_terminal, unknown=to_unk).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+                                         reader_options)
 from biotf.errors import ConfigError
 
 
@@ -31,6 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, metavar="PATH",
                         help="run directory, .ckpt, exported directory or any source biotf.load_pretrained reads")
     add_input_arguments(parser, required=False)
+    add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
+                                  "unknown=to_unk (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--variants", type=Path, metavar="FILE",
                         help="score variants of --reference instead of the records of --input")
     parser.add_argument("--reference", metavar="SEQ|FILE", help="the reference sequence, or a file with one record")
@@ -62,20 +66,23 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--input/--variants", None, allowed="exactly one of them")
     options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap)
     progress = not args.no_progress and sys.stderr.isatty()
+    tokenizer_options = parse_options(args.option)
     if args.input is not None:
         for flag in ("reference", "mutation_column"):
             if getattr(args, flag) is not None:
                 raise ConfigError(f"--{flag.replace('_', '-')}", getattr(args, flag), reason="it needs --variants")
-        summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
-                             args.device, progress)
+        with as_option_errors(tokenizer_options):
+            summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
+                                 args.device, progress, tokenizer_options)
         source = args.input
     else:
         if args.reference is None:
             raise ConfigError("--reference", None, reason="--variants are scored against a reference",
                               allowed="a sequence or a file with one record")
-        summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
-                                      args.offset, args.both_strands, options, reader_options(args),
-                                      args.mutation_column, args.device, progress)
+        with as_option_errors(tokenizer_options):
+            summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
+                                          args.offset, args.both_strands, options, reader_options(args),
+                                          args.mutation_column, args.device, progress, tokenizer_options)
         source = args.variants
     print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
     return 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,6 +38,7 @@ from biotf.inference.hf_checkpoint import (GenerationDefaults, HFCheckpoint, is_
                                           load_hf_model, parse_dtype)
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import load_tokenizer
+from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
 __all__ = ["LOADERS", "Loader", "Pretrained", "find_loader", "load_for_generation", "load_pretrained",
@@ -209,17 +210,19 @@ def find_loader(source: str | Path) -> Loader:
     raise CheckpointError(f"cannot load a model from {path} (allowed: {kinds})")
 
 
-def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None,
-                    device: str | torch.device = "cpu") -> Pretrained:
+def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None, device: str | torch.device = "cpu",
+                    tokenizer_options: Mapping[str, Any] | None = None) -> Pretrained:
     """The model (eval mode, on `device`) and its tokenizer from any source of `LOADERS`.
 
     Passing `tokenizer` checks it against the one the weights were trained with (and returns it).
+    `tokenizer_options` change policies of the tokenizer (`with_options`: `unknown="to_unk"`, ...; never its
+    vocabulary), what `--option` of embed, score and predict and `finetune.tokenizer_options` set.
     """
     path = Path(source)
     model, stored = find_loader(path).load(path)
     if tokenizer is not None:
         ensure_same_tokenizer(stored.fingerprint, tokenizer, str(path))
-    return Pretrained(model.to(device), tokenizer or stored)
+    return Pretrained(model.to(device), with_options(tokenizer or stored, tokenizer_options or {}))
 
 
 def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,11 @@ import torch
 from biotf.checkpoint import FINETUNED_MODEL_DIR as MODEL_DIR
 from biotf.checkpoint import TASK_FILE, save_pretrained
 from biotf.data.long_policy import LongPolicy
-from biotf.errors import CheckpointError, ConfigError
+from biotf.data.readers import with_source
+from biotf.errors import CheckpointError, ConfigError, InputError
 from biotf.inference.loading import load_pretrained
 from biotf.model.tasks import TaskModel
-from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 HEAD_FILE = "task_head.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
@@ -48,11 +50,18 @@ class TaskInfo:
 
 
 def encode_for_task(tokenizer: Tokenizer, sequence: str, record: str, max_length: int, long_policy: str,
-                    counts: Counter) -> np.ndarray | None:
-    """Token ids of one record (special tokens added), cropped, dropped (None) or refused by `long_policy`
-    (`LongPolicy.apply`, the policy pretraining's datasets follow), counted in `counts`."""
-    ids = np.asarray(tokenizer.encode(sequence, record=record), np.int64)
-    return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)
+                    counts: Counter, stats: PolicyStats | None = None,
+                    source: str | Path | None = None) -> np.ndarray | None:
+    """Token ids of one record (special tokens added; what the tokenizer's policies changed counted in `stats`),
+    cropped, dropped (None) or refused by `long_policy` (`LongPolicy.apply`, the policy pretraining's datasets
+    follow), counted in `counts`. An error names the file `source` the record came from."""
+    try:
+        ids = tokenizer.encode_batch([sequence], records=[record], stats=stats)[0].astype(np.int64)
+        return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)
+    except InputError as error:
+        if source is None:
+            raise
+        raise with_source(error, source) from None
 
 
 def content_mask(ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
@@ -78,8 +87,10 @@ def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, dire
     return save_pretrained(model.trunk, tokenizer, directory, train_config, also_write=write_head)
 
 
-def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]:
-    """A fine-tuned model from its exported directory, or from the run directory that holds it (eval mode)."""
+def load_task_model(source: str | Path,
+                    tokenizer_options: Mapping[str, Any] | None = None) -> tuple[TaskModel, Tokenizer, TaskInfo]:
+    """A fine-tuned model from its exported directory, or from the run directory that holds it (eval mode);
+    `tokenizer_options` change policies of its tokenizer (`load_pretrained`)."""
     from safetensors.torch import load_file
 
     directory = Path(source)
@@ -89,7 +100,7 @@ def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]
         raise CheckpointError(f"{source} is not a fine-tuned model (no {TASK_FILE} in it or in its {MODEL_DIR}/); "
                               "train one with `python train.py experiment=finetune ...`")
     info = TaskInfo(**json.loads((directory / TASK_FILE).read_text(encoding="utf-8")))
-    trunk, tokenizer = load_pretrained(directory)
+    trunk, tokenizer = load_pretrained(directory, tokenizer_options=tokenizer_options)
     model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool)
     state = load_file(str(directory / HEAD_FILE))
     model.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})

@@ -12,9 +12,11 @@ record's metadata exactly as read (FASTA descriptions, every other CSV column), 
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from biotf.checkpoint.files import atomic_write
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
@@ -93,12 +95,14 @@ def _progress(progress: bool, description: str):
 
 def score_file(model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
                options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
-               device: str = "cpu", progress: bool = False) -> ScoreSummary:
-    """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`."""
+               device: str = "cpu", progress: bool = False,
+               tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
+    """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`; `tokenizer_options` change
+    policies of the model's tokenizer (`load_pretrained`)."""
     from biotf.inference.loading import load_pretrained
 
     output_format(output_path)
-    scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
     summary = ScoreSummary(method=scorer.resolve(method))
     rows = []
     bar = _progress(progress, f"scoring {Path(input_path).name}")
@@ -131,16 +135,17 @@ def score_file(model_source: str | Path, input_path: str | Path, output_path: st
 def score_variants_file(model_source: str | Path, variants_path: str | Path, reference: str,
                         output_path: str | Path, method: str = "auto", offset: int = 1, both_strands: bool = False,
                         options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                        mutation_column: str | None = None, device: str = "cpu",
-                        progress: bool = False) -> ScoreSummary:
-    """A score per variant of `variants_path` against `reference` (a sequence or a one-record file)."""
+                        mutation_column: str | None = None, device: str = "cpu", progress: bool = False,
+                        tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
+    """A score per variant of `variants_path` against `reference` (a sequence or a one-record file);
+    `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`)."""
     from biotf.inference.loading import load_pretrained
 
     output_format(output_path)
     _, reference_sequence = read_reference(reference)
     summary = ScoreSummary()
     pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)
-    scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
     variants = [variant for _, variant in pairs]
     summary.method = scorer.resolve(method, variants, reference_sequence)
     bar = _progress(progress, f"scoring {Path(variants_path).name}")

@@ -91,6 +91,8 @@ def pieces_per_text(piece_start: np.ndarray, starts: np.ndarray) -> np.ndarray:
 class SmilesTokenizer(VocabularyTokenizer):
     """Atom-level SMILES tokens (Schwaller et al. 2019 regex), strict round trip, base vocabulary extended by `train`."""
 
+    policy_options = ("unknown", "whitespace")
+
     def __init__(self, vocab: Sequence[str] | None = None, unknown: str = "error", whitespace: str = "error"):
         check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
         check_choice("tokenizer.whitespace", whitespace, WHITESPACE_POLICIES)

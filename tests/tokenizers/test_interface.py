@@ -235,3 +235,21 @@ def test_with_options_changes_policies_but_never_the_vocabulary():
         with_options(tokenizer, {"k": 3, "stride": 3})
     with pytest.raises(ConfigError, match="tokenizer.colour"):
         with_options(tokenizer, {"colour": "red"})
+
+
+def test_with_options_changes_only_policies_even_when_the_vocabulary_stays():
+    """stride keeps the dna vocabulary but cuts valid text otherwise (what the model's ids mean): not a policy."""
+    from biotf.tokenizers.loading import with_options
+
+    with pytest.raises(ConfigError, match=r"tokenizer.stride=1: not a policy of the dna tokenizer.*allowed: "
+                                          r"lowercase, uracil, iupac, unknown"):
+        with_options(KmerTokenizer(k=6), {"stride": 1})
+    with pytest.raises(ConfigError, match=r"tokenizer.min_frequency=2: not a policy.*allowed: unknown, whitespace"):
+        with_options(SmilesTokenizer(), {"min_frequency": 2})
+    qwen_like = BPETokenizer.train_from_texts(["ACGT ACGT"] * 20, vocab_size=270)
+    with pytest.raises(ConfigError, match=r"not a policy of the bpe tokenizer.*allowed: none"):
+        with_options(qwen_like, {"vocab_size": 300})
+    lenient = with_options(SmilesTokenizer(), {"unknown": "to_unk"})
+    assert lenient.get_vocab() == SmilesTokenizer().get_vocab() and lenient.unknown == "to_unk"
+    stripping = with_options(AminoAcidTokenizer(), {"stop": "strip_terminal"})
+    assert stripping.encode("MK*") == AminoAcidTokenizer().encode("MK")
