@@ -1,4 +1,5 @@
-"""The wheel carries what an installed `biotf train` needs: the Hydra config tree and the data samples."""
+"""The wheel carries what an installed `biotf train` needs: the Hydra config tree, the data samples and the base
+SMILES vocabulary."""
 
 from __future__ import annotations
 
@@ -26,3 +27,4 @@ def test_the_wheel_ships_the_configs_and_the_samples(tmp_path):
               for path in (source / folder).rglob("*") if path.is_file()}
     assert "biotf/conf/model/esm2-8m.yaml" in wanted and "biotf/samples/deeploc_our_val_set.fasta" in wanted
     assert wanted - shipped == set()
+    assert "biotf/tokenizers/smiles_vocabulary.txt" in shipped  # every new SMILES tokenizer starts from it

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,6 +36,7 @@ from biotf.errors import CheckpointError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import load_tokenizer
+from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
 __all__ = ["MODEL_SOURCES", "ModelSource", "Pretrained", "find_source", "load_pretrained"]
@@ -206,14 +207,16 @@ def find_source(source: str | Path) -> ModelSource:
     raise CheckpointError(f"cannot load a model from {path} (allowed: {kinds})")
 
 
-def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None,
-                    device: str | torch.device = "cpu") -> Pretrained:
+def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None, device: str | torch.device = "cpu",
+                    tokenizer_options: Mapping[str, Any] | None = None) -> Pretrained:
     """The model (eval mode, on `device`) and its tokenizer from any source of `MODEL_SOURCES`.
 
     Passing `tokenizer` checks it against the one the weights were trained with (and returns it).
+    `tokenizer_options` change policies of the tokenizer (`with_options`: `unknown="to_unk"`, ...; never its
+    vocabulary), what `--option` of embed, score and predict and `finetune.tokenizer_options` set.
     """
     path = Path(source)
     model, stored = find_source(path).load(path)
     if tokenizer is not None:
         ensure_same_tokenizer(stored.fingerprint, tokenizer, str(path))
-    return Pretrained(model.to(device), tokenizer or stored)
+    return Pretrained(model.to(device), with_options(tokenizer or stored, tokenizer_options or {}))

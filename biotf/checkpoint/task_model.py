@@ -10,6 +10,7 @@ fine-tuned trunk), plus `task_head.safetensors` (the head and the regression tar
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,10 @@ def save_task_model(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, dire
     return save_pretrained(model.trunk, tokenizer, directory, train_config, also_write=write_head)
 
 
-def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]:
-    """A fine-tuned model from its exported directory, or from the run directory that holds it (eval mode)."""
+def load_task_model(source: str | Path,
+                    tokenizer_options: Mapping[str, Any] | None = None) -> tuple[TaskModel, Tokenizer, TaskInfo]:
+    """A fine-tuned model from its exported directory, or from the run directory that holds it (eval mode);
+    `tokenizer_options` change policies of its tokenizer (`load_pretrained`)."""
     from safetensors.torch import load_file
 
     directory = Path(source)
@@ -67,7 +70,7 @@ def load_task_model(source: str | Path) -> tuple[TaskModel, Tokenizer, TaskInfo]
         raise CheckpointError(f"{source} is not a fine-tuned model (no {TASK_FILE} in it or in its {MODEL_DIR}/); "
                               "train one with `python train.py experiment=finetune ...`")
     info = TaskInfo(**json.loads((directory / TASK_FILE).read_text(encoding="utf-8")))
-    trunk, tokenizer = load_pretrained(directory)
+    trunk, tokenizer = load_pretrained(directory, tokenizer_options=tokenizer_options)
     model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool)
     state = load_file(str(directory / HEAD_FILE))
     model.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})

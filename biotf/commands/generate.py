@@ -3,6 +3,7 @@
     biotf generate --model Qwen2.5-0.5B-Instruct --chat --prompt "Name three amino acids."
     biotf generate --model Qwen2.5-0.5B --prompt "The ribosome" --max-new-tokens 40 --dtype bfloat16
     biotf generate --model DIR --prompt-file prompts.txt --temperature 0.7 --top-p 0.8 --seed 0
+    biotf generate --model <a causal protein run> --prompt "MKT*" --option stop=strip_terminal
 
 A single prompt streams its tokens to stdout as they come. `--prompt-file` holds one prompt per line
 (blank lines skipped); they are generated as one left-padded batch and printed as JSON lines
@@ -20,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from biotf.commands.input_options import add_tokenizer_options, as_option_errors, parse_options
 from biotf.errors import ConfigError
 
 
@@ -43,6 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="weights and compute dtype: float32 (default) or bfloat16 (checked when loading)")
     parser.add_argument("--truncate-prompt", action="store_true",
                         help="cut too long prompts from the left (with a warning) instead of refusing them")
+    add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
+                                  "unknown=to_unk (repeatable; its vocabulary must stay the same)")
     parser.set_defaults(run=run)
 
 
@@ -58,11 +62,17 @@ def run(args: argparse.Namespace) -> int:
     from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
     from biotf.inference.pretrained import load_for_generation
+    from biotf.tokenizers.base import PolicyStats
+    from biotf.tokenizers.loading import with_options
 
     prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
     if args.system is not None and not args.chat:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     model, tokenizer, defaults = load_for_generation(args.model, args.dtype)
+    tokenizer_options = parse_options(args.option)
+    with as_option_errors(tokenizer_options):
+        tokenizer = with_options(tokenizer, tokenizer_options)
+    policies = PolicyStats()
 
     def option(value, default):
         return default if value is None else value
@@ -77,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     logger = logging.getLogger("biotf.inference")
     logger.addHandler(handler)
     try:
-        ids = fit_prompts(encode_prompts(tokenizer, prompts, args.chat, args.system), max_new_tokens,
+        ids = fit_prompts(encode_prompts(tokenizer, prompts, args.chat, args.system, policies), max_new_tokens,
                           model.config.max_seq_len, args.truncate_prompt)
     finally:
         logger.removeHandler(handler)
@@ -101,4 +111,6 @@ def run(args: argparse.Namespace) -> int:
                                            f"top-p {sampling.top_p})"
     print(f"{len(prompts)} prompt(s), {sum(map(len, ids))} prompt tokens, {produced} new tokens in {seconds:.2f} s "
           f"({produced / seconds:.1f} tokens/s), {mode}", file=sys.stderr)
+    if policies:
+        print(f"tokenizer policies: {policies.summary()}", file=sys.stderr)
     return 0

@@ -1,17 +1,18 @@
-"""The input options shared by every command that reads sequence records (`tokenize`, `embed`): the file,
-how to read it, and `--option KEY=VALUE` for the tokenizer's policies."""
+"""The input options shared by every command that reads sequence records (`tokenize`, `embed`, `score`,
+`predict`): the file, how to read it, and `--option KEY=VALUE` for the tokenizer's policies (`generate` too)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from biotf.data.readers import INPUT_FORMATS, ReaderOptions
 from biotf.errors import ConfigError
+from biotf.tokenizers.loading import option_errors
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -20,7 +21,8 @@ def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     parser.add_argument("--input", required=required, type=Path, metavar="FILE", help="FASTA, GenBank, CSV/TSV, .smi or text")
     parser.add_argument("--format", choices=INPUT_FORMATS, help="input format (default: from the extension)")
     parser.add_argument("--column", help="CSV/TSV sequence column (default: sequence, seq, smiles, text or document)")
-    parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: the row number)")
+    parser.add_argument("--id-column", help="CSV/TSV column holding record ids (default: a column named id, any "
+                                             "case, else the row number 0, 1, ...)")
     parser.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row; columns are 0, 1, ...")
 
 
@@ -48,13 +50,6 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
-@contextlib.contextmanager
-def as_option_errors(options: Mapping[str, Any]) -> Iterator[None]:
+def as_option_errors(options: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
     """A tokenizer's ConfigError about one of the user's `--option`s names it as such (`--option stop`)."""
-    try:
-        yield
-    except ConfigError as error:
-        key = error.key.removeprefix("tokenizer.")
-        if key not in options:
-            raise
-        raise ConfigError(f"--option {key}", error.value, error.allowed, error.reason) from None
+    return option_errors(options, "--option {}")

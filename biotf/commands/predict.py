@@ -2,11 +2,14 @@
 
     biotf predict --model outputs/finetune/<run> --input proteins.fasta --output predictions.tsv
     biotf predict --model <run>/model --input splice.csv --id-column instance_name --output splice.csv
+    biotf predict --model <run> --input molecules.csv --column smiles --option unknown=to_unk --output p.tsv
 
 Columns: id, prediction (the class name, the value in the label's unit, or one label character per residue),
 and for classification one probability column per class (p_<class>). The output is tab-separated unless its
 name ends in .csv. Records are encoded as in training (the run's max_length and long_policy); records cut or
-dropped by that policy are counted on stderr.
+dropped by that policy, and what the reader's and the tokenizer's policies changed, are counted on stderr.
+`--option KEY=VALUE` changes a policy of the model's tokenizer (e.g. unknown=to_unk, stop=strip_terminal).
+An error about a record names the input file, the record and the position.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+                                         reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 
 
@@ -25,6 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, type=Path, metavar="RUN",
                         help="a fine-tuning run directory, or its exported model/ directory")
     add_input_arguments(parser)
+    add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. unknown=to_unk, "
+                                  "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
     add_overwrite_argument(parser)
@@ -36,9 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from biotf.wording import counted
 
     prepare_outputs(args, {"--output": args.output}, [args.input])
-    summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size)
+    tokenizer_options = parse_options(args.option)
+    with as_option_errors(tokenizer_options):
+        summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size,
+                               tokenizer_options)
     print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
           f"({summary.task}, from {args.model})")
-    if summary.counts:
-        print("policies: " + ", ".join(f"{n} {why}" for why, n in summary.counts.items()), file=sys.stderr)
+    changed = [f"{n} {why}" for why, n in summary.counts.items()]
+    changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
+    print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ is a file name and must exist. The summary says which was taken.
 Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal, wt-marginal.
 --output follows the output rule of every command (biotf.export.outputs): never one of the inputs, an
 existing file only with --overwrite, checked before the model loads; written whole or not at all.
+--option KEY=VALUE changes a policy of the model's tokenizer (e.g. stop=strip_terminal, unknown=to_unk).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+                                         reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.errors import ConfigError
 
@@ -36,6 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, metavar="PATH",
                         help="run directory, .ckpt, exported directory or any source biotf.load_pretrained reads")
     add_input_arguments(parser, required=False)
+    add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
+                                  "unknown=to_unk (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--variants", type=Path, metavar="FILE",
                         help="score variants of --reference instead of the records of --input")
     parser.add_argument("--reference", metavar="SEQ|FILE", help="the reference sequence, or a file with one record")
@@ -82,14 +86,17 @@ def run(args: argparse.Namespace) -> int:
     inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
     prepare_outputs(args, {"--output": args.output}, inputs)
     progress = not args.no_progress and sys.stderr.isatty()
+    tokenizer_options = parse_options(args.option)
     if args.input is not None:
-        summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
-                             args.device, progress)
+        with as_option_errors(tokenizer_options):
+            summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
+                                 args.device, progress, tokenizer_options)
         source = args.input
     else:
-        summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
-                                      args.offset, args.both_strands, options, reader_options(args),
-                                      args.mutation_column, args.device, progress)
+        with as_option_errors(tokenizer_options):
+            summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
+                                          args.offset, args.both_strands, options, reader_options(args),
+                                          args.mutation_column, args.device, progress, tokenizer_options)
         source = args.variants
     print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
     return 0

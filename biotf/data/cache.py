@@ -37,7 +37,9 @@ from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 3  # 2: policy counts include duplicate_ids; 3: BOM stripped and counted, FASTA ids end at any whitespace
+# 2: policy counts include duplicate_ids; 3: BOM stripped and counted, FASTA ids end at any whitespace;
+# 4: a CSV/TSV column named `id` holds the ids (duplicate_ids counts them)
+CACHE_VERSION = 4
 META_FILE = "meta.json"
 SHARD_ARRAYS = {"tokens": None, "offsets": np.int64, "records": np.int64, "counts": np.int64}  # None: token dtype
 _CHECKSUM_BLOCK = 1 << 22

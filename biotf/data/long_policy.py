@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from biotf.data.readers import with_source
 from biotf.errors import InputError, check_choice, check_int
-from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 # What training does with a sequence longer than data.max_length (`data.long_policy`).
 TRAINING_LONG_POLICIES = ("crop", "drop", "error")
@@ -68,8 +70,15 @@ class LongPolicy:
 
 
 def encode_for_task(tokenizer: Tokenizer, sequence: str, record: str, max_length: int, long_policy: str,
-                    counts: Counter) -> np.ndarray | None:
-    """Token ids of one record (special tokens added), cropped, dropped (None) or refused by `long_policy`
-    (`LongPolicy.apply`, the policy pretraining's datasets follow), counted in `counts`."""
-    ids = np.asarray(tokenizer.encode(sequence, record=record), np.int64)
-    return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)
+                    counts: Counter, stats: PolicyStats | None = None,
+                    source: str | Path | None = None) -> np.ndarray | None:
+    """Token ids of one record (special tokens added; what the tokenizer's policies changed counted in `stats`),
+    cropped, dropped (None) or refused by `long_policy` (`LongPolicy.apply`, the policy pretraining's datasets
+    follow), counted in `counts`. An error names the file `source` the record came from."""
+    try:
+        ids = tokenizer.encode_batch([sequence], records=[record], stats=stats)[0].astype(np.int64)
+        return LongPolicy(long_policy, max_length, tokenizer.special_ids).apply(ids, record, counts)
+    except InputError as error:
+        if source is None:
+            raise
+        raise with_source(error, source) from None

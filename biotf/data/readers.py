@@ -1,7 +1,8 @@
 """Streaming readers: every input format becomes an iterator of `Record`s, one at a time.
 
-Formats: FASTA and GenBank (Biopython), CSV/TSV (a sequence column, an optional id column, every
-other column carried as metadata), `.smi` (SMILES, then an optional name, per line) and plain text
+Formats: FASTA and GenBank (Biopython), CSV/TSV (a sequence column, an id column: the one named by
+`id_column`, else a column named `id` (any case), else the row number; every other column carried as
+metadata), `.smi` (SMILES, then an optional name, per line) and plain text
 (one record per line). gzip is detected from the file's magic bytes, so `x.fa.gz` and a gzipped
 file without the suffix both work. The format comes from the extension (`.gz` ignored) unless
 `ReaderOptions.format` overrides it.
@@ -44,6 +45,8 @@ FORMATS_BY_SUFFIX = {
 INPUT_FORMATS = ("fasta", "genbank", "csv", "tsv", "smi", "text")
 # Tried in this order when a CSV/TSV reader is given no sequence column.
 DEFAULT_SEQUENCE_COLUMNS = ("sequence", "seq", "smiles", "text", "document")
+# The record id when a CSV/TSV reader is given no id column (any case); without one, ids are row numbers.
+DEFAULT_ID_COLUMN = "id"
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -62,7 +65,8 @@ class ReaderOptions:
     """How to read a file. Plain fields so that it can live in a YAML config and in cache keys.
 
     format: one of INPUT_FORMATS, or None to take it from the extension.
-    column / id_column: CSV/TSV column names (or 0-based indices as strings when `header` is False).
+    column / id_column: CSV/TSV column names (or 0-based indices as strings when `header` is False). Without
+        `id_column`, a column named `id` (any case) holds the ids, else they are the row numbers 0, 1, ...
     header: whether a CSV/TSV file's first row names the columns.
     strip: remove whitespace around CSV/TSV fields (counted as `whitespace_stripped`).
     skip_blank_lines: text and .smi files skip empty lines (counted as `blank_lines_skipped`)
@@ -139,8 +143,11 @@ def _header_line(path: Path, index: int) -> int | None:
         return next(islice(headers, index, None), None)
 
 
-def with_source(error: TokenizationError, source: str | Path) -> TokenizationError:
-    """The same error, now naming the input file (tokenizers see texts, not the file they came from)."""
+def with_source(error: InputError, source: str | Path) -> InputError:
+    """The same error, now naming the input file (tokenizers and per-record checks see texts, not the file they
+    came from): a TokenizationError gains its `source`, any other InputError a `<file>: ` prefix."""
+    if not isinstance(error, TokenizationError):
+        return InputError(f"{source}: {error}")
     if error.source is not None:
         return error
     bare = str(TokenizationError(error.char, error.position, error.record))
@@ -293,6 +300,9 @@ def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
         names = _column_names(first_row, options.header)
         sequence_at = _column_index(names, options.column, "sequence", path, DEFAULT_SEQUENCE_COLUMNS)
         id_at = _column_index(names, options.id_column, "id", path)
+        if id_at is None and options.header:  # one rule for every command: a column named `id` is the id
+            id_at = next((i for i, name in enumerate(names) if name.lower() == DEFAULT_ID_COLUMN and i != sequence_at),
+                         None)
         rows = reader if options.header else _chain_one(first_row, reader)
         for index, row in enumerate(rows):
             line = reader.line_num

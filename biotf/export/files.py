@@ -15,7 +15,6 @@ from biotf.data.readers import ReaderOptions, read_records
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
 from biotf.checkpoint.loading import load_pretrained
-from biotf.tokenizers.loading import with_options
 
 
 def embed_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
@@ -23,10 +22,9 @@ def embed_file(model_source: str | Path, input_path: str | Path, output_path: st
                device: str = "cpu", progress: bool = False,
                tokenizer_options: Mapping[str, Any] | None = None) -> EmbedStats:
     """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts.
-    `tokenizer_options` change policies of the model's tokenizer (`with_options`: same vocabulary)."""
+    `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`: same vocabulary)."""
     output_format(output_path)
-    model, tokenizer = load_pretrained(model_source, device=device)
-    tokenizer = with_options(tokenizer, tokenizer_options or {})
+    model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
     embedder = Embedder(model, tokenizer, options)
     stats = EmbedStats()
     info: dict[str, Any] = {

@@ -9,12 +9,13 @@ with LoRA (`finetune.mode`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from biotf.data.splits import METHODS
 from biotf.errors import ConfigError
 from biotf.model.lora import TARGETS
 from biotf.model.tasks import SEQUENCE_POOLS
+from biotf.tokenizers import POLICY_OPTIONS
 
 MODES = ("full", "frozen", "lora")
 MONITORS = ("loss", "accuracy", "f1", "mcc", "rmse", "spearman")
@@ -74,7 +75,9 @@ class FinetuneConfig:
     pool: how a sequence head pools token vectors (mean | cls | max over content tokens, as `biotf embed`).
     head_dropout: dropout on the head's input. trunk_lr: learning rate of the trunk's weights (full, lora);
     null means optim.lr. patience: validations without improvement of `monitor` before training stops early.
-    monitor: the validation metric that picks the best checkpoint (loss, or a metric of the task)."""
+    monitor: the validation metric that picks the best checkpoint (loss, or a metric of the task).
+    tokenizer_options: policies of init_from's tokenizer to change (`unknown: to_unk`, `stop: strip_terminal`, ...;
+    null keeps the saved one), never its vocabulary: `biotf.tokenizers.loading.with_options`."""
 
     mode: str = "full"
     pool: str = "mean"
@@ -84,6 +87,7 @@ class FinetuneConfig:
     monitor: str = "loss"
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
+    tokenizer_options: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(POLICY_OPTIONS))
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

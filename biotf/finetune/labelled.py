@@ -3,13 +3,14 @@
 Classification takes the distinct values as class names (sorted); regression parses numbers; token takes one label
 character per residue, so it needs a tokenizer with one token per residue (character-level protein / DNA), checked
 record by record. Records are never dropped or cut silently: what happened to records, by reason, is counted in
-`LabelledSet.counts` (unlabelled, over max_length and dropped or cropped by data.long_policy).
+`LabelledSet.counts` (unlabelled, over max_length and dropped or cropped by data.long_policy), and what the reader's
+and the tokenizer's policies changed (`unknown_to_unk`, `whitespace_stripped`, ...) in `LabelledSet.policies`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from biotf.data import ReaderOptions, read_records
 from biotf.data.long_policy import CROPPED, encode_for_task
 from biotf.errors import InputError
 from biotf.conventions import IGNORE_INDEX
-from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.training.config import TrainConfig
 
 
@@ -33,6 +34,7 @@ class LabelledSet:
     groups: list[str] | None
     classes: list[str] | None
     counts: Counter  # records left out or cut, by reason
+    policies: PolicyStats = field(default_factory=PolicyStats)  # what the reader's and tokenizer's policies changed
 
     @property
     def dropped(self) -> dict[str, int]:
@@ -45,13 +47,14 @@ class LabelledSet:
         return self.counts[CROPPED]
 
 
-def _label_values(config: TrainConfig) -> tuple[list, list[str], list[str | None]]:
-    """(records, raw labels, group names) of the input, labels parsed with data.label_pattern."""
+def _label_values(config: TrainConfig, stats: PolicyStats | None = None) -> tuple[list, list[str], list[str | None]]:
+    """(records, raw labels, group names) of the input, labels parsed with data.label_pattern; what the reader's
+    policies changed is counted in `stats`."""
     from biotf.data.labels import parse_labels
 
     data = config.data
     records = list(read_records(data.path, ReaderOptions(format=data.format, column=data.column,
-                                                         id_column=data.id_column)))
+                                                         id_column=data.id_column), stats))
     if not records:
         raise InputError(f"data.path: {data.path} holds no records")
     column, group_column = data.label_column, config.finetune.split.group_column
@@ -68,7 +71,8 @@ def _label_values(config: TrainConfig) -> tuple[list, list[str], list[str | None
 def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
     """Every labelled record, encoded, with its label in the task's form (see the module docstring)."""
     task, data = config.task, config.data
-    records, raw, groups = _label_values(config)
+    policies = PolicyStats()
+    records, raw, groups = _label_values(config, policies)
     counts: Counter = Counter()
     classes = None
     if task == "classification":
@@ -79,14 +83,16 @@ def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
     elif task == "token":
         classes = sorted({c for v in raw for c in v})
     index = {name: i for i, name in enumerate(classes or [])}
-    kept = LabelledSet([], [], [], [], [] if config.finetune.split.method == "group" else None, classes, counts)
+    kept = LabelledSet([], [], [], [], [] if config.finetune.split.method == "group" else None, classes, counts,
+                       policies)
     for record, value, group in zip(records, raw, groups):
         if not value:
             counts["unlabelled"] += 1
             continue
         if config.finetune.split.method == "group" and not group:
             raise InputError(f"record {record.id!r}: no value in group column {config.finetune.split.group_column!r}")
-        ids = encode_for_task(tokenizer, record.sequence, record.id, data.max_length, data.long_policy, counts)
+        ids = encode_for_task(tokenizer, record.sequence, record.id, data.max_length, data.long_policy, counts,
+                              policies, data.path)
         if ids is None:
             continue
         if task == "classification":

@@ -69,6 +69,7 @@ class FinetuneSummary:
     validation: dict[str, float]
     test: dict[str, float]
     classes: list[str] | None
+    policies: dict[str, int] = dataclasses.field(default_factory=dict)  # what reader and tokenizer policies changed
 
     @property
     def final_val_loss(self) -> float:  # what a Hydra sweeper minimises, as for language-model runs
@@ -89,6 +90,8 @@ class FinetuneSummary:
             lines.append("  left out: " + ", ".join(f"{n} {why}" for why, n in self.dropped.items()))
         if self.cropped:
             lines.append(f"  kept but cut: {self.cropped} {CROPPED}")
+        if self.policies:
+            lines.append("  policies: " + ", ".join(f"{key}={n}" for key, n in self.policies.items()))
         return "\n".join(lines)
 
     def write(self, run_dir: Path) -> None:

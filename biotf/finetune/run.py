@@ -28,6 +28,7 @@ from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_
 from biotf.model.lora import merge_lora, save_adapter
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.loading import option_errors
 from biotf.training.callbacks import RunControl
 from biotf.training.config import TrainConfig, to_plain
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
@@ -55,7 +56,9 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     if (run_dir / MODEL_DIR).exists():
         raise RunDirectoryError(f"run directory {run_dir} already holds a finished fine-tuning run ({MODEL_DIR}/); "
                                 "choose a new hydra.run.dir")
-    trunk, tokenizer = load_pretrained(config.init_from)
+    tokenizer_options = {key: value for key, value in config.finetune.tokenizer_options.items() if value is not None}
+    with option_errors(tokenizer_options, "finetune.tokenizer_options.{}"):
+        trunk, tokenizer = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
     if trunk.config.max_seq_len is not None and config.data.max_length > trunk.config.max_seq_len:
         raise InputError(f"data.max_length={config.data.max_length} exceeds the max_seq_len "
                          f"{trunk.config.max_seq_len} of {config.init_from}")
@@ -109,7 +112,8 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
         split={"method": split.method, "groups": int(len(np.unique(groups))),
                "records": {k: int(len(v)) for k, v in rows.items()}, "seed": config.seed},
         dropped=data.dropped, cropped=data.cropped, best_checkpoint=best,
-        validation=results["validation"][0], test=results["test"][0], classes=data.classes)
+        validation=results["validation"][0], test=results["test"][0], classes=data.classes,
+        policies=dict(sorted(data.policies.items())))
     summary.write(run_dir)
     print(summary.text())
     reader = "".join(f" --{flag} '{value}'" for flag, value in (("column", config.data.column),

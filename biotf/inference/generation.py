@@ -31,7 +31,7 @@ from biotf.errors import ConfigError, InputError, check_int
 from biotf.inference.chat import render_chat
 from biotf.inference.fast import DecodingModel
 from biotf.model import KVCache, Transformer
-from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -217,13 +217,13 @@ class TextStreamer:
 
 
 def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], chat: bool = False,
-                   system: str | None = None) -> list[list[int]]:
-    """Token ids of each prompt: as plain text, or (`chat`) as one user turn in the chat template."""
+                   system: str | None = None, stats: PolicyStats | None = None) -> list[list[int]]:
+    """Token ids of each prompt: as plain text, or (`chat`) as one user turn in the chat template; what the
+    tokenizer's policies changed is counted in `stats`."""
     if system is not None and not chat:
         raise ConfigError("system", system, reason="a system prompt needs chat mode (chat=True / --chat)")
-    if not chat:
-        return [list(map(int, ids)) for ids in tokenizer.encode_batch(list(prompts), add_special_tokens=True)]
-    return [tokenizer.encode(chat_prompt(tokenizer, prompt, system), add_special_tokens=False) for prompt in prompts]
+    texts = list(prompts) if not chat else [chat_prompt(tokenizer, prompt, system) for prompt in prompts]
+    return [list(map(int, ids)) for ids in tokenizer.encode_batch(texts, add_special_tokens=not chat, stats=stats)]
 
 
 def chat_prompt(tokenizer: Tokenizer, prompt: str, system: str | None = None) -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +26,7 @@ from biotf.data.long_policy import encode_for_task
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError
 from biotf.model.tasks import TaskModel
-from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 
 @dataclass
@@ -34,7 +36,8 @@ class PredictionSummary:
     rows: int
     records: int
     task: str
-    counts: Counter = field(default_factory=Counter)
+    counts: Counter = field(default_factory=Counter)  # records cut or dropped by the run's long_policy
+    policies: PolicyStats = field(default_factory=PolicyStats)  # what the reader's and tokenizer's policies changed
 
 
 @torch.no_grad()
@@ -61,12 +64,14 @@ def prediction_row(record: str, ids: np.ndarray, predicted: np.ndarray, score: n
 
 
 def predict_file(model_source: str | Path, input_path: str | Path, output: str | Path,
-                 options: ReaderOptions | None = None, batch_size: int = 32) -> PredictionSummary:
+                 options: ReaderOptions | None = None, batch_size: int = 32,
+                 tokenizer_options: Mapping[str, Any] | None = None) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
-    (the caller has checked the output path: `biotf.export.outputs.check_output`)."""
+    (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
+    policies of the model's tokenizer (`load_pretrained`). An error about a record names `input_path`."""
     if batch_size < 1:
         raise ConfigError("--batch-size", batch_size, "an integer >= 1")
-    model, tokenizer, info = load_task_model(model_source)
+    model, tokenizer, info = load_task_model(model_source, tokenizer_options)
     header = ["id", "prediction"] + ([f"p_{c}" for c in info.classes] if info.task == "classification" else [])
     summary = PredictionSummary(rows=0, records=0, task=info.task)
     rows: list[list[str]] = []
@@ -78,10 +83,10 @@ def predict_file(model_source: str | Path, input_path: str | Path, output: str |
                     for (record, ids), predicted, score in zip(batch, predictions, scores))
         batch.clear()
 
-    for record in read_records(input_path, options or ReaderOptions()):
+    for record in read_records(input_path, options or ReaderOptions(), summary.policies):
         summary.records += 1
         ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy,
-                              summary.counts)
+                              summary.counts, summary.policies, input_path)
         if ids is not None:
             batch.append((record.id, ids))
         if len(batch) == batch_size:

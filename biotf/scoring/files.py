@@ -12,9 +12,11 @@ record's metadata exactly as read (FASTA descriptions, every other CSV column), 
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from biotf.atomic import atomic_write
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
@@ -96,12 +98,14 @@ def _progress(progress: bool, description: str):
 
 def score_file(model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
                options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
-               device: str = "cpu", progress: bool = False) -> ScoreSummary:
-    """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`."""
+               device: str = "cpu", progress: bool = False,
+               tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
+    """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`; `tokenizer_options` change
+    policies of the model's tokenizer (`load_pretrained`)."""
     from biotf.checkpoint.loading import load_pretrained
 
     output_format(output_path)
-    scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
     summary = ScoreSummary(method=scorer.resolve(method))
     rows = []
     bar = _progress(progress, f"scoring {Path(input_path).name}")
@@ -134,10 +138,11 @@ def score_file(model_source: str | Path, input_path: str | Path, output_path: st
 def score_variants_file(model_source: str | Path, variants_path: str | Path, reference: str,
                         output_path: str | Path, method: str = "auto", offset: int = 1, both_strands: bool = False,
                         options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                        mutation_column: str | None = None, device: str = "cpu",
-                        progress: bool = False) -> ScoreSummary:
+                        mutation_column: str | None = None, device: str = "cpu", progress: bool = False,
+                        tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
     """A score per variant of `variants_path` against `reference` (a one-record file or a sequence: see
-    `read_reference`); an error about the reference names its file, one about a variant the variants file."""
+    `read_reference`); an error about the reference names its file, one about a variant the variants file;
+    `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`)."""
     from biotf.checkpoint.loading import load_pretrained
 
     output_format(output_path)
@@ -145,7 +150,7 @@ def score_variants_file(model_source: str | Path, variants_path: str | Path, ref
     summary.reference = read_reference(reference, summary.policies)
     reference_sequence = summary.reference.sequence
     pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)
-    scorer = Scorer(*load_pretrained(model_source, device=device), options)
+    scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
     try:
         scorer.check_reference(reference_sequence, summary.reference.name, both_strands)
     except TokenizationError as error:

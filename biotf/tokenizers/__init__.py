@@ -19,8 +19,12 @@ from biotf.tokenizers.smiles import SmilesTokenizer
 from biotf.tokenizers.bpe import BPETokenizer
 from biotf.tokenizers.loading import build_tokenizer, load_tokenizer
 
+# The policies of the built-in schemes (`Tokenizer.policy_options`): the keys `finetune.tokenizer_options` declares.
+POLICY_OPTIONS = tuple(dict.fromkeys(option for scheme in (AminoAcidTokenizer, KmerTokenizer, SmilesTokenizer)
+                                     for option in scheme.policy_options))
+
 __all__ = [
-    "AminoAcidTokenizer", "BPETokenizer", "KmerTokenizer", "PolicyStats", "SmilesTokenizer", "Tokenizer",
-    "build_tokenizer", "load_tokenizer", "register_tokenizer", "registered_tokenizers", "reverse_complement",
-    "tokenizer_class",
+    "AminoAcidTokenizer", "BPETokenizer", "KmerTokenizer", "POLICY_OPTIONS", "PolicyStats", "SmilesTokenizer",
+    "Tokenizer", "build_tokenizer", "load_tokenizer", "register_tokenizer", "registered_tokenizers",
+    "reverse_complement", "tokenizer_class",
 ]

@@ -56,6 +56,8 @@ STOP = "*"
 class AminoAcidTokenizer(VocabularyTokenizer):
     """One token per residue in ESM-2's 33-token vocabulary, with explicit character policies."""
 
+    policy_options = ("lowercase", "rare_residues", "unknown", "stop")
+
     def __init__(self, lowercase: str = "fold", rare_residues: str = "keep", unknown: str = "error",
                  stop: str = "error"):
         check_choice("tokenizer.lowercase", lowercase, LOWERCASE_POLICIES)

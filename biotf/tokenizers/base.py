@@ -43,6 +43,10 @@ class Tokenizer(ABC):
     """
 
     kind: ClassVar[str] = ""
+    # Options that decide only what happens to unusual input (a character outside the alphabet, a stop codon,
+    # whitespace), never the vocabulary or how valid text is cut: those a trained model's tokenizer may change
+    # (`loading.with_options`, `--option`, `finetune.tokenizer_options`).
+    policy_options: ClassVar[tuple[str, ...]] = ()
 
     pad_id: int | None = None
     unk_id: int | None = None

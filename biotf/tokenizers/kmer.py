@@ -82,6 +82,8 @@ def _any_in_window(flags: np.ndarray, window_at: np.ndarray, k: int) -> np.ndarr
 class KmerTokenizer(VocabularyTokenizer):
     """k-mers of DNA with a stride: non-overlapping (stride == k), overlapping (stride < k), characters (k == 1)."""
 
+    policy_options = ("lowercase", "uracil", "iupac", "unknown")
+
     def __init__(self, k: int = 6, stride: int | None = None, lowercase: str = "fold", uracil: str = "error",
                  iupac: str = "to_n", unknown: str = "error"):
         stride = k if stride is None else stride

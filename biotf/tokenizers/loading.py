@@ -13,10 +13,11 @@ How a kind is recorded: biotf's own schemes write `{"biotf_tokenizer": kind, "fi
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,42 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
 
 
 def with_options(tokenizer: Tokenizer, options: Mapping[str, Any]) -> Tokenizer:
-    """`tokenizer` rebuilt with some of its options changed (a policy such as `unknown="to_unk"` or
-    `stop="strip_terminal"` for a trained model's tokenizer). Refused when the change gives another
-    vocabulary: a model's embedding rows mean the ids of its own."""
+    """`tokenizer` with some of its policies changed (`policy_options`: `unknown="to_unk"`, `stop="strip_terminal"`,
+    ... for a trained model's tokenizer). Any other option is refused: the vocabulary and how valid text is cut into
+    tokens are what the model's embedding rows mean. A policy may change the fingerprint (`stop="strip_terminal"`
+    drops a trailing `*`, so that text gets other ids); the tokenizer returned carries its own fingerprint."""
+    options = _plain(options)
     if not options:
         return tokenizer
     cls = type(tokenizer)
-    check_options(cls, options)
-    changed = cls.from_config({**tokenizer.to_config(), **_plain(options)})
-    if changed.get_vocab() != tokenizer.get_vocab():
-        raise ConfigError("--option", dict(options), reason=f"changes the vocabulary of the {tokenizer.kind} tokenizer "
-                          "the model was trained with; only policies that keep it can change")
+    known = cls.config_options()
+    for key, value in options.items():
+        if key in cls.policy_options:
+            continue
+        if known is not None and key not in known:
+            reason = f"not an option of tokenizer {tokenizer.kind!r}"
+        else:
+            reason = (f"not a policy of the {tokenizer.kind} tokenizer; an option that changes the vocabulary or how "
+                      "text is cut into tokens cannot change under a trained model")
+        raise ConfigError(f"tokenizer.{key}", value, allowed=", ".join(cls.policy_options) or "none", reason=reason)
+    changed = cls.from_config({**tokenizer.to_config(), **options})
+    if changed.get_vocab() != tokenizer.get_vocab():  # a plugin's policy must keep the vocabulary too
+        raise ConfigError("tokenizer", dict(options), reason=f"changes the vocabulary of the {tokenizer.kind} "
+                          "tokenizer the model was trained with; only policies that keep it can change")
     return changed
+
+
+@contextlib.contextmanager
+def option_errors(options: Mapping[str, Any], key_format: str) -> Iterator[None]:
+    """A tokenizer's ConfigError about one of the user's `options` names it as the user gave it:
+    `key_format.format(key)`, e.g. "--option {}" or "finetune.tokenizer_options.{}"."""
+    try:
+        yield
+    except ConfigError as error:
+        key = error.key.removeprefix("tokenizer.")
+        if key not in options:
+            raise
+        raise ConfigError(key_format.format(key), error.value, error.allowed, error.reason) from None
 
 
 def check_tokenizer_config(config: Mapping[str, Any]) -> None:

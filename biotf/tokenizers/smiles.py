@@ -8,15 +8,20 @@ Strict round trip: for every accepted input `"".join(tokenize(s)) == s`. The ref
 silently drops characters it cannot match (a space, `X`, a lone `%`, an unclosed `[`); here each is
 a TokenizationError naming the record, position and character.
 
-Vocabulary: specials 0 `<pad>`, 1 `<unk>`, 2 `<cls>`, 3 `<eos>`, 4 `<mask>`, then the pieces of a
-training corpus seen at least `min_frequency` times, most frequent first (ties in code-point order):
-`SmilesTokenizer.train(smiles, min_frequency=...)`. Without training, `BASE_TOKENS` (every piece
-the regex can produce except bracket atoms and `%00`-`%09`). `encode` adds `<cls>` ... `<eos>`.
+Vocabulary: specials 0 `<pad>`, 1 `<unk>`, 2 `<cls>`, 3 `<eos>`, 4 `<mask>`, then the base vocabulary
+`smiles_vocabulary.txt` (written by scripts/smiles_vocabulary.py: every piece the regex makes outside
+brackets, every element as a bracket atom, common charged, chiral and isotopic atoms, and every bracket
+atom of 1.9M MOSES and MoleculeNet molecules), which is the whole vocabulary of `SmilesTokenizer()`.
+`SmilesTokenizer.train(smiles, min_frequency=...)` adds the corpus's other pieces seen at least
+`min_frequency` times, most frequent first (ties in code-point order); with `base_vocabulary=False` it
+learns the corpus's pieces alone, most frequent first (what training did before the base existed). A
+saved tokenizer stores its vocabulary, so its ids never depend on this file. `encode` adds `<cls>` ... `<eos>`.
 
 Policies: `unknown` (a valid piece missing from the vocabulary, typically a rare bracket atom):
-"error" (default) or "to_unk" (one `<unk>` per piece); `whitespace` (leading/trailing, as in ESOL's
-212 rows with a trailing space): "error" (default) or "strip". Whitespace inside a SMILES is never
-valid and always an error.
+"error" (default) or "to_unk" (one `<unk>` per piece: a bracket atom such as `[13CH3]` is one piece and
+becomes one `<unk>`, never cut into smaller pieces the regex does not make); `whitespace`
+(leading/trailing, as in ESOL's 212 rows with a trailing space): "error" (default) or "strip".
+Whitespace inside a SMILES is never valid and always an error.
 
 Fast path: numpy over the whole batch. Single-character pieces come from a table; the few
 multi-character ones are found with array arithmetic (`Br`, `Cl`, `%NN`, `>>`) and by pairing each
@@ -29,6 +34,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,14 +50,29 @@ SMILES_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+
                   r"|\%[0-9]{2}|[0-9])")
 SMILES_REGEX = re.compile(SMILES_PATTERN)
 SINGLE_CHAR_PIECES = "BCNOSPFIbcnosp().=#-+\\/:~@?>*$0123456789"
-BASE_TOKENS = (*SINGLE_CHAR_PIECES, "Br", "Cl", ">>", *(f"%{n}" for n in range(10, 100)))
+# Every piece the regex can produce except bracket atoms and `%00`-`%09`: the start of the base vocabulary.
+REGEX_TOKENS = (*SINGLE_CHAR_PIECES, "Br", "Cl", ">>", *(f"%{n}" for n in range(10, 100)))
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<cls>", "<eos>", "<mask>")
+VOCABULARY_FILE = Path(__file__).with_name("smiles_vocabulary.txt")
 
 UNKNOWN_POLICIES = ("error", "to_unk")
 WHITESPACE_POLICIES = ("error", "strip")
 
 _UNMATCHED = -1  # the regex matches nothing here: always an error
 _UNSEEN = -2  # a valid piece missing from the vocabulary: the unknown policy decides
+
+
+@cache
+def base_tokens() -> tuple[str, ...]:
+    """The pieces of `VOCABULARY_FILE` in order (lines starting with '# ' are its header; no piece holds a space)."""
+    lines = VOCABULARY_FILE.read_text(encoding="utf-8").splitlines()
+    return tuple(line for line in lines if line and not line.startswith("# "))
+
+
+def _check_training(min_frequency: int = 1, base_vocabulary: bool = True) -> None:
+    check_int("tokenizer.min_frequency", min_frequency)
+    if not isinstance(base_vocabulary, bool):
+        raise ConfigError("tokenizer.base_vocabulary", base_vocabulary, allowed="true or false")
 
 
 def _pair_starts(first: np.ndarray, second: np.ndarray, same_text_next: np.ndarray) -> np.ndarray:
@@ -67,13 +89,15 @@ def pieces_per_text(piece_start: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 @register_tokenizer("smiles")
 class SmilesTokenizer(VocabularyTokenizer):
-    """Atom-level SMILES tokens (Schwaller et al. 2019 regex), strict round trip, vocabulary learned by `train`."""
+    """Atom-level SMILES tokens (Schwaller et al. 2019 regex), strict round trip, base vocabulary extended by `train`."""
+
+    policy_options = ("unknown", "whitespace")
 
     def __init__(self, vocab: Sequence[str] | None = None, unknown: str = "error", whitespace: str = "error"):
         check_choice("tokenizer.unknown", unknown, UNKNOWN_POLICIES)
         check_choice("tokenizer.whitespace", whitespace, WHITESPACE_POLICIES)
         self.unknown, self.whitespace = unknown, whitespace
-        pieces = list(BASE_TOKENS if vocab is None else vocab)
+        pieces = list(base_tokens() if vocab is None else vocab)
         for piece in pieces:
             if piece in SPECIAL_TOKENS:
                 continue  # a saved vocabulary lists the specials first; they keep their ids
@@ -89,39 +113,47 @@ class SmilesTokenizer(VocabularyTokenizer):
         self._bromine, self._chlorine, self._arrow = (self._vocab.get(t, self._unseen_id) for t in ("Br", "Cl", ">>"))
 
     @classmethod
-    def train(cls, smiles: Iterable[str], min_frequency: int = 1, **options: Any) -> "SmilesTokenizer":
-        """Learn the vocabulary from a corpus: every piece seen at least `min_frequency` times.
+    def train(cls, smiles: Iterable[str], min_frequency: int = 1, base_vocabulary: bool = True,
+              **options: Any) -> "SmilesTokenizer":
+        """The base vocabulary, then every other piece of a corpus seen at least `min_frequency` times (most
+        frequent first); `base_vocabulary=False`: the corpus's pieces alone.
 
         `options` are the constructor's policies; with whitespace='strip' the corpus is stripped too.
         Unmatched characters in the corpus are errors, as when encoding.
         """
-        check_int("tokenizer.min_frequency", min_frequency)
-        splitter = cls(**options)
+        _check_training(min_frequency, base_vocabulary)
+        counts = cls(**options).count_pieces(smiles)
+        kept = sorted((p for p, c in counts.items() if c >= min_frequency), key=lambda p: (-counts[p], p))
+        return cls(vocab=[*(base_tokens() if base_vocabulary else ()), *kept], **options)
+
+    def count_pieces(self, smiles: Iterable[str]) -> Counter[str]:
+        """How often each piece occurs in `smiles` (after the whitespace policy), in or out of the vocabulary."""
         counts: Counter[str] = Counter()
         batch: list[str] = []
         for text in smiles:
             batch.append(text)
             if len(batch) == 65536:
-                counts.update(splitter._count_pieces(batch))
+                counts.update(self._count_pieces(batch))
                 batch = []
-        counts.update(splitter._count_pieces(batch))
-        kept = sorted((p for p, c in counts.items() if c >= min_frequency), key=lambda p: (-counts[p], p))
-        return cls(vocab=kept, **options)
+        counts.update(self._count_pieces(batch))
+        return counts
 
     @classmethod
     def config_options(cls) -> list[str]:
-        return [*super().config_options(), "min_frequency"]
+        return [*super().config_options(), "min_frequency", "base_vocabulary"]
 
     @classmethod
     def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
               files: Sequence[str] | None = None) -> "SmilesTokenizer":
-        """From config: `vocab` when given; else learned from `texts` (with `min_frequency`); else `BASE_TOKENS`."""
+        """From config: `vocab` when given; else trained on `texts` (`min_frequency`, `base_vocabulary`); else the
+        base vocabulary."""
         check_options(cls, options)
         options = dict(options)
-        min_frequency = options.pop("min_frequency", 1)
+        training = {key: options.pop(key) for key in ("min_frequency", "base_vocabulary") if key in options}
+        _check_training(**training)
         if options.get("vocab") is None and texts is not None:
             options.pop("vocab", None)
-            return cls.train(texts, min_frequency=min_frequency, **options)
+            return cls.train(texts, **training, **options)
         return cls(**options)
 
     # --- splitting ---------------------------------------------------------------------------

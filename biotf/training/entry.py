@@ -27,7 +27,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from biotf.errors import BiotfError
+from biotf.errors import BiotfError, ConfigError
 from biotf.resources import CONF_DIR
 from biotf.training.config import check_key, register_configs, validate
 from biotf.training.rundir import check_run_dir, checkpoint_run_dir, is_launch_rank_zero
@@ -77,6 +77,18 @@ def check_override_keys(overrides: list[str]) -> None:
         check_key(key, override.input_line.partition("=")[2] if override.is_sweep_override() else override.value())
 
 
+def refuse_tokenizer_overrides(overrides: list[str]) -> None:
+    """A fine-tuning run's tokenizer is init_from's, so a `tokenizer...` override would change nothing: refused,
+    naming the key that changes a policy of init_from's tokenizer instead."""
+    for override in _parsed(overrides):
+        key = override.key_or_group
+        if key == "tokenizer" or key.startswith("tokenizer."):
+            policy = key.partition(".")[2] or "<policy>"
+            raise ConfigError(key, override.input_line.partition("=")[2],
+                              reason="a fine-tuning run (task set) uses init_from's tokenizer; change one of its "
+                                     f"policies with finetune.tokenizer_options.{policy}=<value>")
+
+
 def resume_in_place(overrides: list[str]) -> list[str]:
     """The overrides, plus `hydra.run.dir=<run>` when they resume `<run>/checkpoints/*.ckpt` and name no
     run directory: a resume continues its run's directory (metrics appended, one summary of all steps)."""
@@ -99,6 +111,8 @@ def preflight(overrides: list[str], multirun: bool = False) -> None:
         for combo in _expand_sweeps(overrides):
             cfg = compose(config_name="config", overrides=combo, return_hydra_config=not multirun)
             config = validate(cfg)
+            if config.task is not None:
+                refuse_tokenizer_overrides(combo)
             # Rank 0 only: the DDP workers Lightning launches re-run this in the directory rank 0 holds.
             if not multirun and is_launch_rank_zero():
                 check_run_dir(Path(cfg.hydra.run.dir), config.ckpt_path)

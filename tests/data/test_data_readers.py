@@ -65,6 +65,20 @@ def test_tsv_is_unquoted_by_default(shared_data):
     assert set(records[0].metadata) == {"movie_id", "rating", "label"}
 
 
+def test_a_column_named_id_is_the_record_id_unless_id_column_names_another(tmp_path, shared_data):
+    """One rule for every reader user: without id_column, a column named `id` (any case) holds the ids."""
+    path = tmp_path / "t.csv"
+    path.write_text("ID,sequence,note\nq1,MKV,a\nq2,MKL,b\n")
+    records = list(read_records(path))
+    assert [r.id for r in records] == ["q1", "q2"] and records[0].metadata == {"note": "a"}
+    assert [r.id for r in read_records(path, ReaderOptions(id_column="note"))] == ["a", "b"]
+    assert [r.id for r in read_records(path, ReaderOptions(column="ID"))] == ["0", "1"]  # the sequences themselves
+    assert [r.id for r in read_records(path, ReaderOptions(header=False, column="1"))] == ["0", "1", "2"]
+    nsmc = read_records(shared_data / "text/nsmc_raw_subset_10k.tsv", ReaderOptions(column="document"))
+    assert next(nsmc).id == next(read_records(shared_data / "text/nsmc_raw_subset_10k.tsv",
+                                              ReaderOptions(column="document", id_column="id"))).id
+
+
 def test_headerless_csv_by_index_with_format_override(shared_data):
     options = ReaderOptions(format="csv", header=False, column="2", id_column="1")
     records = list(read_records(shared_data / "dna/uci_promoters.data", options))

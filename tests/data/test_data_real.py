@@ -10,6 +10,7 @@ from biotf.data import LengthGroupedBatchSampler, MLMCollator, ReaderOptions, pr
 from biotf.errors import TokenizationError
 from biotf.model.loss import IGNORE_INDEX
 from biotf.tokenizers import AminoAcidTokenizer, BPETokenizer, KmerTokenizer, SmilesTokenizer
+from biotf.tokenizers.smiles import REGEX_TOKENS
 
 
 def test_protein_mlm_on_deeploc(shared_data, tmp_path):
@@ -42,7 +43,7 @@ def test_overlapping_kmer_spans_with_the_real_tokenizer(shared_data, tmp_path):
 
 
 def test_smiles_error_names_file_record_and_position(shared_data, tmp_path):
-    tokenizer = SmilesTokenizer()  # base vocabulary: no '[nH]' piece learned yet
+    tokenizer = SmilesTokenizer(vocab=REGEX_TOKENS)  # the regex's pieces alone: no '[nH]'
     with pytest.raises(TokenizationError, match=r"molnet_esol\.csv, record '\w+', position \d+"):
         prepare_dataset(shared_data / "smiles/molnet_esol.csv", tokenizer, tmp_path,
                         reader_options=ReaderOptions(column="smiles"))

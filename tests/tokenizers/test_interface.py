@@ -13,6 +13,7 @@ from biotf.resources import CONF_DIR
 from biotf.tokenizers import (AminoAcidTokenizer, BPETokenizer, KmerTokenizer, SmilesTokenizer, Tokenizer,
                               build_tokenizer, load_tokenizer, register_tokenizer, registered_tokenizers,
                               tokenizer_class)
+from biotf.tokenizers.smiles import REGEX_TOKENS
 
 CONF = CONF_DIR / "tokenizer"
 
@@ -63,7 +64,9 @@ def test_fingerprints_are_pinned():
     means every saved checkpoint's tokenizer stops matching; change it only on purpose."""
     assert AminoAcidTokenizer().fingerprint == "58f28dcb0b4330b0"
     assert KmerTokenizer().fingerprint == "7ec846cc27d41b44"
-    assert SmilesTokenizer().fingerprint == "958d2610c98d3c62"
+    # The untrained SMILES tokenizer of before the base vocabulary, as saved: its stored vocabulary keeps its print.
+    assert SmilesTokenizer(vocab=REGEX_TOKENS).fingerprint == "958d2610c98d3c62"
+    assert SmilesTokenizer().fingerprint == "a94fde856a125dfd"  # smiles_vocabulary.txt: regenerate it on purpose only
 
 
 def test_fingerprint_follows_everything_that_decides_ids():
@@ -72,7 +75,9 @@ def test_fingerprint_follows_everything_that_decides_ids():
     assert len(prints) == 12
     prints = {KmerTokenizer(k=k, stride=s).fingerprint for k in range(1, 7) for s in range(1, k + 1)}
     assert len(prints) == 21
-    assert SmilesTokenizer.train(["CCO"]).fingerprint != SmilesTokenizer.train(["CCN"]).fingerprint
+    assert SmilesTokenizer.train(["CCO"], base_vocabulary=False).fingerprint != \
+        SmilesTokenizer.train(["CCN"], base_vocabulary=False).fingerprint
+    assert SmilesTokenizer.train(["CC[Xe+3]"]).fingerprint != SmilesTokenizer.train(["CC[Kr+3]"]).fingerprint
     assert KmerTokenizer(k=6).fingerprint == KmerTokenizer(k=6, stride=6).fingerprint
 
 
@@ -105,7 +110,8 @@ def test_build_tokenizer_errors():
 
 
 def test_build_learned_kinds_from_training_data(tmp_path):
-    smiles = build_tokenizer({"kind": "smiles", "vocab": None, "min_frequency": 2}, texts=["CCO", "CCN", "C[Si]"])
+    smiles = build_tokenizer({"kind": "smiles", "vocab": None, "min_frequency": 2, "base_vocabulary": False},
+                             texts=["CCO", "CCN", "C[Si]"])
     assert set(smiles.get_vocab()) == {"<pad>", "<unk>", "<cls>", "<eos>", "<mask>", "C"}
     fixed = build_tokenizer({"kind": "smiles", "vocab": ["C", "O"]}, texts=["CCN"])
     assert fixed.vocab_size == 7
@@ -229,3 +235,21 @@ def test_with_options_changes_policies_but_never_the_vocabulary():
         with_options(tokenizer, {"k": 3, "stride": 3})
     with pytest.raises(ConfigError, match="tokenizer.colour"):
         with_options(tokenizer, {"colour": "red"})
+
+
+def test_with_options_changes_only_policies_even_when_the_vocabulary_stays():
+    """stride keeps the dna vocabulary but cuts valid text otherwise (what the model's ids mean): not a policy."""
+    from biotf.tokenizers.loading import with_options
+
+    with pytest.raises(ConfigError, match=r"tokenizer.stride=1: not a policy of the dna tokenizer.*allowed: "
+                                          r"lowercase, uracil, iupac, unknown"):
+        with_options(KmerTokenizer(k=6), {"stride": 1})
+    with pytest.raises(ConfigError, match=r"tokenizer.min_frequency=2: not a policy.*allowed: unknown, whitespace"):
+        with_options(SmilesTokenizer(), {"min_frequency": 2})
+    qwen_like = BPETokenizer.train_from_texts(["ACGT ACGT"] * 20, vocab_size=270)
+    with pytest.raises(ConfigError, match=r"not a policy of the bpe tokenizer.*allowed: none"):
+        with_options(qwen_like, {"vocab_size": 300})
+    lenient = with_options(SmilesTokenizer(), {"unknown": "to_unk"})
+    assert lenient.get_vocab() == SmilesTokenizer().get_vocab() and lenient.unknown == "to_unk"
+    stripping = with_options(AminoAcidTokenizer(), {"stop": "strip_terminal"})
+    assert stripping.encode("MK*") == AminoAcidTokenizer().encode("MK")

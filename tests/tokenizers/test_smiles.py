@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from biotf.errors import BiotfError, ConfigError, TokenizationError
 from biotf.tokenizers import PolicyStats, SmilesTokenizer
+from biotf.tokenizers.smiles import REGEX_TOKENS, SPECIAL_TOKENS, base_tokens
 
 # Schwaller et al. 2019 as published (Molecular Transformer README), with rxnfp's `>>?`.
 REFERENCE = re.compile(r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|\*|\$"
@@ -86,24 +87,27 @@ def test_strict_round_trip_property(texts):
 
 
 def test_train_vocabulary_and_min_frequency():
+    """base_vocabulary=False: the corpus's pieces alone, as training learned them before the base existed."""
     corpus = ["CCO", "CCN", "C[Si]C", "c1ccccc1Br"]
-    tokenizer = SmilesTokenizer.train(corpus)
+    tokenizer = SmilesTokenizer.train(corpus, base_vocabulary=False)
     assert tokenizer.get_vocab()["<pad>"] == 0 and tokenizer.get_vocab()["C"] == 5  # most frequent first
     assert {"[Si]", "Br", "O", "N"} <= set(tokenizer.get_vocab())
     assert tokenizer.vocab_size == 5 + len({p for s in corpus for p in REFERENCE.findall(s)})
-    frequent = SmilesTokenizer.train(corpus, min_frequency=2)
+    frequent = SmilesTokenizer.train(corpus, min_frequency=2, base_vocabulary=False)
     assert "[Si]" not in frequent.get_vocab() and "C" in frequent.get_vocab()
     with pytest.raises(ConfigError):
         SmilesTokenizer.train(corpus, min_frequency=0)
+    with pytest.raises(ConfigError, match="tokenizer.base_vocabulary"):
+        SmilesTokenizer.train(corpus, base_vocabulary="yes")
 
 
 def test_unknown_policy_for_unseen_pieces():
-    tokenizer = SmilesTokenizer.train(["CCO"])
+    tokenizer = SmilesTokenizer.train(["CCO"], base_vocabulary=False)
     with pytest.raises(TokenizationError, match=r"'\[Si\]' is not in the vocabulary") as error:
         tokenizer.encode("CC[Si]C", record="m1")
     assert (error.value.position, error.value.char, error.value.record) == (2, "[", "m1")
     stats = PolicyStats()
-    lenient = SmilesTokenizer.train(["CCO"], unknown="to_unk")
+    lenient = SmilesTokenizer.train(["CCO"], unknown="to_unk", base_vocabulary=False)
     assert lenient.encode_batch(["CC[Si]Cl"], stats=stats, add_special_tokens=False)[0].tolist() == [5, 5, 1, 1]
     assert stats == {"unknown_to_unk": 2}
 
@@ -136,7 +140,9 @@ def test_real_bbbp_tokenizes_including_rdkit_rejects(bbbp):
 def test_vocab_validation():
     with pytest.raises(ConfigError, match="not a single piece"):
         SmilesTokenizer(vocab=["C", "CC"])
-    assert SmilesTokenizer().vocab_size == 5 + 40 + 3 + 90  # specials, one-character pieces, Br Cl >>, %10-%99
+    # specials, one-character pieces, Br Cl >>, %10-%99: the base vocabulary starts with them
+    assert SmilesTokenizer(vocab=REGEX_TOKENS).vocab_size == 5 + 40 + 3 + 90
+    assert SmilesTokenizer().get_vocab() == {t: i for i, t in enumerate([*SPECIAL_TOKENS, *base_tokens()])}
 
 
 def test_to_hf_gives_identical_ids(trained, moses, lipo, esol_raw):
@@ -178,3 +184,51 @@ def test_chem_helpers_with_rdkit(bbbp):
         canonicalize("O=N([O-])C1=C(CN=C1NCCSCc2ncccc2)Cc3ccccc3", record="line 61")
     tokenizer = SmilesTokenizer.train(bbbp)
     assert tokenizer.decode(tokenizer.encode(canonicalize(bbbp[0]))) == canonicalize(bbbp[0])
+
+
+def test_base_vocabulary_is_the_scripts_and_covers_moses_and_moleculenet(moses, lipo, bbbp, esol_raw, shared_data,
+                                                                         repo_root):
+    """Every new SMILES tokenizer starts from smiles_vocabulary.txt: the regex's pieces, every element, common
+    forms (scripts/smiles_vocabulary.py), then the bracket atoms of MOSES and MoleculeNet, so their molecules
+    tokenize with no `<unk>` under the strict default (unknown='error' raises on any piece outside it)."""
+    import importlib.util
+    from itertools import islice
+
+    from biotf.data.readers import ReaderOptions, read_records
+
+    spec = importlib.util.spec_from_file_location("smiles_vocabulary", repo_root / "scripts/smiles_vocabulary.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fixed, base = script.fixed_tokens(), base_tokens()
+    assert base[:len(fixed)] == tuple(fixed) and all(p.startswith("[") for p in base[len(fixed):])
+    assert {"[Cl]", "[Na+]", "[Og]", "[se]", "[13CH3]", "[C@@H]", "%99"} <= set(base)
+
+    tokenizer = SmilesTokenizer()
+    train = read_records(shared_data / "smiles/moses_train.csv.gz", ReaderOptions(column="SMILES"))
+    hiv = read_records(shared_data / "smiles/molnet_hiv.csv.gz", ReaderOptions(column="smiles"))
+    for corpus in ([r.sequence for r in islice(train, 100_000)], moses, lipo, bbbp, [r.sequence for r in hiv],
+                   [s.strip() for s in esol_raw]):
+        for smiles, ids in zip(corpus, tokenizer.encode_batch(corpus)):
+            assert tokenizer.unk_id not in ids and tokenizer.decode(ids) == smiles
+
+
+def test_training_adds_the_corpus_pieces_after_the_base():
+    corpus = ["CC[Xe+3]C[Xe+3]", "C[Xe+3]", "C%05CC%05", "C[Kr+3]"]
+    trained = SmilesTokenizer.train(corpus)
+    assert trained.to_config()["vocab"] == [*base_tokens(), "[Xe+3]", "%05", "[Kr+3]"]  # most frequent first
+    assert SmilesTokenizer.train(corpus, min_frequency=3).to_config()["vocab"] == [*base_tokens(), "[Xe+3]"]
+    assert SmilesTokenizer(**trained.to_config()).fingerprint == trained.fingerprint  # saved, it keeps its ids
+
+
+def test_a_bracket_atom_outside_the_vocabulary_is_one_piece_under_every_policy():
+    """`[15CH3]` is one regex piece: refused by unknown='error', one `<unk>` (counted) with 'to_unk', never cut into
+    smaller pieces; tokenize still gives the piece itself, so the round trip of the pieces holds."""
+    assert "[15CH3]" not in base_tokens() and "[Pt+6]" not in base_tokens()
+    with pytest.raises(TokenizationError, match=r"'\[15CH3\]' is not in the vocabulary") as error:
+        SmilesTokenizer().encode("CC[15CH3]", record="m1")
+    assert (error.value.record, error.value.position) == ("m1", 2)
+    lenient, stats = SmilesTokenizer(unknown="to_unk"), PolicyStats()
+    ids = lenient.encode_batch(["CC[15CH3].[Pt+6]"], add_special_tokens=False, stats=stats)[0].tolist()
+    vocab = lenient.get_vocab()
+    assert ids == [vocab["C"], vocab["C"], lenient.unk_id, vocab["."], lenient.unk_id] and stats == {"unknown_to_unk": 2}
+    assert lenient.tokenize("CC[15CH3].[Pt+6]") == ["C", "C", "[15CH3]", ".", "[Pt+6]"]
