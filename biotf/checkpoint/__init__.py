@@ -5,7 +5,9 @@ Below training, inference and export (which all import it) and above `model/` an
   one fingerprint comparison;
 - `files`: all-or-nothing file and directory writes with the user's umask;
 - `digest`: the CRC-32 of a checkpoint's content;
-- `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`.
+- `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`;
+- `task_export`: a fine-tuned export's files beside the trunk (head, adapter, task.json), each with its CRC-32
+  (imported by its module name: it needs `biotf.model.tasks`).
 """
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
