@@ -5,7 +5,8 @@ Below training, fine-tuning, inference and export (which all import it) and abov
   one fingerprint comparison;
 - `digest`: the CRC-32 of a checkpoint's content;
 - `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`;
-- `task_model`: a fine-tuned model (the exported trunk, its head and task.json);
+- `task_export`: a fine-tuned export's files beside the trunk (head, adapter, task.json), each with its CRC-32;
+- `task_model`: a fine-tuned model (the exported trunk with its head), written and read as one;
 - `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer;
 - `loading`: `load_pretrained`, the one table of model sources (`MODEL_SOURCES`).
 Writes are all-or-nothing (`biotf.atomic`).

@@ -3,7 +3,8 @@
     model, tokenizer = biotf.load_pretrained("outputs/protein_mlm/2026-11-29_18-00-00_123456")
 
 Sources, tried in order (`MODEL_SOURCES`):
-- a fine-tuning run directory (holds `model/task.json`): its exported, fine-tuned trunk `model/`;
+- a fine-tuning run directory (holds `model/task.json`) or its export `model/` (holds `task.json`): the exported,
+  fine-tuned trunk, once every file of the export, the head's too, is checked (`task_export.read_task_files`);
 - a training run directory (holds `checkpoints/`): its `best.ckpt` (lowest validation loss), else
   `last.ckpt`;
 - a Lightning checkpoint file `*.ckpt` written by biotf training;
@@ -32,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINETUNED_MODEL_DIR, STATE_PREFIX,
                               TASK_FILE, ensure_same_tokenizer, payload_fingerprint, read_checkpoint, read_exported,
                               tokenizer_from_payload)
+from biotf.checkpoint.task_export import read_task_files
 from biotf.errors import CheckpointError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
@@ -145,14 +147,23 @@ def load_exported(directory: str | Path) -> Pretrained:
     return Pretrained(_model(config["model"], state, str(directory)), tokenizer)
 
 
-def load_fine_tuning_run(run_dir: str | Path) -> Pretrained:
-    """The fine-tuned trunk and tokenizer of a fine-tuning run: its export `<run>/model/` (LoRA merged), which
-    `biotf predict` reads with the task head."""
-    return load_exported(Path(run_dir) / FINETUNED_MODEL_DIR)
+def load_fine_tuned(source: str | Path) -> Pretrained:
+    """The fine-tuned trunk and tokenizer of a fine-tuning run or of its export `<run>/model/` (LoRA merged), which
+    `biotf predict` reads with the task head. The head's files are checked too, though only the trunk is returned:
+    a damaged export is refused by whichever tool reads it."""
+    directory = Path(source)
+    if _is_fine_tuning_run(directory):
+        directory = directory / FINETUNED_MODEL_DIR
+    read_task_files(directory)
+    return load_exported(directory)
 
 
 def _is_fine_tuning_run(path: Path) -> bool:
     return path.is_dir() and (path / FINETUNED_MODEL_DIR / TASK_FILE).is_file()
+
+
+def _is_fine_tuned_export(path: Path) -> bool:
+    return path.is_dir() and (path / TASK_FILE).is_file()
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -187,7 +198,8 @@ class ModelSource(NamedTuple):
 
 # The first loader whose `detect(path)` is true loads it. Extend by appending.
 MODEL_SOURCES: list[ModelSource] = [
-    ModelSource("fine-tuning run directory", _is_fine_tuning_run, load_fine_tuning_run),
+    ModelSource("fine-tuning run directory", _is_fine_tuning_run, load_fine_tuned),
+    ModelSource("fine-tuned export", _is_fine_tuned_export, load_fine_tuned),
     ModelSource("run directory", _is_run_dir, load_run),
     ModelSource("checkpoint", _is_checkpoint, load_checkpoint),
     ModelSource("exported directory", _is_exported, load_exported),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.training.rundir import changed_settings, flatten
 from biotf.training.summary import SUMMARY_JSON  # written when training finished
 
 if TYPE_CHECKING:
@@ -120,18 +121,6 @@ def read_run_file(path: Path, parse: Any) -> Any:
         raise InputError(f"{path}: damaged run file ({reason})") from None
 
 
-def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"pos": "rope"}} -> {"model.pos": "rope"}; lists become tuples (hashable)."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = tuple(value) if isinstance(value, list) else value
-    return flat
-
-
 def read_run(directory: str | Path) -> Run:
     """The run in `directory`; a missing metrics.csv (training never logged) is an empty curve set."""
     directory = Path(directory)
@@ -212,10 +201,9 @@ def train_job(config: TrainConfig, run_dir: Path) -> Run:
     from biotf.training.run import train
 
     if (run_dir / SUMMARY_JSON).is_file():
-        # Keys both configs have must agree (a field added to the schema since does not void old runs).
         stored = flatten(yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
         wanted = flatten(to_plain(config))
-        changed = sorted(key for key in stored.keys() & wanted.keys() if stored[key] != wanted[key])
+        changed = changed_settings(stored, wanted)
         if changed:
             raise InputError(f"{run_dir} holds a finished run with another {changed[0]} "
                              f"({stored[changed[0]]!r}, now {wanted[changed[0]]!r}): choose a new output directory")

@@ -105,8 +105,9 @@ class FinetuneConfig:
 
 
 def check_finetune(task: str | None, init_from: str | None, label_column: str | None,
-                   finetune: FinetuneConfig) -> None:
-    """Cross-field checks of a fine-tuning run (`task` set), before any data is read."""
+                   finetune: FinetuneConfig, nonfinite: str = "stop") -> None:
+    """Cross-field checks of a fine-tuning run (`task` set), before any data is read. Those that need the model
+    (`finetune.check_against_model`) run once init_from is loaded."""
     from pathlib import Path
 
     from biotf.model.tasks import TASKS
@@ -129,3 +130,7 @@ def check_finetune(task: str | None, init_from: str | None, label_column: str | 
     allowed = ("loss", "rmse", "spearman") if task == "regression" else ("loss", "accuracy", "f1", "mcc")
     if finetune.monitor not in allowed:
         raise ConfigError("finetune.monitor", finetune.monitor, " | ".join(allowed), reason=f"for task={task}")
+    if nonfinite != "stop":
+        raise ConfigError("trainer.nonfinite", nonfinite, "stop",
+                          reason="a fine-tuning run stops on a non-finite loss: its export must not come from NaN "
+                                 "weights")

@@ -1,14 +1,18 @@
 """Labelled records for fine-tuning: each record's label read from data.label_column, in the task's form.
 
-Classification takes the distinct values as class names (sorted); regression parses numbers; token takes one label
-character per residue, so it needs a tokenizer with one token per residue (character-level protein / DNA), checked
-record by record. Records are never dropped or cut silently: what happened to records, by reason, is counted in
-`LabelledSet.counts` (unlabelled, over max_length and dropped or cropped by data.long_policy), and what the reader's
-and the tokenizer's policies changed (`unknown_to_unk`, `whitespace_stripped`, ...) in `LabelledSet.policies`.
+Classification takes the distinct values as class names (sorted); regression parses finite numbers (a `nan`, `inf`
+or `1e999` label is refused: one such record would make every prediction NaN); token takes one label character per
+residue, so it needs a tokenizer with one token per residue (character-level protein / DNA), checked record by
+record. Two different records with one id are refused (split.tsv and the predictions name records by id); a
+record repeated whole (UCI splice has 12) stays: its copies share every split group, so they land on one side.
+Records are never dropped or cut silently: what happened to records, by reason, is counted in `LabelledSet.counts`
+(unlabelled, over max_length and dropped or cropped by data.long_policy), and what the reader's and the
+tokenizer's policies changed (`unknown_to_unk`, `whitespace_stripped`, ...) in `LabelledSet.policies`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +61,13 @@ def _label_values(config: TrainConfig, stats: PolicyStats | None = None) -> tupl
                                                          id_column=data.id_column), stats))
     if not records:
         raise InputError(f"data.path: {data.path} holds no records")
+    first: dict[str, int] = {}
+    for position, record in enumerate(records, 1):
+        earlier = first.setdefault(record.id, position)
+        if earlier != position and (records[earlier - 1].sequence, records[earlier - 1].metadata) != \
+                (record.sequence, record.metadata):
+            raise InputError(f"{data.path}: records {earlier} and {position} have the same id {record.id!r} but "
+                             "differ; split.tsv and the predictions name records by id: give them distinct ids")
     column, group_column = data.label_column, config.finetune.split.group_column
     for key, name in (("data.label_column", column), ("finetune.split.group_column", group_column)):
         if name is not None and name != "id" and name not in records[0].metadata:
@@ -68,8 +79,9 @@ def _label_values(config: TrainConfig, stats: PolicyStats | None = None) -> tupl
     return records, [str(v).strip() for v in raw], groups
 
 
-def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
-    """Every labelled record, encoded, with its label in the task's form (see the module docstring)."""
+def read_labelled(config: TrainConfig, tokenizer: Tokenizer, max_length: int) -> LabelledSet:
+    """Every labelled record, encoded to at most `max_length` tokens (data.max_length, or the model's when that is
+    null), with its label in the task's form (see the module docstring)."""
     task, data = config.task, config.data
     policies = PolicyStats()
     records, raw, groups = _label_values(config, policies)
@@ -91,19 +103,16 @@ def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
             continue
         if config.finetune.split.method == "group" and not group:
             raise InputError(f"record {record.id!r}: no value in group column {config.finetune.split.group_column!r}")
-        ids = encode_for_task(tokenizer, record.sequence, record.id, data.max_length, data.long_policy, counts,
+        ids = encode_for_task(tokenizer, record.sequence, record.id, max_length, data.long_policy, counts,
                               policies, data.path)
         if ids is None:
             continue
         if task == "classification":
             label: Any = index[value]
         elif task == "regression":
-            try:
-                label = float(value)
-            except ValueError:
-                raise InputError(f"record {record.id!r}: label {value!r} is not a number (task=regression)") from None
+            label = _regression_label(value, record.id, data.path)
         else:
-            label = _token_labels(record.id, record.sequence, value, ids, tokenizer, index, data.max_length)
+            label = _token_labels(record.id, record.sequence, value, ids, tokenizer, index)
         kept.ids.append(record.id)
         kept.sequences.append(record.sequence)
         kept.token_ids.append(ids)
@@ -115,8 +124,20 @@ def read_labelled(config: TrainConfig, tokenizer: Tokenizer) -> LabelledSet:
     return kept
 
 
+def _regression_label(value: str, record: str, path: str) -> float:
+    """A regression label as a finite float; anything else is refused naming the file, the record and the value."""
+    try:
+        label = float(value)
+    except ValueError:
+        raise InputError(f"{path}: record {record!r}: label {value!r} is not a number (task=regression)") from None
+    if not math.isfinite(label):
+        raise InputError(f"{path}: record {record!r}: label {value!r} is not a finite number (task=regression); "
+                         "correct or remove the record")
+    return label
+
+
 def _token_labels(record: str, sequence: str, value: str, ids: np.ndarray, tokenizer: Tokenizer,
-                  index: dict[str, int], max_length: int) -> np.ndarray:
+                  index: dict[str, int]) -> np.ndarray:
     """Per-token class ids over `ids` (-100 on special tokens) from one label character per residue."""
     if len(value) != len(sequence):
         raise InputError(f"record {record!r}: {len(value)} token labels for a sequence of {len(sequence)} residues "

@@ -1,7 +1,9 @@
 """The LightningModule of a fine-tuning run: a `TaskModel` (trunk + head) in its mode, its optimizer and metrics.
 
 Validation computes the task's metrics over the whole split (`metrics.py`); checkpoints carry the RNG state and
-training steps agree on SIGTERM and the wall-time clock (`callbacks`), as a language-model run's do.
+training steps agree on SIGTERM and the wall-time clock (`callbacks`), as a language-model run's do. A non-finite
+training or validation loss stops the run with a `NonFiniteLoss` error: nothing is exported from weights that
+have gone NaN (fine-tuning has no `trainer.nonfinite=skip`; `check_finetune` refuses it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from biotf.conventions import IGNORE_INDEX
+from biotf.errors import BiotfError
 from biotf.model.lora import apply_lora
 from biotf.model.tasks import TaskModel
 from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
@@ -21,6 +24,14 @@ from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, ag
 from biotf.training.config import TrainConfig
 from biotf.finetune.metrics import task_metrics
 from biotf.training.optim import WarmupCosine, parameter_groups
+
+
+class NonFiniteLoss(BiotfError):
+    """A fine-tuning loss that became NaN or infinite: the run stops before its export."""
+
+    def __init__(self, which: str, value: float, step: int):
+        super().__init__(f"non-finite {which} loss {value:g} at step {step}; stopped, nothing exported (lower "
+                         "optim.lr / finetune.trunk_lr, or check the inputs)")
 
 
 class TaskModule(L.LightningModule):
@@ -36,8 +47,10 @@ class TaskModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self.config.finetune.mode == "frozen":
             self.model.trunk.eval()  # a frozen trunk computes the features of inference (no dropout)
-        agree_on_requests(self, self.control)  # SIGTERM and the wall-time clock, as in a language-model run
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
+        # SIGTERM and the wall-time clock, as in a language-model run, and whether the loss is finite on every rank.
+        if not agree_on_requests(self, self.control, bool(torch.isfinite(out.loss.detach()))):
+            raise NonFiniteLoss("training", float(out.loss.detach()), self.global_step + 1)
         self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=len(batch["input_ids"]))
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=len(batch["input_ids"]))
         return out.loss
@@ -51,7 +64,10 @@ class TaskModule(L.LightningModule):
         self._outputs.append((out.loss.detach() * weight, torch.as_tensor(weight), out.predictions, batch["labels"]))
 
     def on_validation_epoch_end(self) -> None:
-        for name, value in self.collected_metrics().items():
+        metrics = self.collected_metrics()
+        if not np.isfinite(metrics["loss"]):
+            raise NonFiniteLoss("validation", metrics["loss"], self.global_step)
+        for name, value in metrics.items():
             self.log(f"val/{name}", value, prog_bar=name == "loss")
 
     def collected_metrics(self) -> dict[str, float]:

@@ -57,15 +57,19 @@ class FinetuneSummary:
     experiment: str
     task: str
     mode: str
-    init_from: str
+    init_from: str  # as given
+    init_from_resolved: str  # absolute: the model it started from, wherever the command ran
+    run_dir: str
     parameters: int
     trainable_parameters: int
     steps: int
     train_seconds: float
+    max_length: int  # tokens per record: data.max_length, or the model's max_seq_len when that was null
     split: dict[str, Any]
     dropped: dict[str, int]  # records left out, by reason
     cropped: int  # records kept but cut to their first max_length tokens (data.long_policy=crop)
     best_checkpoint: str
+    best_step: int  # the optimizer step whose weights the best checkpoint holds (and the export)
     validation: dict[str, float]
     test: dict[str, float]
     classes: list[str] | None
@@ -82,8 +86,11 @@ class FinetuneSummary:
         sizes = ", ".join(f"{k} {v}" for k, v in self.split["records"].items())
         lines = [f"biotf fine-tuning summary: {self.experiment} (task {self.task}, mode {self.mode}, "
                  f"{self.trainable_parameters:,} of {self.parameters:,} parameters trained)",
-                 f"  from {self.init_from}; {self.steps} steps, {self.train_seconds:.0f} s",
+                 f"  from {self.init_from}; {self.steps} steps, {self.train_seconds:.0f} s, "
+                 f"max_length {self.max_length}",
+                 f"  run directory: {self.run_dir}",
                  f"  split {self.split['method']}: {sizes} records in {self.split['groups']} groups",
+                 f"  best checkpoint: step {self.best_step} ({self.best_checkpoint})",
                  f"  best checkpoint, validation: {row(self.validation)}",
                  f"  best checkpoint, test:       {row(self.test)}"]
         if self.dropped:

@@ -6,7 +6,10 @@
       predictions_test.tsv) -> <run>/model: exported with its head (`biotf.checkpoint.task_model`) for `biotf predict`.
 
 The run directory, last.ckpt (by steps, by wall time, at the end, on SIGTERM: exit 143 with the resume command)
-and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (`run.build_trainer`, `run.held_run`).
+and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (`run.build_trainer`, `run.held_run`),
+a resume into another directory keeping the run's best checkpoint (`run.read_resumed`). Settings that only make
+sense for some models are checked against init_from's as soon as it is loaded, before any data is read
+(`check_against_model`).
 """
 
 from __future__ import annotations
@@ -20,24 +23,26 @@ import numpy as np
 import torch
 
 from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
-from biotf.data.split_file import SPLIT_FILE, write_split
-from biotf.data.splits import assign, split_groups
-from biotf.errors import InputError
 from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
-from biotf.model.lora import merge_lora, save_adapter
-from biotf.model.tasks import TaskModel
+from biotf.data.readers import detect_format
+from biotf.data.split_file import SPLIT_FILE, write_split
+from biotf.data.splits import assign, split_groups
+from biotf.errors import ConfigError, InputError
+from biotf.model import Transformer
+from biotf.model.lora import check_lora, merge_lora, save_adapter
+from biotf.model.tasks import TaskModel, check_pool
 from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.loading import option_errors
 from biotf.training.callbacks import RunControl
 from biotf.training.config import TrainConfig, to_plain
-from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
+from biotf.finetune.batches import TaskCollator, task_loader
 from biotf.finetune.labelled import read_labelled
 from biotf.finetune.metrics import LOWER_IS_BETTER
-from biotf.training.run import build_trainer, continue_metrics, held_run, write_run_files
-from biotf.training.rundir import RunDirectoryError, checkpoint_run_dir
-from biotf.finetune.batches import TaskCollator, task_loader
 from biotf.finetune.module import TaskModule, build_task_model, evaluate
+from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
+from biotf.training.run import build_trainer, continue_metrics, held_run, read_resumed, write_run_files
+from biotf.training.rundir import checkpoint_run_dir
 
 
 def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
@@ -49,22 +54,40 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
         return _train_task(config, run_dir, control)
 
 
+def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Tokenizer) -> int:
+    """Refuse settings that init_from's model (or its tokenizer) cannot use, before any data is read; returns the
+    max_length the run encodes records to: data.max_length, or the model's max_seq_len when that is null."""
+    source, limit, finetune = config.init_from, trunk.config.max_seq_len, config.finetune
+    max_length = config.data.max_length
+    if max_length is None:
+        if limit is None:
+            raise ConfigError("data.max_length", None, "an integer >= 2",
+                              reason=f"the model of {source} has no max_seq_len to default to")
+        max_length = limit
+    elif limit is not None and max_length > limit:
+        raise InputError(f"data.max_length={max_length} exceeds the max_seq_len {limit} of {source} "
+                         "(null: the model's own)")
+    if tokenizer.pad_id is None:
+        raise InputError(f"the tokenizer of {source} has no pad token; batches need one")
+    check_pool(finetune.pool, config.task, trunk.config.causal)
+    if finetune.mode == "lora":
+        check_lora(trunk, list(finetune.lora.targets), finetune.lora.rank)
+    if finetune.split.method == "identity" and (
+            tokenizer.kind == "smiles" or detect_format(Path(config.data.path), config.data.format) == "smi"):
+        raise ConfigError("finetune.split.method", "identity", "scaffold | group | random",
+                          reason="sequence identity is for proteins and DNA; SMILES strings of one molecule differ "
+                                 "and of unrelated ones look alike (scaffold groups molecules by ring system)")
+    return max_length
+
+
 def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> FinetuneSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
-    # Read (and checked against its CRC-32) before any data work: a damaged checkpoint fails in seconds.
-    resumed = read_checkpoint(config.ckpt_path) if config.ckpt_path is not None else None
-    if (run_dir / MODEL_DIR).exists():
-        raise RunDirectoryError(f"run directory {run_dir} already holds a finished fine-tuning run ({MODEL_DIR}/); "
-                                "choose a new hydra.run.dir")
+    resumed = read_resumed(config, run_dir)
     tokenizer_options = {key: value for key, value in config.finetune.tokenizer_options.items() if value is not None}
     with option_errors(tokenizer_options, "finetune.tokenizer_options.{}"):
         trunk, tokenizer = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
-    if trunk.config.max_seq_len is not None and config.data.max_length > trunk.config.max_seq_len:
-        raise InputError(f"data.max_length={config.data.max_length} exceeds the max_seq_len "
-                         f"{trunk.config.max_seq_len} of {config.init_from}")
-    if tokenizer.pad_id is None:
-        raise InputError(f"the tokenizer of {config.init_from} has no pad token; batches need one")
-    data = read_labelled(config, tokenizer)
+    max_length = check_against_model(config, trunk, tokenizer)
+    data = read_labelled(config, tokenizer, max_length)
     split = config.finetune.split
     groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer)
     sides = assign(groups, split.validation, split.test, config.seed)
@@ -79,6 +102,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     if config.task == "regression":
         train_values = torch.tensor([data.labels[r] for r in rows["train"]], dtype=torch.float32)
         model.set_target_scale(train_values.mean()[None], train_values.std()[None])
+    # As configured (data.max_length null stays null: a resume composes it so); the model and tokenizer init_from's.
     run_config = to_plain(dataclasses.replace(config, model=trunk.config))
     run_config["tokenizer"] = tokenizer.to_config() if hasattr(tokenizer, "to_config") else run_config["tokenizer"]
     write_run_files(run_dir, run_config, tokenizer)
@@ -99,19 +123,20 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     train_seconds = module.training_time.seconds()
 
     best = trainer.checkpoint_callback.best_model_path or str(run_dir / CHECKPOINT_DIR / "last.ckpt")
-    if Path(best).is_file():
-        module.load_state_dict(read_checkpoint(best)["state_dict"])  # its CRC-32 checked
+    best_checkpoint = read_checkpoint(best)  # its CRC-32 checked
+    module.load_state_dict(best_checkpoint["state_dict"])
     results = {name: evaluate(module, loaders[name]) for name in ("validation", "test")}
     write_predictions(run_dir / PREDICTIONS_FILE, data, rows["test"], results["test"][1], config.task)
-    _export(module.model, tokenizer, config, data.classes, run_dir, run_config)
+    _export(module.model, tokenizer, config, data.classes, max_length, run_dir, run_config)
 
     summary = FinetuneSummary(
         experiment=config.experiment, task=config.task, mode=config.finetune.mode, init_from=str(config.init_from),
+        init_from_resolved=str(Path(config.init_from).resolve()), run_dir=str(run_dir),
         parameters=sum(p.numel() for p in module.model.parameters()), trainable_parameters=trainable,
-        steps=trainer.global_step, train_seconds=train_seconds,
+        steps=trainer.global_step, train_seconds=train_seconds, max_length=max_length,
         split={"method": split.method, "groups": int(len(np.unique(groups))),
                "records": {k: int(len(v)) for k, v in rows.items()}, "seed": config.seed},
-        dropped=data.dropped, cropped=data.cropped, best_checkpoint=best,
+        dropped=data.dropped, cropped=data.cropped, best_checkpoint=best, best_step=int(best_checkpoint["global_step"]),
         validation=results["validation"][0], test=results["test"][0], classes=data.classes,
         policies=dict(sorted(data.policies.items())))
     summary.write(run_dir)
@@ -123,11 +148,11 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     return summary
 
 
-def _export(model: TaskModel, tokenizer: Tokenizer, config: TrainConfig, classes: list[str] | None, run_dir: Path,
-            run_config: dict[str, Any]) -> None:
+def _export(model: TaskModel, tokenizer: Tokenizer, config: TrainConfig, classes: list[str] | None, max_length: int,
+            run_dir: Path, run_config: dict[str, Any]) -> None:
     """<run>/model: the trunk (LoRA merged) and the head; with LoRA also the adapter alone."""
     directory = run_dir / MODEL_DIR
-    info = TaskInfo(config.task, classes, config.finetune.pool, config.data.max_length, config.data.long_policy,
+    info = TaskInfo(config.task, classes, config.finetune.pool, max_length, config.data.long_policy,
                     config.data.label_column)
     adapter = None
     if config.finetune.mode == "lora":  # kept beside the merged weights: the adapter alone fits the unchanged base

@@ -83,16 +83,29 @@ def _targeted(model: nn.Module, targets: list[str]) -> list[tuple[nn.Module, str
     return found
 
 
+def check_lora(model: nn.Module, targets: list[str], rank: int) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """The layers `targets` select (see `_targeted`), once `rank` is known to fit them: a rank above the narrowest
+    layer's width (min of its inputs and outputs) adds parameters and no expressiveness, so it cannot be meant."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ConfigError("finetune.lora.rank", rank, "an integer >= 1")
+    layers = _targeted(model, targets)
+    _, name, narrowest = min(layers, key=lambda layer: min(layer[2].in_features, layer[2].out_features))
+    width = min(narrowest.in_features, narrowest.out_features)
+    if rank > width:
+        raise ConfigError("finetune.lora.rank", rank, f"an integer from 1 to {width}",
+                          reason=f"the narrowest adapted layer ({name}, {narrowest.in_features} -> "
+                                 f"{narrowest.out_features}) has rank {width} at most")
+    return layers
+
+
 def apply_lora(model: nn.Module, targets: list[str], rank: int, alpha: float, dropout: float = 0.0) -> int:
     """Freeze every parameter of `model` and wrap the targeted linear layers in `LoRALinear` (in place).
     Returns the number of trainable adapter parameters."""
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError("finetune.lora.rank", rank, "an integer >= 1")
     if not alpha > 0:
         raise ConfigError("finetune.lora.alpha", alpha, "a number > 0")
     if not 0.0 <= dropout < 1.0:
         raise ConfigError("finetune.lora.dropout", dropout, "0 <= dropout < 1")
-    layers = _targeted(model, targets)
+    layers = check_lora(model, targets, rank)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     for parent, name, layer in layers:

@@ -6,7 +6,9 @@
 
 Pooling is that of `biotf embed` (`biotf.export.pooling`), computed here in torch so it is differentiable: mean
 and max run over *content* tokens only (`content_mask`: real tokens that are not special tokens, as ESM's
-extract.py excludes BOS/EOS), cls takes the first token (the tokenizer's <cls>/<bos>).
+extract.py excludes BOS/EOS), cls takes the first token (the tokenizer's <cls>/<bos>). A causal trunk's first token
+attends to nothing after it, so its vector is the same for every record: cls is refused on causal models
+(`check_pool`), whose sequence heads pool mean (the default) or max.
 
 Regression targets are standardised with the training split's mean and standard deviation, which the head keeps
 as buffers: the loss is MSE in standard units (so its scale does not depend on the unit of the label), and
@@ -28,6 +30,17 @@ from biotf.model.transformer import Transformer
 
 TASKS = ("classification", "regression", "token")
 SEQUENCE_POOLS = ("mean", "cls", "max")  # `biotf.export.pooling.POOLS` less "none" (one vector per record)
+
+
+def check_pool(pool: str, task: str, causal: bool) -> None:
+    """ConfigError for a pooling that `task` on a trunk that is (or is not) `causal` cannot mean."""
+    if task == "token":
+        return  # a token head reads every position; it pools nothing
+    allowed = tuple(p for p in SEQUENCE_POOLS if not (causal and p == "cls"))
+    if pool not in allowed:
+        reason = ("the model is causal: its first token sees no later token, so every record would get the same "
+                  "vector" if pool == "cls" and causal else None)
+        raise ConfigError("finetune.pool", pool, " | ".join(allowed), reason=reason)
 
 
 def pool_tokens(hidden: torch.Tensor, content_mask: torch.Tensor, pool: str) -> torch.Tensor:
@@ -65,8 +78,7 @@ class TaskModel(nn.Module):
         super().__init__()
         if task not in TASKS:
             raise ConfigError("task", task, " | ".join(TASKS))
-        if task != "token" and pool not in SEQUENCE_POOLS:
-            raise ConfigError("finetune.pool", pool, " | ".join(SEQUENCE_POOLS))
+        check_pool(pool, task, trunk.config.causal)
         minimum = 1 if task == "regression" else 2
         if isinstance(n_outputs, bool) or not isinstance(n_outputs, int) or n_outputs < minimum:
             raise ConfigError("n_outputs", n_outputs, f"an integer >= {minimum}",

@@ -6,11 +6,17 @@ early stop), and when the process receives SIGTERM (preemption, `docker stop`, S
 saves at the end of the current optimizer step and stops before the next one (`RunInterrupted`, which says
 where and how to resume); a SIGTERM during the last step lets the run finish.
 Every save happens at the end of an optimizer step, the point a resume continues from exactly.
+
+best.ckpt (Lightning's ModelCheckpoint) survives a resume from another directory, or of a moved or copied run
+directory: `carry_best` copies the best checkpoint the resumed one records into the run's checkpoints/ before
+anything else is written, and `CarryBest` points the record of it (path and score) there, which Lightning would
+otherwise drop ("best_model_score won't be reloaded") and so export a worse "best" model.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import signal
 import threading
 import time
@@ -19,9 +25,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from biotf.atomic import atomic_write
 from biotf.checkpoint import read_checkpoint, save_checkpoint
+from biotf.errors import CheckpointError
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM
 RNG_KEY = "biotf_rng"
@@ -177,3 +186,50 @@ class LastCheckpoint(L.Callback):
                              batch_idx: int) -> None:
         if self._stopping is not None:
             raise self._stopping
+
+
+def _best_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The ModelCheckpoint state (best.ckpt's directory, path and score) a checkpoint carries."""
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint"):
+            return state
+    return None
+
+
+def carry_best(resumed: dict[str, Any], ckpt_path: str | Path, directory: Path) -> None:
+    """Put the best checkpoint `resumed` (read from `ckpt_path`) records into `directory` (the run's checkpoints/)
+    under its name, unless it is there: from beside `ckpt_path` (a resume from another directory, or of a moved
+    one), else from the path it records. A best that is nowhere is refused: the run would export a worse one."""
+    state = _best_state(resumed)
+    if state is None or not state.get("best_model_path") or state.get("best_model_score") is None:
+        return
+    recorded = Path(state["best_model_path"])
+    target = directory / recorded.name
+    if target.is_file():
+        return
+    source = next((p for p in (Path(ckpt_path).parent / recorded.name, recorded) if p.is_file()), None)
+    if source is None:
+        raise CheckpointError(f"{ckpt_path} records the best checkpoint {recorded} (score "
+                              f"{float(state['best_model_score']):.6g}), which is gone; put it beside {ckpt_path} to "
+                              "resume, or start a new run")
+    atomic_write(target, lambda temporary: shutil.copyfile(source, temporary))
+
+
+class CarryBest(L.Callback):
+    """Rebases the resumed record of best.ckpt onto this run's `best` callback (see the module docstring): the
+    score, and the copy `carry_best` made, instead of Lightning's reset when the directory differs."""
+
+    def __init__(self, best: ModelCheckpoint):
+        self.best = best
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        state = _best_state(checkpoint)  # runs before the callbacks' states are loaded from `checkpoint`
+        if state is None or state.get("dirpath") == self.best.dirpath:
+            return
+        state.update(dirpath=self.best.dirpath, last_model_path="")
+        if state.get("best_model_path") and state.get("best_model_score") is not None:
+            here = str(Path(self.best.dirpath) / Path(state["best_model_path"]).name)
+            score = state["best_model_score"]
+            state.update(best_model_path=here, best_k_models={here: score}, kth_best_model_path=here, kth_value=score)
+        else:
+            state.update(best_model_path="", best_k_models={}, kth_best_model_path="")

@@ -41,7 +41,8 @@ class DataConfig:
 
     path: the input file (FASTA, GenBank, CSV/TSV, .smi or text; see `biotf.data.readers`).
     format / column / id_column: reader options (format from the extension when null).
-    max_length: longest training sequence in tokens, specials included (<= model.max_seq_len).
+    max_length: longest training sequence in tokens, specials included (<= model.max_seq_len); null (fine-tuning
+    only) means the max_seq_len of init_from's model.
     long_policy: crop (a random window each time it is drawn) | drop (skipped and counted) | error.
     mask_probability: share of content tokens chosen for masked-LM targets (80/10/10 rule).
     label_column / label_pattern: where fine-tuning (`task`) reads each record's label.
@@ -52,7 +53,7 @@ class DataConfig:
     column: Optional[str] = None
     id_column: Optional[str] = None
     validation_fraction: float = 0.05
-    max_length: int = 256
+    max_length: Optional[int] = 256
     long_policy: str = "crop"
     mask_probability: float = 0.15
     label_column: Optional[str] = None  # fine-tuning: the label's column ("description" holds a FASTA header's)
@@ -68,7 +69,7 @@ class DataConfig:
                               reason="training reports validation loss, so the split needs records on both sides")
         if not 0.0 < self.mask_probability < 1.0:
             raise ConfigError("data.mask_probability", self.mask_probability, "0 < probability < 1")
-        check_int("data.max_length", self.max_length, 2)
+        check_int("data.max_length", self.max_length, 2, optional=True)
         check_int("data.batch_size", self.batch_size)
         check_int("data.num_workers", self.num_workers, 0)
 
@@ -251,9 +252,12 @@ def validate(cfg: DictConfig) -> TrainConfig:
                          task=cfg.task, init_from=cfg.init_from, **sections)
     if not 0 <= config.seed < 2**32:
         raise ConfigError("seed", config.seed, "an integer from 0 to 4294967295")
-    check_finetune(config.task, config.init_from, config.data.label_column, config.finetune)
+    check_finetune(config.task, config.init_from, config.data.label_column, config.finetune, config.trainer.nonfinite)
     model, data = config.model, config.data
-    # A fine-tuning run's model is init_from's, checked when it is loaded (`finetune.train_task`).
+    # A fine-tuning run's model is init_from's, checked when it is loaded (`finetune.check_against_model`).
+    if config.task is None and data.max_length is None:
+        raise ConfigError("data.max_length", None, "an integer >= 2",
+                          reason="null (the model's max_seq_len) is for fine-tuning runs")
     if config.task is None and model.max_seq_len is not None and data.max_length > model.max_seq_len:
         raise ConfigError("data.max_length", data.max_length, f"<= model.max_seq_len={model.max_seq_len}")
     path = Path(data.path)

@@ -2,8 +2,9 @@
 
 Before Hydra runs anything, `preflight` composes the config for the given overrides (each value of
 a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment, a missing data
-file or a run directory that holds another run stops the command at once with one line on stderr
-and exit status 2, before any data is read or any run directory is created or touched. Hydra then
+file, a run directory that holds another run or a resume with other settings than its run's
+(`rundir.check_resume`) stops the command at once with one line on stderr and exit status 2, before
+any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job starts). Hydra then
 runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
 this script in each worker process).
 
@@ -30,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from biotf.errors import BiotfError, ConfigError
 from biotf.resources import CONF_DIR
 from biotf.training.config import check_key, register_configs, validate
-from biotf.training.rundir import check_run_dir, checkpoint_run_dir, is_launch_rank_zero
+from biotf.training.rundir import check_resume, check_run_dir, checkpoint_run_dir, is_launch_rank_zero
 
 register_configs()
 
@@ -111,6 +112,7 @@ def preflight(overrides: list[str], multirun: bool = False) -> None:
         for combo in _expand_sweeps(overrides):
             cfg = compose(config_name="config", overrides=combo, return_hydra_config=not multirun)
             config = validate(cfg)
+            check_resume(config)
             if config.task is not None:
                 refuse_tokenizer_overrides(combo)
             # Rank 0 only: the DDP workers Lightning launches re-run this in the directory rank 0 holds.

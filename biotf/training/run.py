@@ -31,13 +31,14 @@ from biotf.atomic import atomic_write, atomic_write_text
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint)
 from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
-from biotf.training.callbacks import LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO
+from biotf.training.callbacks import (CarryBest, LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO,
+                                     carry_best)
 from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.module import LanguageModelTask
-from biotf.training.rundir import (RESOLVED_CONFIG, checkpoint_run_dir, claim_run_dir, is_launch_rank_zero,
-                                  trim_metrics)
+from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
+                                  is_launch_rank_zero, trim_metrics)
 from biotf.training.summary import RunSummary, next_steps
 
 # The run directory already holds Hydra's and our files when the CSV logger starts, and a resumed run's
@@ -98,7 +99,8 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
         logger = TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="")
     best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode=mode, save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
-    callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps, control), best]
+    callbacks = [LastCheckpoint(checkpoints / "last.ckpt", trainer.checkpoint_every_n_steps, control), best,
+                 CarryBest(best)]
     if patience is not None:
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=patience, check_on_train_epoch_end=False))
     if trainer.enable_progress_bar:  # tqdm: loss, tokens/s and val/loss on one line, also in plain logs
@@ -156,6 +158,18 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def read_resumed(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
+    """The checkpoint `ckpt_path` names (None when the run does not resume), read and checked against its CRC-32
+    before any data work, so that a damaged checkpoint fails in seconds; its best checkpoint is put into the run's
+    checkpoints/ when it is not there (`carry_best`: a resume from another directory keeps the run's best)."""
+    if config.ckpt_path is None:
+        return None
+    resumed = read_checkpoint(config.ckpt_path)
+    if is_launch_rank_zero():
+        carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
+    return resumed
+
+
 def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None) -> None:
     """A resume in place keeps metrics.csv's rows before the resumed step: the rows after it are logged again."""
     if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and is_launch_rank_zero():
@@ -165,7 +179,9 @@ def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any]
 @contextmanager
 def held_run(config: TrainConfig, run_dir: Path) -> Iterator[RunControl]:
     """The run directory claimed (`claim_run_dir`) and SIGTERM turned into a save-and-stop (`sigterm_stops`) while the
-    block trains; yields the run's control, for `build_trainer` and the module. Every kind of run trains inside it."""
+    block trains; yields the run's control, for `build_trainer` and the module. Every kind of run trains inside it,
+    a resume once its settings are known to be its run's (`check_resume`, before anything is written)."""
+    check_resume(config)
     control = RunControl(config.trainer.checkpoint_every_minutes)
     with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
         yield control
@@ -182,8 +198,7 @@ def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
 
 def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
-    # Read (and checked against its CRC-32) before any data work: a damaged checkpoint fails in seconds.
-    resumed = read_checkpoint(config.ckpt_path) if config.ckpt_path is not None else None
+    resumed = read_resumed(config, run_dir)
     tokenizer = build_run_tokenizer(config, resumed)
     prepared = prepare_data(config, tokenizer)
     model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)

@@ -7,9 +7,12 @@ Layout: config.yaml (resolved config), tokenizer.json, metrics.csv (or tensorboa
 - one process at a time: `run.lock` records the training process's pid and host; a second run is
   refused while that process lives, and a lock left by a dead process (SIGKILL, power loss) is taken over;
 - a resume continues the directory: metrics.csv keeps the rows before the resumed step (the rows after
-  it are logged again, identically, by the exact resume) and gains the new ones (`metrics_log`).
+  it are logged again, identically, by the exact resume) and gains the new ones (`metrics_log`);
+- a resume trains what its run trained: settings that differ from the config.yaml of the checkpoint's run are
+  refused, naming them, except those in `RESUMABLE` (`check_resume`); a finished fine-tuning run (model/) is not
+  resumed over its export.
 Only rank 0 of a distributed launch claims the directory; the other ranks write nothing into it.
-No Lightning here: `entry.preflight` checks the directory before Hydra writes into it.
+No Lightning here: `entry.preflight` checks the directory and the resume before Hydra writes into it (.hydra/).
 """
 
 from __future__ import annotations
@@ -22,16 +25,32 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from biotf.atomic import atomic_write_text
-from biotf.checkpoint import CHECKPOINT_DIR
-from biotf.errors import BiotfError
+from biotf.checkpoint import CHECKPOINT_DIR, FINETUNED_MODEL_DIR
+from biotf.errors import BiotfError, InputError
+
+if TYPE_CHECKING:
+    from biotf.training.config import TrainConfig
 
 RESOLVED_CONFIG = "config.yaml"
 METRICS_FILE = "metrics.csv"
 LOCK_FILE = "run.lock"
 # Files whose presence means a run already used the directory (Hydra's own .hydra/ does not count).
 RUN_FILES = (RESOLVED_CONFIG, METRICS_FILE, CHECKPOINT_DIR, "summary.json", "tensorboard")
+# What a resume may change: how long it trains, how often it saves and logs, on what hardware (device count,
+# accelerator, strategy), and what only costs memory or time (gradient checkpointing, the token cache's place,
+# loader workers). Everything else (model, tokenizer, data, optimizer, task, finetune.*, seed, precision,
+# validation cadence) changes what is trained or which checkpoint is best, and must equal the run's config.yaml.
+RESUMABLE = frozenset({
+    "ckpt_path", "trainer.max_steps", "trainer.checkpoint_every_n_steps", "trainer.checkpoint_every_minutes",
+    "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.accelerator", "trainer.devices",
+    "trainer.num_nodes", "trainer.strategy", "trainer.gradient_checkpointing", "data.cache_dir", "data.num_workers"})
+# A fine-tuning run's config.yaml holds init_from's model and tokenizer, not the composed groups: init_from is compared.
+FROM_INIT_FROM = ("model.", "tokenizer.")
 
 
 class RunDirectoryError(BiotfError):
@@ -47,6 +66,54 @@ def checkpoint_run_dir(ckpt_path: str | Path) -> Path | None:
     """The run directory a checkpoint belongs to (`<run>/checkpoints/<name>.ckpt`), None for a loose file."""
     path = Path(ckpt_path).resolve()
     return path.parent.parent if path.parent.name == CHECKPOINT_DIR else None
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"pos": "rope"}} -> {"model.pos": "rope"}; lists become tuples (hashable)."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
+def changed_settings(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two flattened configs, sorted. Keys only one of them has are not
+    compared: a field added to the schema since a run was written does not void it."""
+    return sorted(key for key in stored.keys() & wanted.keys() if stored[key] != wanted[key])
+
+
+def read_run_config(path: Path) -> dict[str, Any]:
+    """A run's config.yaml, flattened; a damaged one is one line naming it."""
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        raise InputError(f"{path}: damaged run config ({str(error).splitlines()[0]})") from None
+    if not isinstance(values, dict):
+        raise InputError(f"{path}: damaged run config (not a mapping of settings)")
+    return flatten(values)
+
+
+def check_resume(config: TrainConfig) -> None:
+    """Refuse a resume whose settings differ from those of the run its checkpoint belongs to (`RESUMABLE` aside),
+    naming each key with both values. Reads only: called before anything is written (Hydra's .hydra/ included)."""
+    from biotf.training.config import to_plain  # Hydra's schema: not for `biotf compare`, which reads run configs
+
+    origin = checkpoint_run_dir(config.ckpt_path) if config.ckpt_path is not None else None
+    if origin is None or not (origin / RESOLVED_CONFIG).is_file():
+        return  # a loose checkpoint file, or a run stopped before it wrote its config
+    stored = read_run_config(origin / RESOLVED_CONFIG)
+    wanted = flatten(to_plain(config))
+    changed = [key for key in changed_settings(stored, wanted) if key not in RESUMABLE
+               and not (config.task is not None and key.startswith(FROM_INIT_FROM))]
+    if changed:
+        differences = ", ".join(f"{key} ({stored[key]!r} -> {wanted[key]!r})" for key in changed)
+        raise RunDirectoryError(f"resuming {config.ckpt_path} with settings that differ from its run's "
+                                f"{origin / RESOLVED_CONFIG}: {differences}; resume with the run's settings (a resume "
+                                f"may change only {', '.join(sorted(RESUMABLE - {'ckpt_path'}))}) or start a new run")
 
 
 def _lock_owner(run_dir: Path) -> dict | None:
@@ -79,6 +146,9 @@ def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
                                 "choose another hydra.run.dir")
     used = [name for name in RUN_FILES if (run_dir / name).exists()]
     resumes_it = ckpt_path is not None and checkpoint_run_dir(ckpt_path) == run_dir.resolve()
+    if resumes_it and (run_dir / FINETUNED_MODEL_DIR).exists():
+        raise RunDirectoryError(f"run directory {run_dir} already holds a finished fine-tuning run "
+                                f"({FINETUNED_MODEL_DIR}/); choose a new hydra.run.dir")
     if used and not resumes_it:
         last = run_dir / CHECKPOINT_DIR / "last.ckpt"
         raise RunDirectoryError(f"run directory {run_dir} already holds a run ({', '.join(used)}); resume it with "

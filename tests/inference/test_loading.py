@@ -54,5 +54,6 @@ def test_refusals_name_the_problem(run_dir, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         find_source(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match=r"allowed: fine-tuning run directory, run directory, checkpoint, exported directory, Hugging Face"):
+    with pytest.raises(CheckpointError, match=r"allowed: fine-tuning run directory, fine-tuned export, run directory, "
+                                              r"checkpoint, exported directory, Hugging Face"):
         load_for_generation(tmp_path / "empty")

@@ -204,3 +204,134 @@ def test_gradient_checkpointing_switch_reaches_language_model_runs(tmp_path, cac
                            f"hydra.run.dir={tmp_path / switch}"]) == 0
         training_calls[switch] = sum(calls)
     assert training_calls == {"false": 2 * 2, "true": 2 * 2 * 2}  # 2 steps x 2 blocks, each run again in backward
+
+
+def with_records(pretrained: Path, path: Path, edit) -> str:
+    """`data.path=` a copy of the fixture's labelled.csv whose lines (header first) `edit` changed in place."""
+    lines = (pretrained / "labelled.csv").read_text().splitlines()
+    edit(lines)
+    path.write_text("\n".join(lines) + "\n")
+    return f"data.path={path}"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
+def test_a_non_finite_regression_label_is_refused_naming_file_record_and_value(value, pretrained, tmp_path):
+    """One such label in train made every prediction NaN, exported with exit 0."""
+    from biotf.finetune.run import train_task
+
+    def edit(lines):
+        fields = lines[8].split(",")  # record p7
+        lines[8] = ",".join([*fields[:3], value, *fields[4:]])
+
+    data = with_records(pretrained, tmp_path / "labelled.csv", edit)
+    cfg = finetune_config(pretrained, "data.label_column=value", "task=regression", "finetune.monitor=rmse", data)
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'labelled.csv'}: record 'p7': label '{value}' is not a "
+                                         r"finite number \(task=regression\)"):
+        train_task(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "split.tsv").exists()
+
+
+def test_a_non_finite_loss_stops_the_run_in_one_line_and_exports_nothing(pretrained, tmp_path, capsys, monkeypatch):
+    """Training loss: learning rates that overflow the weights; validation loss: a NaN from the model's outputs."""
+    from biotf.training import entry
+    from biotf.finetune.module import NonFiniteLoss, TaskModule
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "diverged"
+    assert entry.main(finetune_overrides(pretrained, "data.label_column=label", "optim.lr=1e30",
+                                         "finetune.trunk_lr=1e30", f"hydra.run.dir={run}")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("train: error: non-finite training loss nan at step ") and "Traceback" not in err
+    assert "nothing exported" in err[-1]
+    collected = TaskModule.collected_metrics
+    monkeypatch.setattr(TaskModule, "collected_metrics", lambda self: {**collected(self), "loss": float("nan")})
+    from biotf.finetune.run import train_task
+
+    with pytest.raises(NonFiniteLoss, match="non-finite validation loss nan at step 10"):
+        train_task(finetune_config(pretrained, "data.label_column=label"), tmp_path / "nan")
+    for directory in (run, tmp_path / "nan"):
+        assert not {"model", "predictions_test.tsv", "finetune.json"} & {p.name for p in directory.iterdir()}
+    with pytest.raises(ConfigError, match="trainer.nonfinite='skip': a fine-tuning run stops on a non-finite loss"):
+        finetune_config(pretrained, "data.label_column=label", "trainer.nonfinite=skip")
+
+
+def test_two_different_records_with_one_id_are_refused_naming_both(pretrained, tmp_path):
+    """split.tsv and predictions name records by id; a record repeated whole (UCI splice) is kept, see
+    test_the_worked_examples_are_experiment_presets_on_shipped_data."""
+    from biotf.finetune.run import train_task
+
+    data = with_records(pretrained, tmp_path / "labelled.csv", lambda lines: lines.append(
+        lines[4].replace(lines[4].split(",")[1], "MKKLLW")))  # a second p3, with another sequence
+    with pytest.raises(InputError, match=r"labelled.csv: records 4 and 241 have the same id 'p3' but differ"):
+        train_task(finetune_config(pretrained, "data.label_column=label", data), tmp_path / "run")
+
+
+@pytest.fixture
+def causal(pretrained, tmp_path) -> Path:
+    """A tiny causal model with the protein tokenizer."""
+    from biotf.checkpoint import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "protein"})
+    model = Transformer(TransformerConfig.preset("tiny", causal=True, vocab_size=tokenizer.vocab_size))
+    return save_pretrained(model, tokenizer, tmp_path / "causal")
+
+
+def smiles_model(tmp_path: Path) -> Path:
+    from biotf.checkpoint import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "smiles"})
+    model = Transformer(TransformerConfig.preset("tiny", causal=False, vocab_size=tokenizer.vocab_size))
+    return save_pretrained(model, tokenizer, tmp_path / "smiles")
+
+
+def test_settings_the_model_cannot_use_are_refused_before_any_data_is_read(pretrained, causal, tmp_path):
+    from biotf.finetune.run import train_task
+
+    cases = [
+        # a causal model's first token sees nothing: every record would get the same prediction
+        ([f"init_from={causal}", "finetune.pool=cls"],
+         "invalid config finetune.pool='cls': the model is causal: its first token sees no later token, so every "
+         "record would get the same vector (allowed: mean | max)"),
+        # the narrowest adapted layers of the tiny model (qkv 32 -> 64, out 32 -> 32) have rank 32 at most
+        (["finetune.mode=lora", "finetune.lora.rank=33"],
+         "invalid config finetune.lora.rank=33: the narrowest adapted layer (qkv, 32 -> 64) has rank 32 at most "
+         "(allowed: an integer from 1 to 32)"),
+        # sequence identity of SMILES strings says nothing about molecules
+        ([f"init_from={smiles_model(tmp_path)}", "finetune.split.method=identity"],
+         "invalid config finetune.split.method='identity': sequence identity is for proteins and DNA"),
+        (["data.max_length=1024"], f"data.max_length=1024 exceeds the max_seq_len 128 of {pretrained / 'base'}"),
+    ]
+    for position, (overrides, expected) in enumerate(cases):
+        run = tmp_path / f"run{position}"
+        with pytest.raises((ConfigError, InputError)) as refused:
+            train_task(finetune_config(pretrained, "data.label_column=label", *overrides), run)
+        assert str(refused.value).startswith(expected), refused.value
+        assert list(run.iterdir()) == []  # refused before split.tsv, config.yaml or anything else
+    # cls stays allowed on a bidirectional model, and on a causal one for token heads (they pool nothing)
+    assert train_task(finetune_config(pretrained, "data.label_column=label", "finetune.pool=cls",
+                                      "trainer.max_steps=1"), tmp_path / "cls").steps == 1
+    assert train_task(finetune_config(pretrained, "data.label_column=ss", "task=token", f"init_from={causal}",
+                                      "finetune.pool=cls", "finetune.monitor=accuracy", "trainer.max_steps=1"),
+                      tmp_path / "token").steps == 1
+
+
+def test_max_length_defaults_to_the_models_and_the_summary_says_where_the_run_is(pretrained, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """data.max_length was 1024 in experiment=finetune, which every model of max_seq_len < 1024 refused."""
+    from biotf.finetune.run import train_task
+
+    monkeypatch.chdir(pretrained)
+    summary = train_task(finetune_config(pretrained, "data.label_column=label", "data.max_length=null",
+                                         "init_from=base", "trainer.max_steps=4", "trainer.val_check_interval=2"),
+                         tmp_path)
+    assert summary.max_length == 128 and json.loads((tmp_path / "model" / "task.json").read_text())["max_length"] == 128
+    written = json.loads((tmp_path / "finetune.json").read_text())
+    assert written["init_from"] == "base" and written["init_from_resolved"] == str(pretrained / "base")
+    assert written["run_dir"] == str(tmp_path) and written["best_step"] in (2, 4)
+    out = capsys.readouterr().out
+    assert f"  run directory: {tmp_path}\n" in out
+    assert f"  best checkpoint: step {written['best_step']} ({tmp_path / 'checkpoints' / 'best.ckpt'})\n" in out

@@ -34,9 +34,10 @@ def labelled() -> LabelledSet:
 
 def summary(dropped: dict[str, int] | None = None, cropped: int = 0) -> FinetuneSummary:
     return FinetuneSummary(experiment="finetune", task="classification", mode="full", init_from="base",
-                           parameters=10, trainable_parameters=10, steps=1, train_seconds=1.0,
+                           init_from_resolved="/runs/base", run_dir="/runs/tuned", parameters=10,
+                           trainable_parameters=10, steps=1, train_seconds=1.0, max_length=64,
                            split={"method": "random", "groups": 2, "records": {"train": 2}}, dropped=dropped or {},
-                           cropped=cropped, best_checkpoint="best.ckpt", validation={"loss": 0.5},
+                           cropped=cropped, best_checkpoint="best.ckpt", best_step=1, validation={"loss": 0.5},
                            test={"loss": 0.5}, classes=["no", "yes"])
 
 

@@ -4,6 +4,7 @@ lands on the uninterrupted run's weights and results exactly and counts the trai
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import socket
@@ -89,19 +90,92 @@ def test_a_finished_run_is_not_resumed_over_its_export(pretrained, tmp_path):
         train_task(resume, tmp_path)
 
 
+def hashes(directory: Path) -> dict[str, str]:
+    """Every file under `directory` (Hydra's .hydra/ too) by its path, with the SHA-256 of its bytes."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 def test_a_resume_that_would_train_on_another_split_is_refused(pretrained, tmp_path):
-    cfg = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=2")
-    train_task(cfg, tmp_path)
-    shutil.rmtree(tmp_path / "model")  # as a run stopped before its export
-    split = (tmp_path / "split.tsv").read_text()
-    resume = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4", "seed=1",
-                             f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}")
+    """The same settings on a data file whose records changed since (a changed seed or split setting is refused
+    before, by test_a_resume_with_other_settings_is_refused_and_changes_nothing)."""
+    data = tmp_path / "labelled.csv"
+    shutil.copy(pretrained / "labelled.csv", data)
+    run = tmp_path / "run"
+    cfg = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=2", f"data.path={data}")
+    train_task(cfg, run)
+    shutil.rmtree(run / "model")  # as a run stopped before its export
+    split = (run / "split.tsv").read_text()
+    original = data.read_text()
+    data.write_text("".join(original.splitlines(keepends=True)[:-40]))  # 40 records fewer
+    resume = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4", f"data.path={data}",
+                             f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
     with pytest.raises(InputError, match=r"resuming: \d+ records would change sides against .*split.tsv"):
-        train_task(resume, tmp_path)
-    assert (tmp_path / "split.tsv").read_text() == split  # the run's split is left as it was
-    same = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4",
-                           f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}")
-    assert train_task(same, tmp_path).steps == 4
+        train_task(resume, run)
+    assert (run / "split.tsv").read_text() == split  # the run's split is left as it was
+    data.write_text(original)
+    assert train_task(resume, run).steps == 4
+
+
+def test_a_resume_with_other_settings_is_refused_and_changes_nothing(pretrained, tmp_path, monkeypatch, capsys):
+    """It rewrote config.yaml and .hydra/, then crashed with a 36-line traceback."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    assert entry.main(finetune_overrides(pretrained, "data.label_column=label", "trainer.max_steps=2",
+                                         f"hydra.run.dir={run}")) == 0
+    shutil.rmtree(run / "model")  # as a run stopped before its export
+    before = hashes(run)
+    assert ".hydra/config.yaml" in before and "config.yaml" in before
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    # The printed resume command (no hydra.run.dir: in place), edited: another task, label column, mode and monitor.
+    assert entry.main(finetune_overrides(pretrained, "data.label_column=value", "task=regression",
+                                         "finetune.mode=lora", "finetune.monitor=rmse", "trainer.max_steps=4",
+                                         f"ckpt_path={checkpoint}")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert (f"error: resuming {checkpoint} with settings that differ from its run's {run / 'config.yaml'}: "
+            "data.label_column ('label' -> 'value'), finetune.mode ('full' -> 'lora'), finetune.monitor ('loss' -> "
+            "'rmse'), task ('classification' -> 'regression'); resume with the run's settings (a resume may change "
+            "only ") in err, err
+    assert hashes(run) == before
+    with pytest.raises(RunDirectoryError, match=r"differ from its run's .*: seed \(0 -> 1\); "):
+        train_task(finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4", "seed=1",
+                                   f"ckpt_path={checkpoint}"), run)
+    assert hashes(run) == before
+    # What a resume may change (rundir.RESUMABLE): how long, how often it saves and logs, on what hardware.
+    assert entry.main(finetune_overrides(pretrained, "data.label_column=label", "trainer.max_steps=4",
+                                         "trainer.checkpoint_every_minutes=5", "trainer.log_every_n_steps=2",
+                                         "trainer.gradient_checkpointing=true", f"ckpt_path={checkpoint}")) == 0
+    assert json.loads((run / "finetune.json").read_text())["steps"] == 4
+
+
+def test_a_resume_into_another_directory_keeps_the_runs_best_checkpoint(pretrained, tmp_path, recwarn):
+    """Lightning dropped the best score when the directory changed ("best_model_score won't be reloaded"), and the
+    resumed run exported a worse "best" model than the run it continued."""
+    from biotf.checkpoint import read_checkpoint
+    from biotf.errors import CheckpointError
+
+    # Learning rates too small to change a prediction: accuracy never improves on the first validation's (step 2).
+    settings = ("data.label_column=label", "optim.lr=1e-12", "finetune.trunk_lr=1e-12", "finetune.monitor=accuracy",
+                "trainer.val_check_interval=2")
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert train_task(finetune_config(pretrained, *settings, "trainer.max_steps=4"), first).best_step == 2
+    before = hashes(first)
+    recwarn.clear()
+    last_checkpoint = f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}"
+    summary = train_task(finetune_config(pretrained, *settings, "trainer.max_steps=8", last_checkpoint), second)
+    assert summary.steps == 8 and summary.best_step == 2  # validations at 6 and 8 did not beat step 2's
+    assert summary.best_checkpoint == str(second / "checkpoints" / "best.ckpt")
+    assert read_checkpoint(second / "checkpoints" / "best.ckpt")["global_step"] == 2  # copied into the new run
+    assert not [w for w in recwarn if "won't be reloaded" in str(w.message)], [str(w.message) for w in recwarn]
+    assert hashes(first) == before  # the run it continued is left as it was
+    # A best checkpoint that is nowhere to be found is refused before anything is written.
+    (first / "checkpoints" / "best.ckpt").unlink()
+    with pytest.raises(CheckpointError, match=r"records the best checkpoint .*best.ckpt \(score 0.\d+\), which is "
+                                              r"gone"):
+        train_task(finetune_config(pretrained, *settings, "trainer.max_steps=8", last_checkpoint), tmp_path / "third")
+    assert list((tmp_path / "third").iterdir()) == []
 
 
 def test_a_run_directory_in_use_is_refused(pretrained, tmp_path):

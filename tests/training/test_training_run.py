@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import pytest
 import torch
@@ -109,12 +110,17 @@ def test_resuming_a_damaged_checkpoint_stops_before_training(run_dir, cache_dir,
 
 
 def test_resuming_with_a_different_tokenizer_stops_before_training(run_dir, cache_dir, tmp_path, monkeypatch, capsys):
+    """A run's checkpoint: the setting differs from its config.yaml (`rundir.check_resume`); a loose copy of it,
+    with no run beside it: the tokenizer's fingerprint differs from the one the checkpoint records."""
     monkeypatch.chdir(tmp_path)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    status = entry.main([*TINY, f"data.cache_dir={cache_dir}", f"ckpt_path={ckpt}", "tokenizer.rare_residues=to_x"])
-    assert status == 2
-    err = capsys.readouterr().err
-    assert "tokenizer mismatch" in err and "fingerprint" in err
+    loose = tmp_path / "loose.ckpt"
+    shutil.copy(ckpt, loose)
+    for path, expected in ((ckpt, "tokenizer.rare_residues ('keep' -> 'to_x')"), (loose, "tokenizer mismatch")):
+        status = entry.main([*TINY, f"data.cache_dir={cache_dir}", f"ckpt_path={path}", "tokenizer.rare_residues=to_x"])
+        assert status == 2
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("content, overrides, expected", [

@@ -164,6 +164,24 @@ def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp
     assert callbacks_state[key]["best_model_score"] <= best_score[key]["best_model_score"]  # carried over, not reset
 
 
+def test_resume_into_another_directory_keeps_the_best_checkpoint(common, tmp_path, recwarn):
+    """Lightning drops the best score when the directory changes ("best_model_score won't be reloaded"): the
+    resumed run's best.ckpt and best validation loss are then only those since the resume."""
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0  # validated at step 5
+    best = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    recwarn.clear()
+    assert entry.main([*common, "trainer.max_steps=8", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
+                       f"hydra.run.dir={other}"]) == 0  # no validation between steps 6 and 8
+    assert not [w for w in recwarn if "won't be reloaded" in str(w.message)], [str(w.message) for w in recwarn]
+    carried = torch.load(other / "checkpoints" / "best.ckpt", weights_only=True)
+    assert carried["global_step"] == best["global_step"] == 5
+    (key,) = [k for k in last(other)["callbacks"] if k.startswith("ModelCheckpoint")]
+    assert last(other)["callbacks"][key]["best_model_path"] == str((other / "checkpoints" / "best.ckpt").resolve())
+    score = float(best["callbacks"][key]["best_model_score"])
+    assert json.loads((other / "summary.json").read_text())["best_val_loss"] == score
+
+
 # --- when last.ckpt is written ---------------------------------------------------------------------
 def test_last_checkpoint_by_wall_time(common, tmp_path, saves, monkeypatch):
     clock = iter(range(0, 10**6, 20))  # every read of the clock is 20 s later: 30 s are due every other read
