@@ -16,6 +16,7 @@ from biotf.data.collators import content_mask, pad_batch
 from biotf.conventions import IGNORE_INDEX
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.datamodule import ResumableDataLoader
+from biotf.finetune.features import TrunkFeatures
 from biotf.finetune.labelled import LabelledSet
 
 
@@ -32,6 +33,19 @@ class RowDataset(torch.utils.data.Dataset):
         return int(self.rows[item])
 
 
+def batch_labels(data: LabelledSet, rows: list[int], task: str, width: int) -> torch.Tensor:
+    """The rows' labels in the task's form: class ids, (B, 1) values, or (B, width) token classes (-100: none)."""
+    labels = [data.labels[r] for r in rows]
+    if task == "token":
+        target = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+        for row, label in enumerate(labels):
+            target[row, :len(label)] = torch.from_numpy(label)
+        return target
+    if task == "regression":
+        return torch.tensor(labels, dtype=torch.float32)[:, None]
+    return torch.tensor(labels, dtype=torch.long)
+
+
 class TaskCollator:
     """Row indices -> padded input_ids, attention_mask, content_mask and labels (class ids, values or per token)."""
 
@@ -41,17 +55,25 @@ class TaskCollator:
     def __call__(self, rows: list[int]) -> dict[str, torch.Tensor]:
         ids, attention = (torch.from_numpy(a) for a in pad_batch([self.data.token_ids[r] for r in rows],
                                                                   self.tokenizer.pad_id))
-        labels = [self.data.labels[r] for r in rows]
-        if self.task == "token":
-            target = torch.full(ids.shape, IGNORE_INDEX, dtype=torch.long)
-            for row, label in enumerate(labels):
-                target[row, :len(label)] = torch.from_numpy(label)
-        elif self.task == "regression":
-            target = torch.tensor(labels, dtype=torch.float32)[:, None]
-        else:
-            target = torch.tensor(labels, dtype=torch.long)
         return {"input_ids": ids, "attention_mask": attention,
-                "content_mask": content_mask(ids, attention, self.tokenizer), "labels": target,
+                "content_mask": content_mask(ids, attention, self.tokenizer),
+                "labels": batch_labels(self.data, rows, self.task, ids.shape[1]), "rows": torch.tensor(rows)}
+
+
+class FeatureCollator:
+    """Row indices -> a frozen trunk's cached features (B, D), or (B, T, D) zero-padded for a token task, and the
+    labels: what the head alone trains on (`TaskModel.from_features`)."""
+
+    def __init__(self, data: LabelledSet, features: TrunkFeatures, task: str):
+        self.data, self.features, self.task = data, features, task
+
+    def __call__(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        parts = [torch.from_numpy(np.array(self.features[r])) for r in rows]
+        if self.features.per_token:
+            features = torch.nn.utils.rnn.pad_sequence(parts, batch_first=True)
+        else:
+            features = torch.cat(parts)
+        return {"features": features, "labels": batch_labels(self.data, rows, self.task, features.shape[1]),
                 "rows": torch.tensor(rows)}
 
 

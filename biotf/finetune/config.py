@@ -13,32 +13,12 @@ from typing import Any, Optional
 
 from biotf.data.splits import METHODS
 from biotf.errors import ConfigError
-from biotf.model.lora import TARGETS
+from biotf.finetune.modes import MODES
+from biotf.model.lora import LoRAConfig
 from biotf.model.tasks import SEQUENCE_POOLS
 from biotf.tokenizers import POLICY_OPTIONS
 
-MODES = ("full", "frozen", "lora")
 MONITORS = ("loss", "accuracy", "f1", "mcc", "rmse", "spearman")
-
-
-@dataclass
-class LoRAConfig:
-    """Low-rank adapters on the trunk's linear layers named in `targets` (`biotf.model.lora`), mode=lora only."""
-
-    rank: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    targets: list[str] = field(default_factory=lambda: ["qkv", "out"])
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ConfigError("finetune.lora.rank", self.rank, "an integer >= 1")
-        if not self.alpha > 0:
-            raise ConfigError("finetune.lora.alpha", self.alpha, "a number > 0")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("finetune.lora.dropout", self.dropout, "0 <= dropout < 1")
-        if not self.targets or any(t not in TARGETS for t in self.targets):
-            raise ConfigError("finetune.lora.targets", list(self.targets), "a non-empty list of " + " | ".join(TARGETS))
 
 
 @dataclass
@@ -71,7 +51,9 @@ class SplitConfig:
 
 @dataclass
 class FinetuneConfig:
-    """mode: full (every weight trains) | frozen (the head alone: a linear probe by gradient descent) | lora.
+    """mode: full (every weight trains) | frozen (the head alone: a linear probe by gradient descent) | lora
+    (`biotf.finetune.modes`). cache_features: frozen mode computes the trunk's features of every record once and
+    caches them under data.cache_dir (`biotf.finetune.features`); false runs the trunk at every step.
     pool: how a sequence head pools token vectors (mean | cls | max over content tokens, as `biotf embed`).
     head_dropout: dropout on the head's input. trunk_lr: learning rate of the trunk's weights (full, lora);
     null means optim.lr. patience: validations without improvement of `monitor` before training stops early.
@@ -80,6 +62,7 @@ class FinetuneConfig:
     null keeps the saved one), never its vocabulary: `biotf.tokenizers.loading.with_options`."""
 
     mode: str = "full"
+    cache_features: bool = True
     pool: str = "mean"
     head_dropout: float = 0.1
     trunk_lr: Optional[float] = None
@@ -92,6 +75,8 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError("finetune.mode", self.mode, " | ".join(MODES))
+        if not isinstance(self.cache_features, bool):
+            raise ConfigError("finetune.cache_features", self.cache_features, "true | false")
         if self.pool not in SEQUENCE_POOLS:
             raise ConfigError("finetune.pool", self.pool, " | ".join(SEQUENCE_POOLS))
         if not 0.0 <= self.head_dropout < 1.0:

@@ -17,12 +17,12 @@ from torch.utils.data import DataLoader
 
 from biotf.conventions import IGNORE_INDEX
 from biotf.errors import BiotfError
-from biotf.model.lora import apply_lora
-from biotf.model.tasks import TaskModel
+from biotf.model.tasks import TaskModel, TaskOutput
 from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
                                      save_rng_state)
 from biotf.training.config import TrainConfig
 from biotf.finetune.metrics import task_metrics
+from biotf.finetune.modes import Mode, build_mode
 from biotf.training.optim import WarmupCosine, parameter_groups
 
 
@@ -41,25 +41,32 @@ class TaskModule(L.LightningModule):
                  control: RunControl | None = None):
         super().__init__()
         self.model, self.config, self.total_steps, self.n_classes = model, config, total_steps, n_classes
+        self.mode = build_mode(config.finetune.mode, config.finetune.lora)
         self.control, self.training_time = control, TrainingTime()
         self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        if self.config.finetune.mode == "frozen":
+        if not self.mode.trains_trunk:
             self.model.trunk.eval()  # a frozen trunk computes the features of inference (no dropout)
-        out = self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
+        out = self.run_batch(batch)
         # SIGTERM and the wall-time clock, as in a language-model run, and whether the loss is finite on every rank.
         if not agree_on_requests(self, self.control, bool(torch.isfinite(out.loss.detach()))):
             raise NonFiniteLoss("training", float(out.loss.detach()), self.global_step + 1)
-        self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=len(batch["input_ids"]))
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=len(batch["input_ids"]))
+        self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=len(batch["labels"]))
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=len(batch["labels"]))
         return out.loss
+
+    def run_batch(self, batch: dict[str, torch.Tensor]) -> TaskOutput:
+        """The model on a batch of tokens, or its head alone on a batch of cached trunk features."""
+        if "features" in batch:
+            return self.model.from_features(batch["features"], batch["labels"])
+        return self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
 
     def on_validation_epoch_start(self) -> None:
         self._outputs = []
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        out = self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
+        out = self.run_batch(batch)
         weight = (batch["labels"] != IGNORE_INDEX).sum() if self.model.task == "token" else len(batch["labels"])
         self._outputs.append((out.loss.detach() * weight, torch.as_tensor(weight), out.predictions, batch["labels"]))
 
@@ -107,18 +114,13 @@ class TaskModule(L.LightningModule):
                                  "interval": "step"}}
 
 
-def build_task_model(config: TrainConfig, trunk, n_outputs: int) -> tuple[TaskModel, int]:
-    """The TaskModel in the configured mode; returns it and its trainable parameter count."""
+def build_task_model(config: TrainConfig, trunk, n_outputs: int, mode: Mode) -> tuple[TaskModel, int]:
+    """The TaskModel with the trunk prepared for `mode`; returns it and its trainable parameter count."""
     finetune = config.finetune
     trunk.train()
     trunk.gradient_checkpointing = config.trainer.gradient_checkpointing
     model = TaskModel(trunk, config.task, n_outputs, pool=finetune.pool, dropout=finetune.head_dropout)
-    if finetune.mode == "frozen":
-        for parameter in trunk.parameters():
-            parameter.requires_grad_(False)
-    elif finetune.mode == "lora":
-        lora = finetune.lora
-        apply_lora(trunk, list(lora.targets), lora.rank, lora.alpha, lora.dropout)
+    mode.prepare(trunk)
     return model, sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

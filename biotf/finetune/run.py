@@ -15,6 +15,8 @@ sense for some models are checked against init_from's as soon as it is loaded, b
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +32,21 @@ from biotf.data.split_file import SPLIT_FILE, write_split
 from biotf.data.splits import assign, split_groups
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
-from biotf.model.lora import check_lora, merge_lora, save_adapter
 from biotf.model.tasks import TaskModel, check_pool
 from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.loading import option_errors
 from biotf.training.callbacks import RunControl
 from biotf.training.config import TrainConfig, to_plain
-from biotf.finetune.batches import TaskCollator, task_loader
-from biotf.finetune.labelled import read_labelled
+from biotf.finetune.batches import FeatureCollator, TaskCollator, task_loader
+from biotf.finetune.features import cached_features
+from biotf.finetune.labelled import LabelledSet, read_labelled
 from biotf.finetune.metrics import LOWER_IS_BETTER
+from biotf.finetune.modes import Mode, build_mode
 from biotf.finetune.module import TaskModule, build_task_model, evaluate
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
 from biotf.training.run import build_trainer, continue_metrics, held_run, read_resumed, write_run_files
 from biotf.training.rundir import checkpoint_run_dir
+from biotf.wording import counted
 
 
 def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
@@ -70,8 +74,7 @@ def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Toke
     if tokenizer.pad_id is None:
         raise InputError(f"the tokenizer of {source} has no pad token; batches need one")
     check_pool(finetune.pool, config.task, trunk.config.causal)
-    if finetune.mode == "lora":
-        check_lora(trunk, list(finetune.lora.targets), finetune.lora.rank)
+    build_mode(finetune.mode, finetune.lora).check(trunk)
     if finetune.split.method == "identity" and (
             tokenizer.kind == "smiles" or detect_format(Path(config.data.path), config.data.format) == "smi"):
         raise ConfigError("finetune.split.method", "identity", "scaffold | group | random",
@@ -98,7 +101,8 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
 
     n_outputs = 1 if config.task == "regression" else len(data.classes)
-    model, trainable = build_task_model(config, trunk, n_outputs)
+    mode = build_mode(config.finetune.mode, config.finetune.lora)
+    model, trainable = build_task_model(config, trunk, n_outputs, mode)
     if config.task == "regression":
         train_values = torch.tensor([data.labels[r] for r in rows["train"]], dtype=torch.float32)
         model.set_target_scale(train_values.mean()[None], train_values.std()[None])
@@ -113,7 +117,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
                             distributed=False)
     continue_metrics(config, run_dir, resumed)
     del resumed
-    collate = TaskCollator(data, tokenizer, config.task)
+    collate = _collator(config, mode, model, tokenizer, data)
     loaders = {name: task_loader(data, rows[name], collate, config.data.batch_size,
                                  trainer if name == "train" else None, config.seed) for name in rows}
     module = TaskModule(model, config, config.trainer.max_steps, n_outputs, control)
@@ -148,15 +152,26 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     return summary
 
 
+def _collator(config: TrainConfig, mode: Mode, model: TaskModel, tokenizer: Tokenizer,
+              data: LabelledSet) -> TaskCollator | FeatureCollator:
+    """Batches of tokens; or, when the mode trains no trunk weight and finetune.cache_features is on, of the trunk's
+    features of every record, computed once (or read from data.cache_dir) and said on stderr."""
+    if mode.trains_trunk or not config.finetune.cache_features:
+        return TaskCollator(data, tokenizer, config.task)
+    start = time.perf_counter()
+    features, directory, cached = cached_features(model, tokenizer, data.token_ids, config.data.cache_dir)
+    how = "read from" if cached else f"computed in {time.perf_counter() - start:.1f} s, cached in"
+    print(f"trunk features of {counted(len(data.token_ids), 'record')} {how} {directory}", file=sys.stderr)
+    return FeatureCollator(data, features, config.task)
+
+
 def _export(model: TaskModel, tokenizer: Tokenizer, config: TrainConfig, classes: list[str] | None, max_length: int,
             run_dir: Path, run_config: dict[str, Any]) -> None:
     """<run>/model: the trunk (LoRA merged) and the head; with LoRA also the adapter alone."""
     directory = run_dir / MODEL_DIR
     info = TaskInfo(config.task, classes, config.finetune.pool, max_length, config.data.long_policy,
                     config.data.label_column)
-    adapter = None
-    if config.finetune.mode == "lora":  # kept beside the merged weights: the adapter alone fits the unchanged base
-        adapter = save_adapter(model.trunk, run_dir / f".{ADAPTER_FILE}.tmp")  # moved into the export's staging
-        merge_lora(model.trunk)
+    mode = build_mode(config.finetune.mode, config.finetune.lora)
+    adapter = mode.before_export(model.trunk, run_dir / f".{ADAPTER_FILE}.tmp")  # moved into the export's staging
     model.trunk.gradient_checkpointing = False
     save_task_model(model.eval(), tokenizer, info, directory, run_config, adapter=adapter)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,6 +34,28 @@ from biotf.errors import ConfigError, InputError
 # The linear layers a target name may select (the attribute name of a `Linear` inside a block).
 TARGETS = ("qkv", "out", "up", "gate_up", "down")
 ADAPTER_KEYS = ("lora_a", "lora_b")
+
+
+@dataclass
+class LoRAConfig:
+    """Adapters of `rank` on the linear layers named in `targets`, scaled by alpha / rank, with dropout on their
+    input: the one place these values are checked (the `finetune.lora` node, `apply_lora`, `load_adapter`);
+    whether they fit a model is `check_lora`'s."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: ["qkv", "out"])
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ConfigError("finetune.lora.rank", self.rank, "an integer >= 1")
+        if not self.alpha > 0:
+            raise ConfigError("finetune.lora.alpha", self.alpha, "a number > 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("finetune.lora.dropout", self.dropout, "0 <= dropout < 1")
+        if not self.targets or any(t not in TARGETS for t in self.targets):
+            raise ConfigError("finetune.lora.targets", list(self.targets), "a non-empty list of " + " | ".join(TARGETS))
 
 
 class LoRALinear(nn.Linear):
@@ -70,9 +93,6 @@ class LoRALinear(nn.Linear):
 
 def _targeted(model: nn.Module, targets: list[str]) -> list[tuple[nn.Module, str, nn.Linear]]:
     """(parent, attribute, layer) of every Linear whose attribute name is a target, in module order."""
-    unknown = [t for t in targets if t not in TARGETS]
-    if unknown or not targets:
-        raise ConfigError("finetune.lora.targets", list(targets), "a non-empty list of " + " | ".join(TARGETS))
     found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
              if name in targets and isinstance(child, nn.Linear)]
     missing = sorted(set(targets) - {name for _, name, _ in found})
@@ -83,12 +103,12 @@ def _targeted(model: nn.Module, targets: list[str]) -> list[tuple[nn.Module, str
     return found
 
 
-def check_lora(model: nn.Module, targets: list[str], rank: int) -> list[tuple[nn.Module, str, nn.Linear]]:
-    """The layers `targets` select (see `_targeted`), once `rank` is known to fit them: a rank above the narrowest
-    layer's width (min of its inputs and outputs) adds parameters and no expressiveness, so it cannot be meant."""
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError("finetune.lora.rank", rank, "an integer >= 1")
-    layers = _targeted(model, targets)
+def check_lora(model: nn.Module, settings: LoRAConfig) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """The layers `settings.targets` select (see `_targeted`), once its rank is known to fit them: a rank above the
+    narrowest layer's width (min of its inputs and outputs) adds parameters and no expressiveness, so it cannot be
+    meant."""
+    rank = settings.rank
+    layers = _targeted(model, list(settings.targets))
     _, name, narrowest = min(layers, key=lambda layer: min(layer[2].in_features, layer[2].out_features))
     width = min(narrowest.in_features, narrowest.out_features)
     if rank > width:
@@ -101,11 +121,7 @@ def check_lora(model: nn.Module, targets: list[str], rank: int) -> list[tuple[nn
 def apply_lora(model: nn.Module, targets: list[str], rank: int, alpha: float, dropout: float = 0.0) -> int:
     """Freeze every parameter of `model` and wrap the targeted linear layers in `LoRALinear` (in place).
     Returns the number of trainable adapter parameters."""
-    if not alpha > 0:
-        raise ConfigError("finetune.lora.alpha", alpha, "a number > 0")
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError("finetune.lora.dropout", dropout, "0 <= dropout < 1")
-    layers = check_lora(model, targets, rank)
+    layers = check_lora(model, LoRAConfig(rank, alpha, dropout, list(targets)))
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     for parent, name, layer in layers:

@@ -104,7 +104,12 @@ class TaskModel(nn.Module):
                 labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B,) class ids, (B, n_outputs) values in the label's unit, or (B, T) token classes (-100: none)."""
         hidden = self.trunk.encode(input_ids, attention_mask).last_hidden_state
-        x = hidden if self.task == "token" else pool_tokens(hidden, content_mask, self.pool)
+        return self.from_features(hidden if self.task == "token" else pool_tokens(hidden, content_mask, self.pool),
+                                  labels)
+
+    def from_features(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
+        """The head on the trunk's features: (B, D) pooled vectors, or (B, T, D) token vectors (token task); what
+        `forward` computes after the trunk, and what a frozen trunk's cached features train."""
         logits = self.head(x if self.dropout is None else self.dropout(x))
         if self.task == "regression":
             predictions = logits.detach() * self.target_std + self.target_mean

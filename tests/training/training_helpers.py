@@ -50,8 +50,8 @@ def write_proteins(path: Path, n: int = 60, seed: int = 0) -> Path:
 def finetune_overrides(root: Path, *extra: str) -> list[str]:
     """A short fine-tuning run of the `pretrained` fixture's model on its labelled.csv (seconds on 2 cores)."""
     return ["experiment=finetune", f"init_from={root / 'base'}", f"data.path={root / 'labelled.csv'}",
-            "data.id_column=id", "data.max_length=64", "data.batch_size=16", "trainer.max_steps=60",
-            "trainer.val_check_interval=10", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
+            "data.id_column=id", f"data.cache_dir={root / 'cache'}", "data.max_length=64", "data.batch_size=16",
+            "trainer.max_steps=60", "trainer.val_check_interval=10", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
             "optim.warmup_steps=5", "finetune.trunk_lr=3e-3", *extra]
 
 
