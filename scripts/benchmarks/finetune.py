@@ -4,6 +4,8 @@ A sequence classifier (`biotf.model.tasks.TaskModel`, mean pool, 10 classes) on 
 (6 layers, d 320, 20 heads, GELU, LayerNorm, rotary), one training step = forward + backward + AdamW:
 - full fine-tuning (every weight trains) vs LoRA (rank 8 on qkv and out; the trunk frozen): time per step;
 - full fine-tuning with and without gradient checkpointing: time per step;
+- frozen: a step of the head on the trunk's cached features (`biotf.finetune.features`) vs a step that runs the
+  frozen trunk (finetune.cache_features=false), and the one-off pass that computes the features;
 - the memory a step holds, counted from the tensors themselves so that it means the same on any device:
   weights + gradients + AdamW state (two moments per trainable weight) + the activations autograd saves for
   backward (`torch.autograd.graph.saved_tensors_hooks`, each storage counted once). With checkpointing the
@@ -14,11 +16,16 @@ A sequence classifier (`biotf.model.tasks.TaskModel`, mean pool, 10 classes) on 
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
+from biotf.finetune.features import compute_features
+from biotf.finetune.modes import Frozen
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.lora import apply_lora
+from biotf.model.lora import LoRAConfig, apply_lora
 from biotf.model.tasks import TaskModel
+from biotf.tokenizers import AminoAcidTokenizer
 
 MiB = 2**20
 
@@ -45,11 +52,13 @@ def batch(size: int, length: int, device: torch.device) -> dict[str, torch.Tenso
             "labels": torch.randint(0, 10, (size,), generator=generator).to(device)}
 
 
-def step_fn(model: TaskModel, data: dict[str, torch.Tensor]):
+def step_fn(model: TaskModel, data: dict[str, torch.Tensor], features: torch.Tensor | None = None):
+    """One optimizer step: of the whole model, or of its head alone on `features` (cached trunk outputs)."""
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
 
     def step():
-        model(**data).loss.backward()
+        out = model(**data) if features is None else model.from_features(features, data["labels"])
+        out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return step
@@ -104,6 +113,22 @@ def run(bench, quick: bool) -> None:
     bench.compare(f"training step, gradient checkpointing vs none (full fine-tuning, {size} x {length})",
                   step_fn(checkpointed, data), step_fn(full, data), anchor_name="no checkpointing", unit="tokens",
                   work=tokens)
+    frozen = build("full", device)
+    Frozen(LoRAConfig()).prepare(frozen.trunk)
+    frozen.trunk.eval()  # as the frozen mode runs it
+    tokenizer = AminoAcidTokenizer()
+    records = [row[row != tokenizer.pad_id].cpu().numpy() for row in data["input_ids"]]
+    features = None
+
+    def compute() -> None:
+        nonlocal features
+        features = compute_features(frozen, tokenizer, records)
+    once = statistics.median(bench.time(compute))
+    bench.record(f"frozen: computing the trunk features once ({size} x {length})", once * 1e3, "ms")
+    cached = torch.from_numpy(features.values).to(device)
+    bench.compare(f"frozen training step, head on cached features vs running the frozen trunk ({size} x {length})",
+                  step_fn(frozen, data, cached), step_fn(frozen, data), anchor_name="trunk every step",
+                  unit="records", work=size)
     largest_block = saved_activations(full, data)[1]
     for name, model in (("full", full), ("lora", lora), ("full + checkpointing", checkpointed)):
         parts = step_bytes(model, data, largest_block if model is checkpointed else 0.0)
