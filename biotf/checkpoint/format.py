@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from biotf.errors import CheckpointError
+from biotf.model.hf import CONFIG_FILE  # an export's config.json is named as a Hugging Face directory's
 from biotf.tokenizers.base import Tokenizer, tokenizer_class
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 CHECKPOINT_KEY = "biotf"
 FORMAT_VERSION = 2
-CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_DIR = "checkpoints"
 FINETUNED_MODEL_DIR = "model"  # a fine-tuning run's export, inside its run directory

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.training.rundir import changed_settings, flatten
+from biotf.training.rundir import RESOLVED_CONFIG, changed_settings, flatten
 from biotf.training.summary import SUMMARY_JSON  # written when training finished
 
 if TYPE_CHECKING:
     from biotf.training.config import TrainConfig
 
 METRICS_FILE = "metrics.csv"
-CONFIG_FILE = "config.yaml"
 ERROR_FILE = "error.txt"  # written by `train_job` when training raised, so the run is reported, not lost
 # Config keys that differ between runs without making them different settings.
 NOT_SETTINGS = frozenset({"seed", "data.cache_dir", "ckpt_path"})
@@ -124,7 +123,7 @@ def read_run_file(path: Path, parse: Any) -> Any:
 def read_run(directory: str | Path) -> Run:
     """The run in `directory`; a missing metrics.csv (training never logged) is an empty curve set."""
     directory = Path(directory)
-    config_path = directory / CONFIG_FILE
+    config_path = directory / RESOLVED_CONFIG
     config = flatten(read_run_file(config_path, yaml.safe_load) or {}) if config_path.is_file() else {}
     metrics_path = directory / METRICS_FILE
     curves = read_metrics(metrics_path) if metrics_path.is_file() else {}
@@ -201,7 +200,7 @@ def train_job(config: TrainConfig, run_dir: Path) -> Run:
     from biotf.training.run import train
 
     if (run_dir / SUMMARY_JSON).is_file():
-        stored = flatten(yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+        stored = flatten(yaml.safe_load((run_dir / RESOLVED_CONFIG).read_text(encoding="utf-8")))
         wanted = flatten(to_plain(config))
         changed = changed_settings(stored, wanted)
         if changed:
