@@ -17,7 +17,6 @@ Nothing is downloaded and no code from the directory is run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from os import PathLike
@@ -32,10 +31,17 @@ from biotf.model.hf import CONFIG_FILE, ESM_ARCHITECTURES, LOADERS, Materialise,
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
+from biotf.untrusted import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"
+NUMBER, OPTIONAL = (int, float), type(None)
+# generation_config.json's fields that `GenerationDefaults.from_hf` reads, checked before it reads them.
+GENERATION_CONFIG_TYPES = {"eos_token_id": (int, list, OPTIONAL), "pad_token_id": (int, OPTIONAL),
+                           "do_sample": (bool, OPTIONAL), "max_new_tokens": (int, OPTIONAL),
+                           "temperature": (*NUMBER, OPTIONAL), "top_k": (int, OPTIONAL), "top_p": (*NUMBER, OPTIONAL),
+                           "repetition_penalty": (*NUMBER, OPTIONAL)}
 # What biotf loads, by model_type: the architectures (config.json "architectures") it reads, ESM encoders without a
 # masked-LM head included (for embeddings); and of those, the ones that generate text.
 ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",), "esm": ESM_ARCHITECTURES}
@@ -107,12 +113,10 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 
 def is_hf_directory(path: str | PathLike) -> bool:
-    """A directory whose config.json names a `model_type` (how every `transformers` checkpoint says what it is)."""
+    """A directory whose config.json names a `model_type` (how every `transformers` checkpoint says what it is); a
+    config.json that is no JSON object is refused, naming it."""
     path = Path(path)
-    try:
-        return path.is_dir() and "model_type" in json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        return False
+    return path.is_dir() and (path / CONFIG_FILE).is_file() and "model_type" in read_hf_config(path)
 
 
 def check_architecture(directory: Path, config: Mapping[str, Any],
@@ -124,7 +128,7 @@ def check_architecture(directory: Path, config: Mapping[str, Any],
         raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot "
                               f"{purpose} (supported: {names})")
     architectures = config.get("architectures") or []
-    if architectures and not set(architectures) & set(supported[model_type]):
+    if architectures and not {str(name) for name in architectures} & set(supported[model_type]):
         raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}, not "
                               f"{' | '.join(supported[model_type])}: biotf cannot {purpose} it (supported: {names})")
 
@@ -134,10 +138,7 @@ def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[s
     path = directory / GENERATION_CONFIG_FILE
     if not path.is_file():
         return {key: config[key] for key in ("eos_token_id", "pad_token_id") if config.get(key) is not None}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
+    return read_json_object(path, "generation config", CheckpointError, types=GENERATION_CONFIG_TYPES)
 
 
 def _read_checked_config(directory: Path, supported: Mapping[str, str], purpose: str) -> dict[str, Any]:
