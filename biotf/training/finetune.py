@@ -31,6 +31,7 @@ from biotf.training.callbacks import RunControl
 from biotf.training.config import TrainConfig, to_plain
 from biotf.training.finetune_results import (PREDICTIONS_FILE, SPLIT_FILE, FinetuneSummary, check_same_split,
                                              write_predictions, write_split)
+from biotf.training.hints import command_line, reader_words
 from biotf.training.labelled import read_labelled
 from biotf.training.metrics import LOWER_IS_BETTER
 from biotf.training.run import build_trainer, continue_metrics, held_run, write_run_files
@@ -112,10 +113,9 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
         validation=results["validation"][0], test=results["test"][0], classes=data.classes)
     summary.write(run_dir)
     print(summary.text())
-    reader = "".join(f" --{flag} '{value}'" for flag, value in (("column", config.data.column),
-                                                              ("id-column", config.data.id_column)) if value)
-    print(f"predict with it: biotf predict --model {run_dir} --input {config.data.path}{reader} "
-          f"--output {run_dir / 'predictions.tsv'}")
+    print("predict with it: " + command_line("biotf", "predict", "--model", run_dir, "--input", config.data.path,
+                                             *reader_words(config.data.column, config.data.id_column),
+                                             "--output", run_dir / "predictions.tsv"))
     return summary
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from biotf.checkpoint import CHECKPOINT_DIR, atomic_write_text
 from biotf.errors import BiotfError
+from biotf.training.hints import command_line, hydra_override
 
 RESOLVED_CONFIG = "config.yaml"
 METRICS_FILE = "metrics.csv"
@@ -81,7 +82,7 @@ def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
     if used and not resumes_it:
         last = run_dir / CHECKPOINT_DIR / "last.ckpt"
         raise RunDirectoryError(f"run directory {run_dir} already holds a run ({', '.join(used)}); resume it with "
-                                f"ckpt_path={last} or choose a new hydra.run.dir")
+                                f"{command_line(hydra_override('ckpt_path', last))} or choose a new hydra.run.dir")
 
 
 @contextmanager
