@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 EXPORT_DIGEST_KEY = "weights_crc32"
 # What biotf reads from an exported config.json, checked before it is read (a crafted file is one line).
-EXPORT_CONFIG_TYPES = {"biotf_format": int, "model": dict, "tokenizer_fingerprint": str, "train_config": (dict, type(None)),
-                       EXPORT_DIGEST_KEY: int}
+EXPORT_CONFIG_TYPES = {"biotf_format": int, "model": dict, "tokenizer_fingerprint": str,
+                       "train_config": (dict, type(None)), EXPORT_DIGEST_KEY: int}
 
 
 def _check_digest(expected: Any, content: Any, path: Path) -> None:
