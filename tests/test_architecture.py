@@ -35,7 +35,8 @@ def part_of(module: str) -> str | None:
     best, length = None, -1
     for part, prefixes in PARTS.items():
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+            within = module == prefix or (module.startswith(prefix + ".") and prefix != "biotf")  # biotf: __init__
+            if within and len(prefix) > length:
                 best, length = part, len(prefix)
     return best
 

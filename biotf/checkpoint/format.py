@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from biotf.errors import CheckpointError
-from biotf.model.hf import CONFIG_FILE  # an export's config.json is named as a Hugging Face directory's
 from biotf.tokenizers.base import Tokenizer, tokenizer_class
 
 if TYPE_CHECKING:

@@ -11,7 +11,6 @@ Nothing is downloaded and no code from the directory is run. Generation settings
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
@@ -56,12 +55,10 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 
 def is_hf_directory(path: str | PathLike) -> bool:
-    """A directory whose config.json names a `model_type` (how every `transformers` checkpoint says what it is)."""
+    """A directory whose config.json names a `model_type` (how every `transformers` checkpoint says what it is); a
+    config.json that is no JSON object is refused, naming it."""
     path = Path(path)
-    try:
-        return path.is_dir() and "model_type" in json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        return False
+    return path.is_dir() and (path / CONFIG_FILE).is_file() and "model_type" in read_hf_config(path)
 
 
 def check_architecture(directory: Path, config: Mapping[str, Any],
@@ -73,7 +70,7 @@ def check_architecture(directory: Path, config: Mapping[str, Any],
         raise CheckpointError(f"{directory / CONFIG_FILE} has model_type {model_type!r}, which biotf cannot "
                               f"{purpose} (supported: {names})")
     architectures = config.get("architectures") or []
-    if architectures and not set(architectures) & set(supported[model_type]):
+    if architectures and not {str(name) for name in architectures} & set(supported[model_type]):
         raise CheckpointError(f"{directory / CONFIG_FILE} has architectures {architectures}, not "
                               f"{' | '.join(supported[model_type])}: biotf cannot {purpose} it (supported: {names})")
 

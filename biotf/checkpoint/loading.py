@@ -19,7 +19,6 @@ milliseconds naming the mismatch rather than after allocating gigabytes.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -34,12 +33,13 @@ from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINET
                               TASK_FILE, ensure_same_tokenizer, payload_fingerprint, read_checkpoint, read_exported,
                               tokenizer_from_payload)
 from biotf.checkpoint.task_export import read_task_files
-from biotf.errors import CheckpointError
+from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
+from biotf.untrusted import read_json_object
 
 __all__ = ["MODEL_SOURCES", "ModelSource", "Pretrained", "find_source", "load_pretrained"]
 
@@ -92,7 +92,10 @@ def _check_shapes(config: TransformerConfig, state: dict[str, torch.Tensor], sou
 
 
 def _model(config: dict[str, Any], state: dict[str, torch.Tensor], source: str) -> Transformer:
-    model_config = TransformerConfig.from_dict(config)
+    try:
+        model_config = TransformerConfig.from_dict(config)
+    except (ConfigError, TypeError) as error:  # a stored config that was edited, or written by another version
+        raise CheckpointError(f"{source}: the stored model config is invalid: {error}") from None
     _check_shapes(model_config, state, source)
     model = Transformer(model_config)
     try:
@@ -144,7 +147,7 @@ def load_exported(directory: str | Path) -> Pretrained:
     tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
     ensure_same_tokenizer(payload_fingerprint(config, str(directory / CONFIG_FILE)), tokenizer,
                           str(directory / CONFIG_FILE), candidate=str(directory / TOKENIZER_FILE))
-    return Pretrained(_model(config["model"], state, str(directory)), tokenizer)
+    return Pretrained(_model(config["model"], state, str(directory / CONFIG_FILE)), tokenizer)
 
 
 def load_fine_tuned(source: str | Path) -> Pretrained:
@@ -175,12 +178,11 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def _is_exported(path: Path) -> bool:
+    """A directory whose config.json says `biotf_format`; a config.json that is no JSON object is refused here,
+    naming it, as no loader could read its directory."""
     if not (path / CONFIG_FILE).is_file():
         return False
-    try:
-        return "biotf_format" in json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # unreadable, not UTF-8 or not JSON: not ours (UnicodeDecodeError is a ValueError)
-        return False
+    return "biotf_format" in read_json_object(path / CONFIG_FILE, "model config", CheckpointError)
 
 
 def load_hf_directory(directory: str | Path) -> Pretrained:

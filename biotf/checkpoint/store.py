@@ -4,7 +4,8 @@ Writes are atomic (`files`); every checkpoint carries the CRC-32 of its content 
 export records the CRC-32 of its weights, checked on each read with a one-line error naming the file.
 Files written before the checksum existed (format 1) are read without one.
 
-Safety: weights are read with `torch.load(weights_only=True)` or safetensors, never unpickled code.
+Safety: weights are read with `torch.load(weights_only=True)` (`biotf.untrusted.load_tensors`) or safetensors, never
+unpickled code; config.json is checked field by field before it is used (`biotf.untrusted.read_json_object`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,19 @@ import torch
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.atomic import atomic_directory, atomic_write
-from biotf.checkpoint.format import CHECKPOINT_KEY, CONFIG_FILE, FORMAT_VERSION, WEIGHTS_FILE
+from biotf.checkpoint.format import CHECKPOINT_KEY, FORMAT_VERSION, WEIGHTS_FILE
+from biotf.model.hf import CONFIG_FILE  # an export's config.json is named as a Hugging Face directory's
 from biotf.errors import CheckpointError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
+from biotf.untrusted import load_tensors, read_json_object
 
 if TYPE_CHECKING:
     from biotf.model import Transformer
 
 EXPORT_DIGEST_KEY = "weights_crc32"
+# What biotf reads from an exported config.json, checked before it is read (a crafted file is one line).
+EXPORT_CONFIG_TYPES = {"biotf_format": int, "model": dict, "tokenizer_fingerprint": str,
+                       "train_config": (dict, type(None)), EXPORT_DIGEST_KEY: int}
 
 
 def _check_digest(expected: Any, content: Any, path: Path) -> None:
@@ -53,11 +59,7 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # unpickling errors come in many types; all mean "not a safe biotf checkpoint"
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
+    checkpoint = load_tensors(path, "checkpoint", map_location=map_location)
     if isinstance(checkpoint, dict):
         _check_digest(checkpoint.pop(DIGEST_KEY, None), checkpoint, path)
     return checkpoint
@@ -102,10 +104,8 @@ def read_exported(directory: str | Path) -> tuple[dict[str, Any], dict[str, torc
     for name in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE):
         if not (directory / name).is_file():
             raise CheckpointError(f"exported model directory {directory} has no {name}")
-    try:
-        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
-    except ValueError as error:
-        raise CheckpointError(f"{directory / CONFIG_FILE} is not valid JSON ({error})") from None
+    config = read_json_object(directory / CONFIG_FILE, "model config", CheckpointError, types=EXPORT_CONFIG_TYPES,
+                              required=["model"])
     try:
         state = load_file(directory / WEIGHTS_FILE)
     except Exception as error:  # safetensors raises its own error types for damaged files

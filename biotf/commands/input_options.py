@@ -45,7 +45,7 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
             raise ConfigError("--option", pair, allowed="KEY=VALUE")
         try:
             options[key] = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (or nested past the parser): the string as given
             options[key] = value
     return options
 

@@ -9,7 +9,6 @@ A run directory is what `biotf.training.run.train` writes: `config.yaml` (the re
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.training.rundir import RESOLVED_CONFIG, changed_settings, flatten
 from biotf.training.summary import SUMMARY_JSON  # written when training finished
+from biotf.untrusted import read_json_object
 
 if TYPE_CHECKING:
     from biotf.training.config import TrainConfig
@@ -112,10 +112,10 @@ def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def read_run_file(path: Path, parse: Any) -> Any:
-    """`parse(text)` of a run's YAML/JSON file; a damaged one is an InputError naming it, not a traceback."""
+    """`parse(text)` of a run's YAML or text file; a damaged one is an InputError naming it, not a traceback."""
     try:
         return parse(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as error:  # json's decode error is a ValueError
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InputError(f"{path}: damaged run file ({reason})") from None
 
@@ -132,7 +132,7 @@ def read_run(directory: str | Path) -> Run:
     if not curves and error is None:
         raise InputError(f"{directory} is not a training run: it has no {METRICS_FILE} and no {ERROR_FILE}")
     summary_path = directory / SUMMARY_JSON
-    summary = read_run_file(summary_path, json.loads) if summary_path.is_file() else None
+    summary = read_json_object(summary_path, "run summary") if summary_path.is_file() else None
     return Run(directory, config, curves, error, summary)
 
 

@@ -46,6 +46,7 @@ from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
 from biotf.export.choices import EMBEDDING_FORMATS
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
+from biotf.untrusted import parse_json_object
 
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
 RESERVED = {"id", "sequence", "embeddings", *TOKEN_COLUMNS}
@@ -367,8 +368,10 @@ def read_embeddings(path: str | Path) -> EmbeddingTable:
         raise InputError(f"{path}: not an embedding file written by biotf embed ({error or type(error).__name__})") from None
 
 
-def _pooled(info: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`info`, after refusing per-token files (checked before their bulk is read)."""
+def _pooled(text: str, path: Path) -> dict[str, Any]:
+    """The file's metadata `text` (biotf embed's JSON object), after refusing per-token files (checked before their
+    bulk is read)."""
+    info = parse_json_object(text, str(path), "embedding file metadata")
     if info.get("pool") == "none":
         raise InputError(f"{path} holds per-token vectors (--pool none); probes and maps need pooled vectors "
                          "(allowed: --pool mean, cls or max)")
@@ -377,7 +380,7 @@ def _pooled(info: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def _read_npz(path: Path) -> EmbeddingTable:
     with np.load(path, allow_pickle=False) as data:
-        info = _pooled(json.loads(str(data["info"])), path)
+        info = _pooled(str(data["info"]), path)
         columns = dict.fromkeys(k.removesuffix(".utf8") for k in data.files
                                 if k.startswith("metadata/") and not k.endswith(".offsets"))
         metadata = {k.split("/", 1)[1]: npz_text(data, k) for k in columns}
@@ -388,7 +391,7 @@ def _read_npz(path: Path) -> EmbeddingTable:
 def _read_parquet(path: Path) -> EmbeddingTable:
     import pyarrow.parquet as pq
 
-    info = _pooled(json.loads(pq.read_schema(path).metadata[b"biotf"]), path)
+    info = _pooled(pq.read_schema(path).metadata[b"biotf"].decode("utf-8"), path)
     table = pq.read_table(path)
     arrays = {}
     for name in table.column_names:
@@ -405,7 +408,7 @@ def _read_h5ad(path: Path) -> EmbeddingTable:
     import anndata
 
     data = anndata.read_h5ad(path)
-    info = _pooled(json.loads(data.uns["biotf"]), path)
+    info = _pooled(str(data.uns["biotf"]), path)
     metadata = {c: data.obs[c].astype(str).to_numpy() for c in data.obs.columns if c != "sequence"}
     arrays = {"embeddings": np.asarray(data.X), **{k: np.asarray(v) for k, v in data.obsm.items()}}
     sequences = data.obs["sequence"].astype(str).to_numpy() if "sequence" in data.obs else np.array([], str)

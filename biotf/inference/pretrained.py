@@ -8,7 +8,6 @@ read straight into their decoding layout (`biotf.inference.fast`). Other sources
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from os import PathLike
@@ -22,9 +21,16 @@ from biotf.checkpoint.loading import find_source, load_hf_directory
 from biotf.errors import CheckpointError
 from biotf.model import Transformer
 from biotf.tokenizers.base import Tokenizer
+from biotf.untrusted import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 CAUSAL_LM_ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",)}
+NUMBER, OPTIONAL = (int, float), type(None)
+# generation_config.json's fields that `GenerationDefaults.from_hf` reads, checked before it reads them.
+GENERATION_CONFIG_TYPES = {"eos_token_id": (int, list, OPTIONAL), "pad_token_id": (int, OPTIONAL),
+                           "do_sample": (bool, OPTIONAL), "max_new_tokens": (int, OPTIONAL),
+                           "temperature": (*NUMBER, OPTIONAL), "top_k": (int, OPTIONAL), "top_p": (*NUMBER, OPTIONAL),
+                           "repetition_penalty": (*NUMBER, OPTIONAL)}
 
 
 @dataclass(frozen=True)
@@ -74,10 +80,7 @@ def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[s
     path = directory / GENERATION_CONFIG_FILE
     if not path.is_file():
         return {key: config[key] for key in ("eos_token_id", "pad_token_id") if config.get(key) is not None}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
+    return read_json_object(path, "generation config", CheckpointError, types=GENERATION_CONFIG_TYPES)
 
 
 def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:

@@ -15,6 +15,7 @@ tokenizer's at build time (`config.for_tokenizer(...)`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -169,6 +170,8 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         """Build from a plain mapping (a YAML file, a checkpoint's config); unknown keys are refused."""
+        if not isinstance(values, Mapping):
+            raise ConfigError("model", values, reason="expected a mapping of model settings")
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
             raise ConfigError(unknown[0] if len(unknown) == 1 else ", ".join(unknown), values[unknown[0]],

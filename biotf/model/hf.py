@@ -35,6 +35,7 @@ from torch import nn
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.positions import rope_inverse_frequency
+from biotf.untrusted import load_tensors, read_json_object
 
 if TYPE_CHECKING:  # the model class is passed in by `Transformer.from_hf`: this module does not import it
     from biotf.model.transformer import Transformer
@@ -43,6 +44,9 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 PICKLE_WEIGHTS_FILE = "pytorch_model.bin"
+# config.json's fields that choose what is loaded, checked before they are used; the rest are checked as the
+# model's config is built from them (`load_hf`).
+HF_CONFIG_TYPES = {"model_type": str, "architectures": list}
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -50,10 +54,7 @@ def read_hf_config(directory: Path) -> dict[str, Any]:
     path = directory / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(f"{directory} is not a Hugging Face model directory: no {CONFIG_FILE}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+    return read_json_object(path, "model config", CheckpointError, types=HF_CONFIG_TYPES)
 
 
 class SafetensorsWeights(Mapping[str, torch.Tensor]):
@@ -102,7 +103,10 @@ def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[s
     if (directory / WEIGHTS_FILE).is_file():
         return SafetensorsWeights(dict.fromkeys(names(directory / WEIGHTS_FILE), directory / WEIGHTS_FILE), dtype)
     if (directory / INDEX_FILE).is_file():
-        index = json.loads((directory / INDEX_FILE).read_text())
+        index = read_json_object(directory / INDEX_FILE, "weights index", CheckpointError, types={"weight_map": dict})
+        if not all(isinstance(shard, str) for shard in index.get("weight_map", {}).values()):
+            raise CheckpointError(f"cannot read weights index {directory / INDEX_FILE}: its weight_map must map "
+                                  "tensor names to shard file names")
         files: dict[str, Path] = {}
         for shard in sorted(set(index.get("weight_map", {}).values())):
             if not (directory / shard).is_file():
@@ -114,11 +118,7 @@ def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[s
                                   f"{missing[:5]}")
         return SafetensorsWeights(files, dtype)
     if (directory / PICKLE_WEIGHTS_FILE).is_file():
-        try:
-            return torch.load(directory / PICKLE_WEIGHTS_FILE, map_location="cpu", weights_only=True, mmap=True)
-        except Exception as error:  # unpickling errors come in many types; all mean "not plain tensors"
-            raise CheckpointError(f"cannot read {directory / PICKLE_WEIGHTS_FILE} as plain tensors "
-                                  f"(torch.load weights_only=True): {error}") from None
+        return load_tensors(directory / PICKLE_WEIGHTS_FILE, "weights", map_location="cpu", mmap=True)
     found = sorted(p.name for p in directory.iterdir())
     raise CheckpointError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE}, nor a {PICKLE_WEIGHTS_FILE} "
                           f"(found: {found})")
@@ -413,7 +413,14 @@ def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torc
     if model_type not in FAMILIES:
         raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(FAMILIES)})")
     make_config, convert = FAMILIES[model_type]
-    config = make_config(hf_config)
+    try:
+        config = make_config(hf_config)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
+        if directory is None:
+            raise  # a transformers model object's config: not the user's file
+        reason = f"it has no {error}" if isinstance(error, KeyError) else str(error)
+        raise CheckpointError(f"{directory / CONFIG_FILE} does not describe a {model_type} model biotf can build: "
+                              f"{reason}") from None
     if weights is None:
         weights = read_weights(directory, dtype)
     state = convert(weights, config)

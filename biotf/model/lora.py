@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from biotf.errors import ConfigError, InputError
+from biotf.untrusted import parse_json_object
 
 # The linear layers a target name may select (the attribute name of a `Linear` inside a block).
 TARGETS = ("qkv", "out", "up", "gate_up", "down")
@@ -175,7 +176,9 @@ def load_adapter(model: nn.Module, path: str | Path) -> dict[str, object]:
         metadata = handle.metadata() or {}
     if "biotf_lora" not in metadata:
         raise InputError(f"{path}: not a biotf LoRA adapter (no biotf_lora metadata)")
-    settings = json.loads(metadata["biotf_lora"])
+    settings = parse_json_object(metadata["biotf_lora"], str(path), "LoRA adapter metadata",
+                                 types={"targets": list, "rank": int, "alpha": (int, float)},
+                                 required=["targets", "rank", "alpha"])
     tensors = load_file(str(path))
     apply_lora(model, settings["targets"], settings["rank"], settings["alpha"])
     expected = adapter_state_dict(model)

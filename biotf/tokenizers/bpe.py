@@ -30,6 +30,7 @@ import numpy as np
 from biotf.errors import ConfigError, InputError, TokenizationError, check_int
 from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
 from biotf.tokenizers.loading import load_tokenizer
+from biotf.untrusted import read_json_object, read_text
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -151,11 +152,7 @@ class BPETokenizer(Tokenizer):
     def from_file(cls, path: str | Path) -> "BPETokenizer":
         """Any Hugging Face `tokenizer.json`, with `tokenizer_config.json` / `chat_template.jinja` beside it."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise InputError(f"cannot read tokenizer file {path}: {error.strerror or error}") from None
-        return cls._from_hf_json(text, path)
+        return cls._from_hf_json(read_text(path, "tokenizer file"), path)
 
     @classmethod
     def _from_hf_json(cls, text: str, path: Path) -> "BPETokenizer":
@@ -168,10 +165,7 @@ class BPETokenizer(Tokenizer):
         config: dict[str, Any] = {}
         config_path = path.parent / TOKENIZER_CONFIG_FILE
         if config_path.is_file():
-            try:
-                config = json.loads(config_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as error:
-                raise InputError(f"{config_path} is not valid JSON: {error}") from None
+            config = read_json_object(config_path, "tokenizer config", types={"chat_template": (str, list, type(None))})
         vocab = backend.get_vocab(with_added_tokens=True)
         roles = {}
         for role in ROLES:
@@ -183,7 +177,8 @@ class BPETokenizer(Tokenizer):
         if chat_template is None and template_path.is_file():
             chat_template = template_path.read_text(encoding="utf-8")
         if isinstance(chat_template, list):  # several named templates: keep the default one
-            chat_template = next((t["template"] for t in chat_template if t.get("name") == "default"), None)
+            chat_template = next((t.get("template") for t in chat_template
+                                  if isinstance(t, Mapping) and t.get("name") == "default"), None)
         return cls(backend, special_tokens=roles, chat_template=chat_template)
 
     @classmethod

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from biotf.errors import ConfigError, InputError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, check_options, registered_tokenizers, tokenizer_class
+from biotf.untrusted import parse_json_object, read_text
 
 
 def _plain(value: Any) -> Any:
@@ -143,13 +143,10 @@ def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
         file = path
     else:
         raise InputError(f"tokenizer path {path} does not exist")
-    try:
-        text = file.read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"cannot read {file} as a tokenizer: {error}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{file} is not a tokenizer file (expected a JSON object)")
+    text = read_text(file, "tokenizer file")
+    # biotf's own fields; a Hugging Face file's are checked by `tokenizers` as it reads it.
+    data = parse_json_object(text, str(file), "tokenizer file",
+                             types={"biotf_tokenizer": str, "config": dict, "fingerprint": str})
     if "biotf_tokenizer" in data:
         kind = data["biotf_tokenizer"]
         try:

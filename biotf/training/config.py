@@ -33,6 +33,7 @@ STRATEGIES = ("auto", "ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 LOGGERS = ("csv", "tensorboard")
 NONFINITE_POLICIES = ("stop", "skip")
+PROGRESS_FORMS = ("auto", "bar", "lines")  # trainer.progress (biotf.training.progress)
 
 
 @dataclass
@@ -108,6 +109,8 @@ class TrainerConfig:
     nonfinite: a NaN/inf training loss "stop"s the run (an error naming the step; checkpoints/last.ckpt
     keeps the last good weights) or is "skip"ped (no update from that batch, counted in
     train/nonfinite_skipped and the run summary).
+    progress: how progress shows while `enable_progress_bar`: a tqdm "bar", plain "lines" (for logs and pipes), or
+    "auto", a bar when stdout is a terminal and lines otherwise (`biotf.training.progress`).
     """
 
     accelerator: str = "auto"
@@ -126,6 +129,7 @@ class TrainerConfig:
     compile: bool = False
     logger: str = "csv"
     enable_progress_bar: bool = True
+    progress: str = "auto"
     nonfinite: str = "stop"
     gradient_checkpointing: bool = False  # recompute each block in backward (`Transformer.gradient_checkpointing`)
     fused_loss: bool = True  # the LM head and its loss in row chunks, no logits (`biotf.model.loss`)
@@ -136,6 +140,7 @@ class TrainerConfig:
         check_choice("trainer.strategy", self.strategy, STRATEGIES)
         check_choice("trainer.precision", self.precision, PRECISIONS)
         check_choice("trainer.logger", self.logger, LOGGERS)
+        check_choice("trainer.progress", self.progress, PROGRESS_FORMS)
         if self.logger == "tensorboard" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
             raise ConfigError("trainer.logger", self.logger, "csv, or tensorboard once installed",
                               reason="the tensorboard package is not installed (pip install 'biotf[tensorboard]')")

@@ -15,7 +15,6 @@ last.ckpt, printing the command that resumes it.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from biotf.errors import BiotfError, ConfigError
 from biotf.resources import CONF_DIR
 from biotf.training.config import check_key, register_configs, validate
+from biotf.training.hints import command_line, hydra_override
 from biotf.training.rundir import check_resume, check_run_dir, checkpoint_run_dir, is_launch_rank_zero
 
 register_configs()
@@ -98,9 +98,9 @@ def resume_in_place(overrides: list[str]) -> list[str]:
         return overrides
     for override in parsed:
         if override.key_or_group == "ckpt_path" and not override.is_sweep_override():
-            run_dir = checkpoint_run_dir(override.get_value_element_as_str())
+            run_dir = checkpoint_run_dir(str(override.value()))  # unquoted, as the config will hold it
             if run_dir is not None and run_dir.is_dir():
-                return [*overrides, f"hydra.run.dir={run_dir}"]
+                return [*overrides, hydra_override("hydra.run.dir", run_dir)]
     return overrides
 
 
@@ -139,7 +139,8 @@ def _hydra_job(cfg: DictConfig) -> float:
             resume = ""
             if stop.path is not None:
                 overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
-                resume = "; resume with: " + shlex.join(["python", sys.argv[0], *overrides, f"ckpt_path={stop.path}"])
+                resume = "; resume with: " + command_line("python", sys.argv[0], *overrides,
+                                                          hydra_override("ckpt_path", stop.path))
             print(f"train: {stop}{resume}", file=sys.stderr)
         sys.exit(SIGTERM_STATUS)
 

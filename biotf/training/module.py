@@ -76,7 +76,7 @@ class LanguageModelTask(L.LightningModule):
 
         Returning None makes Lightning skip backward and the optimizer step for this batch."""
         if self.nonfinite == "stop":
-            raise BiotfError(f"non-finite training loss {float(loss):g} at step {self.global_step + 1} (batch "
+            raise BiotfError(f"non-finite training loss {float(loss.detach()):g} at step {self.global_step + 1} (batch "
                              f"{batch_idx} of epoch {self.current_epoch}); stopped, checkpoints/last.ckpt keeps the "
                              "last good weights (set trainer.nonfinite=skip to skip such batches, counted)")
         self.nonfinite_skipped += 1

@@ -24,7 +24,7 @@ import torch
 import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from biotf.atomic import atomic_write, atomic_write_text
@@ -37,6 +37,7 @@ from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.module import LanguageModelTask
+from biotf.training.progress import progress_callbacks, quiet_lightning
 from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
                                   is_launch_rank_zero, trim_metrics)
 from biotf.training.summary import RunSummary, next_steps
@@ -103,8 +104,8 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
                  CarryBest(best)]
     if patience is not None:
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=patience, check_on_train_epoch_end=False))
-    if trainer.enable_progress_bar:  # tqdm: loss, tokens/s and val/loss on one line, also in plain logs
-        callbacks.append(TQDMProgressBar(refresh_rate=1))
+    progress = progress_callbacks(trainer.enable_progress_bar, trainer.progress)
+    callbacks += progress
     built = L.Trainer(
         accelerator=trainer.accelerator, devices=trainer.devices if distributed else 1,
         num_nodes=trainer.num_nodes if distributed else 1, strategy=trainer.strategy if distributed else "auto",
@@ -114,7 +115,8 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
         limit_val_batches=trainer.limit_val_batches, accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val or None, log_every_n_steps=trainer.log_every_n_steps,
         logger=logger, callbacks=callbacks,
-        plugins=[VerifiedCheckpointIO()], default_root_dir=run_dir, enable_progress_bar=trainer.enable_progress_bar,
+        plugins=[VerifiedCheckpointIO()], default_root_dir=run_dir,
+        enable_progress_bar=any(isinstance(c, ProgressBar) for c in progress),  # else Lightning adds its own bar
         enable_model_summary=False, num_sanity_val_steps=0,
         # The batch sampler shards by rank itself (and resumes mid-epoch); Lightning must not replace it.
         use_distributed_sampler=False,
@@ -178,12 +180,13 @@ def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any]
 
 @contextmanager
 def held_run(config: TrainConfig, run_dir: Path) -> Iterator[RunControl]:
-    """The run directory claimed (`claim_run_dir`) and SIGTERM turned into a save-and-stop (`sigterm_stops`) while the
-    block trains; yields the run's control, for `build_trainer` and the module. Every kind of run trains inside it,
-    a resume once its settings are known to be its run's (`check_resume`, before anything is written)."""
+    """The run directory claimed (`claim_run_dir`), SIGTERM turned into a save-and-stop (`sigterm_stops`) and
+    Lightning's notices silenced (`quiet_lightning`) while the block trains; yields the run's control, for
+    `build_trainer` and the module. Every kind of run trains inside it, a resume once its settings are known to be
+    its run's (`check_resume`, before anything is written)."""
     check_resume(config)
     control = RunControl(config.trainer.checkpoint_every_minutes)
-    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control):
+    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control), quiet_lightning():
         yield control
 
 

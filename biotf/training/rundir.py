@@ -32,6 +32,7 @@ import yaml
 from biotf.atomic import atomic_write_text
 from biotf.checkpoint import CHECKPOINT_DIR, FINETUNED_MODEL_DIR
 from biotf.errors import BiotfError, InputError
+from biotf.training.hints import command_line, hydra_override
 
 if TYPE_CHECKING:
     from biotf.training.config import TrainConfig
@@ -152,7 +153,7 @@ def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
     if used and not resumes_it:
         last = run_dir / CHECKPOINT_DIR / "last.ckpt"
         raise RunDirectoryError(f"run directory {run_dir} already holds a run ({', '.join(used)}); resume it with "
-                                f"ckpt_path={last} or choose a new hydra.run.dir")
+                                f"{command_line(hydra_override('ckpt_path', last))} or choose a new hydra.run.dir")
 
 
 @contextmanager

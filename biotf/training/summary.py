@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from biotf.atomic import atomic_write_text
+from biotf.training.hints import command_line, reader_words
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_TEXT = "summary.txt"
@@ -68,9 +69,10 @@ class RunSummary:
 
 def next_steps(run_dir: Path, data_path: str, column: str | None = None, id_column: str | None = None) -> str:
     """What to do with the run: where it is, how to export it, how to embed its data with it."""
-    reader = "".join(f" --{flag} {value}" for flag, value in (("column", column), ("id-column", id_column)) if value)
     return "\n".join([
         f"run directory: {run_dir}",
-        f"export it:     biotf export-model {run_dir} {run_dir / 'export'}",
-        f"embed with it: biotf embed --model {run_dir} --input {data_path}{reader} --output {run_dir / 'embeddings.h5ad'}",
+        f"export it:     {command_line('biotf', 'export-model', run_dir, run_dir / 'export')}",
+        "embed with it: " + command_line("biotf", "embed", "--model", run_dir, "--input", data_path,
+                                         *reader_words(column, id_column),
+                                         "--output", run_dir / "embeddings.h5ad"),
     ])

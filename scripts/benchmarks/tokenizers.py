@@ -1,4 +1,4 @@
-"""Tokenizer section: biotf's encode_batch against its anchor, on the real data in ../shared/data.
+r"""Tokenizer section: biotf's encode_batch against its anchor, on the real data in ../shared/data.
 
 | scheme                 | data                                        | anchor                                      | target              |
 |------------------------|---------------------------------------------|---------------------------------------------|---------------------|

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +299,90 @@ def test_damaged_exported_directory(capsys, tmp_path, model_dir, file, kind):
     status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, exported))
     assert status == 2 and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "embeddings.npz").exists()
+
+
+# --- crafted JSON in a model's config.json and tokenizer.json -------------------------------------
+DEEPLY_NESTED = "[" * 200_000  # json.loads raises RecursionError on it
+
+
+def edited(**changes):
+    """A config.json edit: the exported one with some fields changed (None removes nothing; it sets null)."""
+    return lambda config: json.dumps({**config, **changes})
+
+
+def with_model(**changes):
+    return lambda config: json.dumps({**config, "model": {**config["model"], **changes}})
+
+
+# kind -> (file, new text (or a function of the original config.json), what the one error line must say)
+CRAFTED_EXPORT_FILES = {
+    "config_deeply_nested": ("config.json", DEEPLY_NESTED, "nested too deeply"),
+    "config_an_array": ("config.json", "[1, 2]", "expected a JSON object, found an array"),
+    "config_not_utf8": ("config.json", b'{"biotf_format": 1, "model": "caf\xe9"}', "not UTF-8"),
+    "config_model_null": ("config.json", edited(model=None), "'model' is null, expected an object"),
+    "config_model_an_array": ("config.json", edited(model=[1]), "'model' is an array, expected an object"),
+    "config_without_model": ("config.json", lambda c: json.dumps({k: v for k, v in c.items() if k != "model"}),
+                             "no 'model'"),
+    "config_model_field_of_wrong_type": ("config.json", with_model(d_model="x"), "d_model"),
+    "config_checksum_a_string": ("config.json", edited(weights_crc32="abc"), "'weights_crc32' is a string"),
+    "config_fingerprint_an_array": ("config.json", edited(tokenizer_fingerprint=[1]),
+                                    "'tokenizer_fingerprint' is an array"),
+    "tokenizer_deeply_nested": ("tokenizer.json", DEEPLY_NESTED, "nested too deeply"),
+    "tokenizer_kind_an_array": ("tokenizer.json", '{"biotf_tokenizer": ["protein"]}',
+                                "'biotf_tokenizer' is an array, expected a string"),
+    "tokenizer_config_an_array": ("tokenizer.json", '{"biotf_tokenizer": "protein", "config": [1]}',
+                                  "'config' is an array, expected an object"),
+    "tokenizer_hf_model_null": ("tokenizer.json", '{"model": null}', "not a Hugging Face tokenizer.json"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CRAFTED_EXPORT_FILES))
+def test_crafted_json_in_an_exported_directory(capsys, tmp_path, model_dir, kind):
+    """Deep nesting (RecursionError inside json), wrong types and missing sections: one line naming the file."""
+    import shutil
+
+    exported = shutil.copytree(model_dir, tmp_path / "exported")
+    name, content, fragment = CRAFTED_EXPORT_FILES[kind]
+    if callable(content):
+        content = content(json.loads((exported / "config.json").read_text()))
+    (exported / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    fasta = tmp_path / "clean.fasta"
+    fasta.write_bytes(CLEAN_FASTA)
+    status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, exported))
+    assert_one_line_error(status, err, exported / name, fragment)
+    assert not (tmp_path / "embeddings.npz").exists()
+
+
+CRAFTED_HF_CONFIGS = {
+    "deeply_nested": (DEEPLY_NESTED, "nested too deeply"),
+    "null": ("null", "expected a JSON object, found null"),
+    "model_type_an_array": ('{"model_type": ["qwen2"]}', "'model_type' is an array, expected a string"),
+    "architectures_a_number": ('{"model_type": "esm", "architectures": 5}', "'architectures' is a number"),
+    "qwen2_without_hidden_size": ('{"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}', "hidden_size"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CRAFTED_HF_CONFIGS))
+def test_crafted_config_json_in_a_hugging_face_directory(capsys, tmp_path, qwen_tokenizer_dir, kind):
+    import shutil
+
+    directory = shutil.copytree(qwen_tokenizer_dir, tmp_path / "hf")
+    content, fragment = CRAFTED_HF_CONFIGS[kind]
+    (directory / "config.json").write_text(content)
+    fasta = tmp_path / "clean.fasta"
+    fasta.write_bytes(CLEAN_FASTA)
+    status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, directory))
+    assert_one_line_error(status, err, directory / "config.json", fragment)
+
+
+@pytest.mark.parametrize("model", [None, [1], {"d_model": "x"}])
+def test_a_checkpoint_whose_stored_model_config_is_crafted(capsys, tmp_path, model):
+    from biotf.checkpoint import tokenizer_payload
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    path = tmp_path / "model.ckpt"
+    torch.save({"state_dict": {}, "biotf": {"format": 1, "model": model, "train_config": None,
+                                            "tokenizer": tokenizer_payload(AminoAcidTokenizer())}}, path)
+    status, _, err = run_cli(capsys, "export-model", str(path), str(tmp_path / "exported"))
+    assert_one_line_error(status, err, path, "stored model config")
+    assert not (tmp_path / "exported").exists()

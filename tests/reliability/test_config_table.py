@@ -18,6 +18,7 @@ TABLE = [
     (["trainer.strategy=deepspeed"], "trainer.strategy", "auto | ddp | fsdp"),
     (["trainer.accelerator=tpu"], "trainer.accelerator", "auto | cpu | gpu"),
     (["trainer.logger=wandb"], "trainer.logger", "csv | tensorboard"),
+    (["trainer.progress=dots"], "trainer.progress", "auto | bar | lines"),
     (["trainer.max_steps=0"], "trainer.max_steps", "an integer >= 1"),
     (["trainer.val_check_interval=-5"], "trainer.val_check_interval", "an integer >= 1"),
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches", "an integer >= 1"),

@@ -46,6 +46,14 @@ def malicious_file(path: Path, marker: Path, wrap=lambda payload: payload) -> Pa
     return path
 
 
+def assert_plain_refusal(message: str) -> None:
+    """One line that says why, without torch's advice to load the file unsafely (`weights_only=False`) or its
+    terminal escape codes."""
+    assert len(message.strip().splitlines()) == 1, message
+    assert "could run code" in message, message
+    assert "weights_only" not in message and "can still be loaded" not in message and "\x1b" not in message, message
+
+
 def lightning_like(payload: Payload) -> dict:
     """Shaped like a biotf checkpoint, so only the unpickler stands between the file and the code."""
     return {"state_dict": {"model.embed.weight": payload}, "biotf": {"format": 1}, "global_step": 1}
@@ -64,9 +72,10 @@ def test_load_pretrained_refuses_code_in_a_checkpoint(tmp_path, layout):
 def test_hugging_face_pytorch_model_bin_refused(tmp_path):
     marker = tmp_path / "executed"
     malicious_file(tmp_path / "hf" / "pytorch_model.bin", marker, lambda p: {"model.embed_tokens.weight": p})
-    with pytest.raises(CheckpointError, match="pytorch_model.bin as plain tensors"):
+    with pytest.raises(CheckpointError, match="pytorch_model.bin as plain tensors") as refused:
         read_weights(tmp_path / "hf")
     assert not marker.exists()
+    assert_plain_refusal(str(refused.value))
 
 
 @pytest.mark.parametrize("command", ["export-model", "embed", "generate", "train-resume"])
@@ -84,7 +93,9 @@ def test_cli_commands_refuse_code_with_exit_2(capsys, tmp_path, command):
                              f"data.cache_dir={tmp_path / 'cache'}", f"ckpt_path={ckpt}",
                              f"hydra.run.dir={tmp_path / 'run'}"]}[command]
     assert main(argv) == 2
-    assert "model.ckpt" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model.ckpt" in err
+    assert_plain_refusal(err)
     assert not marker.exists() and not (tmp_path / "out").exists() and not (tmp_path / "e.npz").exists()
 
 

@@ -10,7 +10,7 @@ from biotf.training import entry
 from training_helpers import TINY
 
 # TINY makes the model bidirectional; the causal-LM experiment gets it back, and a small BPE vocabulary.
-EXTRA = {"protein_mlm": [], "dna_mlm": [], "smiles_mlm": [],
+EXTRA = {"protein_mlm": [], "quickstart": [], "dna_mlm": [], "smiles_mlm": [],
          "text_clm": ["model.causal=true", "tokenizer.vocab_size=300"]}
 
 
@@ -26,6 +26,23 @@ def test_experiment_runs_a_few_steps(experiment, tmp_path, cache_dir, monkeypatc
     assert summary["objective"] == ("clm" if experiment == "text_clm" else "mlm")
     assert summary["unigram_baseline"] > 0 and summary["final_val_loss"] > 0
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "tokenizer.json").is_file()
+
+
+def test_the_quickstart_is_the_default_run_cut_short():
+    """README's first look: the default run's model, data, tokenizer and learning rate, a tenth of its steps."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from biotf.resources import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        default, quick = (OmegaConf.to_container(compose(config_name="config", overrides=overrides))
+                          for overrides in ([], ["experiment=quickstart"]))
+    assert quick["experiment"] == "quickstart" and quick["trainer"]["max_steps"] <= default["trainer"]["max_steps"] / 10
+    for section in ("model", "data", "tokenizer"):
+        assert quick[section] == default[section], section
+    assert quick["optim"]["lr"] == default["optim"]["lr"]
+    assert quick["trainer"]["max_steps"] // quick["trainer"]["val_check_interval"] >= 4  # the loss falls, in lines
 
 
 def test_bf16_mixed_precision_with_gradient_accumulation(tmp_path, cache_dir, monkeypatch):

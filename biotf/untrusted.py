@@ -1,0 +1,105 @@
+"""Reading files a user hands biotf (a model's config.json, a tokenizer.json, a torch pickle of weights): whatever
+they hold, the result is either plain values of the expected shape or one line naming the file.
+
+- `read_json_object(path, what)` / `parse_json_object(text, source, what)`: a JSON object, or the error class
+  given (InputError by default) for a file that cannot be read, is not UTF-8 (`read_text`), is not JSON, nests
+  deeper than Python's parser goes (200k `[` raise RecursionError inside `json`), or is not an object. `types`
+  and `required` check the fields the caller relies on (`{"model": dict}`) before anything reads them:
+  `"model": null` is refused here, not as a TypeError three calls later.
+- `load_tensors(path, what)`: `torch.load(weights_only=True)`; a pickle that holds anything but tensors and plain
+  values is refused as a CheckpointError that says what it held, without torch's advice to load it unsafely.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from biotf.errors import BiotfError, CheckpointError, InputError
+
+JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "true or false", int: "a number",
+              float: "a number", type(None): "null"}
+# torch's own reason after its advice, e.g. "Unsupported global: GLOBAL getattr" or "Unsupported operand 149".
+UNPICKLER_REASON = re.compile(r"WeightsUnpickler error:\s*(.+?)(?: was not an allowed global|\. |\n|$)")
+
+
+def json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type ("an array", "null"), for messages."""
+    return JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _expected(types: type | tuple[type, ...]) -> str:
+    names = dict.fromkeys(JSON_KINDS.get(t, t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
+    return " or ".join(names)
+
+
+def parse_json_object(text: str, source: str, what: str, error: type[BiotfError] = InputError,
+                      types: Mapping[str, type | tuple[type, ...]] | None = None,
+                      required: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON object `text` holds; `error("cannot read <what> <source>: <reason>")` for anything else.
+
+    `types` maps keys to the Python type(s) their values must have where present (int excludes bool; a key that
+    may be null lists `type(None)`); the keys of `required` must be present."""
+    def refuse(reason: str) -> BiotfError:
+        return error(f"cannot read {what} {source}: {reason}")
+
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise refuse("nested too deeply to be JSON biotf reads") from None
+    except ValueError as cause:  # json.JSONDecodeError, and int() of a number longer than 4300 digits
+        raise refuse(f"not valid JSON ({cause})") from None
+    if not isinstance(data, dict):
+        raise refuse(f"expected a JSON object, found {json_kind(data)}")
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise refuse(f"no {', '.join(repr(key) for key in missing)}")
+    for key, allowed in (types or {}).items():
+        if key in data:
+            value = data[key]
+            wrong_bool = isinstance(value, bool) and bool not in (allowed if isinstance(allowed, tuple) else (allowed,))
+            if wrong_bool or not isinstance(value, allowed):
+                raise refuse(f"'{key}' is {json_kind(value)}, expected {_expected(allowed)}")
+    return data
+
+
+def read_text(path: str | Path, what: str, error: type[BiotfError] = InputError) -> str:
+    """The UTF-8 text of the file `path`; `error` naming it (as `what`) when it cannot be read or is not UTF-8."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except OSError as cause:
+        raise error(f"cannot read {what} {path}: {cause.strerror or cause}") from None
+    except UnicodeDecodeError as cause:
+        raise error(f"cannot read {what} {path}: not UTF-8 text ({cause.reason} at byte {cause.start})") from None
+
+
+def read_json_object(path: str | Path, what: str, error: type[BiotfError] = InputError,
+                     types: Mapping[str, type | tuple[type, ...]] | None = None,
+                     required: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON object in the file `path` (`what` names it in messages: "tokenizer file", "model config"); see
+    `parse_json_object` for `error`, `types` and `required`."""
+    return parse_json_object(read_text(path, what, error), str(path), what, error, types, required)
+
+
+def load_tensors(path: str | Path, what: str, **options: Any) -> Any:
+    """`torch.load(path, weights_only=True, **options)`: tensors and plain values only, never code; a file that
+    holds anything else, or is no torch file, is a CheckpointError naming it (`what`: "checkpoint", ...)."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():  # an old pickle protocol: the refusal below says all there is to say
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, weights_only=True, **options)
+    except pickle.UnpicklingError as cause:
+        found = UNPICKLER_REASON.search(str(cause))
+        reason = f" (torch: {found.group(1).strip()})" if found and found.group(1).strip() else ""
+        raise CheckpointError(f"cannot read {what} {path} as plain tensors and values{reason}: refused, since "
+                              "unpickling anything else could run code") from None
+    except Exception as cause:  # torch raises RuntimeError, EOFError, KeyError... for a damaged or foreign file
+        lines = str(cause).strip().splitlines()
+        raise CheckpointError(f"cannot read {what} {path}: {lines[0] if lines else type(cause).__name__}") from None
