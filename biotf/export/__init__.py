@@ -1,4 +1,5 @@
-"""Embedding export: pooling, windows for long records (`biotf.data.windows`), the batched pipeline and npz/parquet/h5ad writers.
+"""Embedding export: pooling, windows for long records (`biotf.data.windows`), the batched pipeline and
+npz/parquet/h5ad writers.
 
     from biotf.export import embed_file, read_embeddings
     stats = embed_file("outputs/protein_mlm/<run>", "proteins.fasta", "proteins.h5ad")

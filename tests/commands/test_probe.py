@@ -45,15 +45,3 @@ def test_missing_label_column_is_one_line(capsys, embeddings, tmp_path):
     assert "label column 'location' not found in the embedding file (columns: id, description)" in err
     status = main(["probe", "--embeddings", str(tmp_path / "missing.h5ad"), "--label", "x"])
     assert status == 2 and "missing.h5ad does not exist" in capsys.readouterr().err
-
-
-def test_split_file_sides_are_read_by_id_and_ambiguous_ids_refused(tmp_path):
-    from biotf.data.split_file import sides_of
-    from biotf.errors import InputError
-
-    path = tmp_path / "split.tsv"
-    path.write_text("id\tsplit\tgroup\na\ttrain\t0\nb\ttest\t1\na\ttrain\t0\n")
-    assert sides_of(path, ["b", "a", "c"]).tolist() == ["test", "train", ""]
-    path.write_text("id\tsplit\tgroup\na\ttrain\t0\na\ttest\t1\n")
-    with pytest.raises(InputError, match="id 'a' is on two sides"):
-        sides_of(path, ["a"])

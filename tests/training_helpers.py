@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from biotf.resources import CONF_DIR
 from biotf.training.config import TrainConfig, register_configs, validate
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 # A tiny bidirectional model and a few short steps: seconds per run on 2 CPU cores.
 TINY = [
