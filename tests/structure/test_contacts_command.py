@@ -146,3 +146,15 @@ def test_an_unknown_extension_and_an_existing_output_are_refused_before_any_work
     status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.tsv", "--overwrite")
     assert status == 0, err
     assert (tmp_path / "c.tsv").read_text().startswith("id\ti\tj\tprobability\n")
+
+
+def test_the_head_survives_export_model(esm_with_head, tmp_path, capsys):
+    directory, _ = esm_with_head
+    assert main(["export-model", str(directory), str(tmp_path / "exported")]) == 0
+    fasta = write_fasta(tmp_path / "p.fasta")
+    for source, name in ((directory, "hf.npz"), (tmp_path / "exported", "exported.npz")):
+        status, err = contacts(capsys, "--model", source, "--input", fasta, "--output", tmp_path / name)
+        assert status == 0, err
+    with np.load(tmp_path / "hf.npz") as hf, np.load(tmp_path / "exported.npz") as exported:
+        for name in PROTEINS:
+            assert np.array_equal(hf[f"contacts/{name}"], exported[f"contacts/{name}"])
