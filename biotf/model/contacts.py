@@ -44,12 +44,11 @@ def average_product_correct(maps: torch.Tensor) -> torch.Tensor:
 
 
 def esm_residues(attention_mask: torch.Tensor) -> torch.Tensor:
-    """The residue positions of an ESM-tokenised, right-padded batch: real tokens but each row's first and last
-    (<cls> and <eos>), as HF's contact head removes them."""
+    """The residue positions of an ESM-tokenised batch (padded on either side): real tokens but each row's first and
+    last (<cls> and <eos>), as HF's contact head removes them."""
     mask = attention_mask.bool()
-    lengths = mask.sum(-1, keepdim=True)
-    index = torch.arange(mask.shape[1], device=mask.device)[None]
-    return mask & (index > 0) & (index < lengths - 1)
+    rank = mask.long().cumsum(-1)  # 1 at the first real token, the row's real length at its last
+    return mask & (rank > 1) & (rank < mask.sum(-1, keepdim=True))
 
 
 def contact_features(model: Transformer, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
