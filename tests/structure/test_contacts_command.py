@@ -14,14 +14,12 @@ TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
-def esm_with_head(tmp_path_factory, random_esm):
+def esm_with_head(tmp_path_factory, random_esm, save_esm):
     """(directory, model): a tiny random ESM-2 whose contact regression is wide enough to matter."""
-    from conftest import save_esm_directory
-
     model = random_esm(seed=7, query_key_std=0.3)
     with torch.no_grad():
         model.esm.contact_head.regression.weight.normal_(0.0, 2.0)
-    return save_esm_directory(model, tmp_path_factory.mktemp("esm-contacts")), model
+    return save_esm(model, tmp_path_factory.mktemp("esm-contacts")), model
 
 
 def write_fasta(path, proteins=PROTEINS):
