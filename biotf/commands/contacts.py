@@ -31,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, metavar="PATH",
                         help="a model with a contact head: an ESM-2 Hugging Face directory, or its export")
     add_input_arguments(parser)
-    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(CONTACT_FORMATS)}")
+    parser.add_argument("--output", required=True, type=Path, metavar="OUT",
+                        help=f"one of {', '.join(CONTACT_FORMATS)}")
     parser.add_argument("--batch-pairs", type=int, default=1 << 20, metavar="N",
                         help="padded positions squared per forward, batch x T x T (default 1048576)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")

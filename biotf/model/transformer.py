@@ -5,6 +5,8 @@
       -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
       -> LM head (`head.py`: [dense -> GELU -> norm if lm_head_transform] -> tied or own matrix [+ lm_head_bias])
+    contact head (if contact_head): a regression over every layer's attention maps, applied by
+      `contacts.predict_contacts`, not by forward
 
 Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model

@@ -63,7 +63,7 @@ def test_saved_esm2_directory_matches_hf(token_dropout, tied, tmp_path, random_e
     assert (config.pos, config.causal, config.token_dropout, config.tie_embeddings) == ("rope", False, token_dropout,
                                                                                          tied)
     assert config.lm_head_transform and config.lm_head_bias and config.norm_position == "pre"
-    assert config.contact_head  # EsmForMaskedLM's contact-prediction regression is read too (tests/model/test_contacts.py)
+    assert config.contact_head  # EsmForMaskedLM's contact regression is read too (tests/model/test_contacts.py)
     assert model.num_parameters() == hf.num_parameters()
     assert_parity(model, hf)
 

@@ -61,7 +61,8 @@ def test_npz_holds_hf_s_map_per_protein_and_the_sequences(esm_with_head, tmp_pat
 def test_tsv_is_every_pair_i_below_j_numbered_from_one(esm_with_head, tmp_path, capsys):
     directory, model = esm_with_head
     output = tmp_path / "contacts.tsv"
-    status, err = contacts(capsys, "--model", directory, "--input", write_fasta(tmp_path / "p.fasta"), "--output", output)
+    fasta = write_fasta(tmp_path / "p.fasta")
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", output)
     assert status == 0, err
     lines = output.read_text().splitlines()
     assert lines[0] == "id\ti\tj\tprobability"
@@ -78,7 +79,8 @@ def test_tsv_is_every_pair_i_below_j_numbered_from_one(esm_with_head, tmp_path, 
 def test_rr_is_one_casp_block_per_protein_most_probable_first(esm_with_head, tmp_path, capsys):
     directory, model = esm_with_head
     output = tmp_path / "contacts.rr"
-    status, err = contacts(capsys, "--model", directory, "--input", write_fasta(tmp_path / "p.fasta"), "--output", output)
+    fasta = write_fasta(tmp_path / "p.fasta")
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", output)
     assert status == 0, err
     blocks = output.read_text().split("END\n")
     assert blocks[-1] == "" and len(blocks) == len(PROTEINS) + 1
@@ -129,7 +131,8 @@ def test_a_repeated_id_is_refused(esm_with_head, tmp_path, capsys):
 def test_residues_that_are_not_one_token_each_are_refused(esm_with_head, tmp_path, capsys):
     """ESM's vocabulary reads `<mask>` as one token: a map numbered by characters would be shifted after it."""
     directory, _ = esm_with_head
-    refused(capsys, tmp_path, directory, {"P1": "MKT<mask>AY"}, "record 'P1' (record 1): its 11 characters are 6 tokens")
+    refused(capsys, tmp_path, directory, {"P1": "MKT<mask>AY"},
+            "record 'P1' (record 1): its 11 characters are 6 tokens")
 
 
 def test_an_unknown_extension_and_an_existing_output_are_refused_before_any_work(esm_with_head, tmp_path, capsys):
@@ -141,7 +144,8 @@ def test_an_unknown_extension_and_an_existing_output_are_refused_before_any_work
     status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.tsv")
     assert status == 2 and "already exists; pass --overwrite" in err
     assert (tmp_path / "c.tsv").read_text() == "keep me"
-    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.tsv", "--overwrite")
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.tsv",
+                           "--overwrite")
     assert status == 0, err
     assert (tmp_path / "c.tsv").read_text().startswith("id\ti\tj\tprobability\n")
 
