@@ -87,6 +87,12 @@ def save_esm_directory(model, directory: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def save_esm():
+    """`save_esm_directory`, for tests that save ESM models of their own."""
+    return save_esm_directory
+
+
+@pytest.fixture(scope="session")
 def esm2_checkpoint(tmp_path_factory) -> tuple[Path, object]:
     """(directory, model): a tiny random ESM-2 (rotary, token dropout) saved by `save_esm_directory`."""
     model = build_random_esm(seed=5)

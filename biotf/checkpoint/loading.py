@@ -36,6 +36,7 @@ from biotf.checkpoint.task_export import read_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
+from biotf.model.contacts import ContactHead
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
@@ -76,9 +77,13 @@ class _ShapesOnly(TorchFunctionMode):
 
 def _check_shapes(config: TransformerConfig, state: dict[str, torch.Tensor], source: str) -> None:
     """Refuse a config that does not describe `state`, without allocating its model: a one-layer model built
-    for its shapes gives those outside the blocks and those of every block."""
+    for its shapes gives those outside the blocks and those of every block (but the contact head's, which has a
+    weight per layer and head: that comes from the head built alone, n_layers x n_heads + 1 numbers)."""
     with _ShapesOnly():
         one_layer = Transformer(replace(config, n_layers=1)).state_dict()
+        if config.contact_head:
+            one_layer.update({f"contact_head.{name}": tensor
+                              for name, tensor in ContactHead(config).state_dict().items()})
     layers = {int(match.group(1)) for match in map(LAYER.fullmatch, state) if match}
     if len(layers) != config.n_layers or (layers and max(layers) != config.n_layers - 1):
         raise CheckpointError(f"{source}: weights do not fit the stored model config (n_layers={config.n_layers}, "

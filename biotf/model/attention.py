@@ -5,6 +5,9 @@ v heads] (`hf.py` maps HF's separate q_proj/k_proj/v_proj onto it); its bias is 
 output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). Scores go through
 `torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
 is built once per forward by the transformer and shared by every layer.
+
+Attention probabilities are computed only when asked (`attentions`, a list the layer appends its own to): then
+an explicit softmax(q k^T / sqrt(head_dim) + mask) path runs instead of SDPA, which never materialises them.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
-                layer: int = 0) -> torch.Tensor:
+                layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
         """x: (B, T, d_model); rotary: (cos, signed sin) of `RotaryPositions.rotary`; mask: bool (allowed) or float
-        (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case."""
+        (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case. With a list
+        `attentions`, this layer's (B, n_heads, T, keys) float32 probabilities are appended to it."""
         batch, length, _ = x.shape
         qkv = self.qkv(x).view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
         # `split_with_sizes`, not slicing: its backward writes the pieces' gradients into one tensor with a single
@@ -45,7 +49,29 @@ class Attention(nn.Module):
         v = v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0,
-            enable_gqa=self.n_kv_heads != self.n_heads)
+        if attentions is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0,
+                enable_gqa=self.n_kv_heads != self.n_heads)
+        else:
+            y = self._explicit(q, k, v, mask, is_causal, attentions)
         return self.out(y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim))
+
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                  is_causal: bool, attentions: list[torch.Tensor]) -> torch.Tensor:
+        """What SDPA computes, with the probabilities (after dropout, as used) appended to `attentions`: scores and
+        softmax in float32 (HF's eager attention's precision). Key/value heads serve groups of consecutive query
+        heads, as SDPA's `enable_gqa` and HF's `repeat_kv` have it."""
+        group = self.n_heads // self.n_kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.head_dim ** -0.5
+        if is_causal:
+            mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        probabilities = scores.softmax(dim=-1)
+        if self.training and self.dropout > 0:
+            probabilities = F.dropout(probabilities, self.dropout)
+        attentions.append(probabilities)
+        return torch.matmul(probabilities.to(v.dtype), v)

@@ -31,16 +31,16 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
-                layer: int = 0) -> torch.Tensor:
-        return self.feed_forward(self.attend(x, rotary, mask, is_causal, cache, layer))
+                layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
+        return self.feed_forward(self.attend(x, rotary, mask, is_causal, cache, layer, attentions))
 
     def attend(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
-               layer: int = 0) -> torch.Tensor:
-        """The attention half: the stream after the attention branch (and its norm)."""
+               layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The attention half: the stream after the attention branch (and its norm); `attentions`: see `Attention`."""
         if self.pre_norm:
-            return x + self._branch(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer))
-        return self.attn_norm(x + self._branch(self.attn(x, rotary, mask, is_causal, cache, layer)))
+            return x + self._branch(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer, attentions))
+        return self.attn_norm(x + self._branch(self.attn(x, rotary, mask, is_causal, cache, layer, attentions)))
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The MLP half, position by position: it may run on some positions alone (decoding's prefill)."""

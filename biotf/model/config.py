@@ -69,6 +69,8 @@ class TransformerConfig:
     lm_head_transform dense (d_model -> d_model) -> GELU -> norm before the output projection (the masked-LM
                     head of BERT, RoBERTa and ESM: HF `EsmLMHead`).
     lm_head_bias    a bias vector added to the logits (HF `EsmLMHead.bias`, kept apart from a tied decoder).
+    contact_head    a contact-prediction head: a logistic regression over every layer x head's symmetrised,
+                    APC-corrected attention map (Rao et al. 2020; ESM-2's `contact_head.regression`, `contacts.py`).
     init_std        standard deviation of the normal initialisation of linear and embedding weights.
     """
 
@@ -97,6 +99,7 @@ class TransformerConfig:
     lm_head: bool = True
     lm_head_transform: bool = False
     lm_head_bias: bool = False
+    contact_head: bool = False
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -118,7 +121,7 @@ class TransformerConfig:
         for name, allowed in self.choices().items():
             check_choice(name, getattr(self, name), allowed)
         for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
-                     "lm_head", "lm_head_transform", "lm_head_bias"):
+                     "lm_head", "lm_head_transform", "lm_head_bias", "contact_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "true | false")
         for name in ("dropout", "rope_theta", "norm_eps", "init_std"):

@@ -6,7 +6,9 @@ which unpickles tensors only, never code):
 - Qwen2 (`model_type: qwen2`, `Qwen2ForCausalLM`), also written as config.json + model.safetensors;
 - ESM (`model_type: esm`, `EsmForMaskedLM`: ESM-2 with rotary positions, ESM-1b with absolute ones; also the encoder
   of `EsmModel`, `EsmForSequenceClassification` and `EsmForTokenClassification`, which have no LM head: the model
-  then has `lm_head=False`, and their pooler / classifier weights are not read).
+  then has `lm_head=False`, and their pooler / classifier weights are not read). The contact-prediction regression
+  (`esm.contact_head.regression.*`, or `contact_head.regression.*` without the `esm.` prefix, fair-esm's names) is
+  read when the checkpoint has it, and turns `contact_head` on (`biotf.model.contacts`).
 Other model types are refused with a `CheckpointError`; a new format adds a `<format>_config` /
 `<format>_to_biotf` pair here and an entry in `FAMILIES`.
 
@@ -272,7 +274,7 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
 
 def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
     """Rename and fuse ESM tensors into a biotf state dict. The `esm.` prefix is absent in a bare `EsmModel`; the
-    contact, pooler and classifier heads are not read."""
+    contact head is read when present (its regression is named as in fair-esm), the pooler and classifier are not."""
     prefix = esm_prefix(weights)
     head_prefix = prefix.removesuffix("esm.")
 
@@ -317,6 +319,8 @@ def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig)
         state.update(norm(hf_layer + "LayerNorm", ours + "mlp_norm"))
         state.update(linear(hf_layer + "intermediate.dense", ours + "mlp.up"))
         state.update(linear(hf_layer + "output.dense", ours + "mlp.down"))
+    if prefix + "contact_head.regression.weight" in weights:
+        state.update(linear("contact_head.regression", "contact_head.regression"))
     rotary = re.escape(prefix) + r"(encoder\.layer\.(\d+|\*)\.attention\.self\.)?rotary_embeddings\.inv_freq"
     return {**state, **stored_inverse_frequency(weights, rotary, config)}
 
@@ -425,6 +429,8 @@ def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torc
         weights = read_weights(directory, dtype)
     state = convert(weights, config)
     del weights  # the sources of fused tensors go now, not at return
+    if not config.contact_head and any(name.startswith("contact_head.") for name in state):
+        config = config.replace(contact_head=True)  # a head the weights carry (ESM-2's), not one config.json names
     with torch.device("meta"):
         model = model_class(config)
     expected = model.state_dict()

@@ -5,6 +5,8 @@
       -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
       -> LM head (`head.py`: [dense -> GELU -> norm if lm_head_transform] -> tied or own matrix [+ lm_head_bias])
+    contact head (if contact_head): a regression over every layer's attention maps, applied by
+      `contacts.predict_contacts`, not by forward
 
 Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
@@ -17,6 +19,10 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   absolute positions; padded positions' outputs are unspecified but finite.
 - `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
   block, then each block's output, the last one after the final norm and before any head transform (as HF).
+- `attentions` (with `output_attentions=True`) holds n_layers float32 tensors (batch, n_heads, T, keys): each
+  layer's attention probabilities, masks and padding applied (a padded key gets 0), computed by an explicit softmax
+  instead of SDPA for that forward only (as HF's eager attention); `attention_maps` yields them one layer at a time.
+  Rows of padded queries are unspecified but finite, as their outputs are.
 - A `KVCache` (`use_cache=True`, or pass one as `past_key_values`) serves incremental decoding of causal
   models; it is updated in place and returned as `past_key_values`.
 
@@ -29,6 +35,7 @@ Decoding's own optimisations (weight layout, last-position prefill) live in `bio
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any, NamedTuple
@@ -42,6 +49,7 @@ from biotf.errors import ConfigError, InputError
 from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
+from biotf.model.contacts import ContactHead
 from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
@@ -63,6 +71,7 @@ class TransformerOutput:
     past_key_values: KVCache | None = None
     scored: torch.Tensor | None = None
     correct: torch.Tensor | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class BlockInputs(NamedTuple):
@@ -78,11 +87,13 @@ class BlockInputs(NamedTuple):
 
 @dataclass
 class TrunkOutput:
-    """What `Transformer.encode` returns: the input of the LM head, and optionally every layer's output."""
+    """What `Transformer.encode` returns: the input of the LM head, and optionally every layer's output and
+    attention probabilities."""
 
     last_hidden_state: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None
     past_key_values: KVCache | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class Transformer(nn.Module):
@@ -108,6 +119,7 @@ class Transformer(nn.Module):
         own_head = config.lm_head and not config.tie_embeddings
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False) if own_head else None
         self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
+        self.contact_head = ContactHead(config) if config.contact_head else None
         self.reset_parameters()
 
     # --- initialisation ------------------------------------------------------------------------
@@ -147,33 +159,39 @@ class Transformer(nn.Module):
     # --- forward -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                past_key_values: KVCache | None = None, use_cache: bool = False) -> TransformerOutput:
+                past_key_values: KVCache | None = None, use_cache: bool = False,
+                output_attentions: bool = False) -> TransformerOutput:
         """Logits of every position, and with `labels` their loss and counts (see the module docstring)."""
         if labels is not None:
             check_labels(labels, input_ids.shape)
-        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache)
+        trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache,
+                            output_attentions)
         logits = self.logits(trunk.last_hidden_state)
         if labels is None:
-            return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values)
+            return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values,
+                                     attentions=trunk.attentions)
         loss = cross_entropy(logits, lm_targets(labels, self.config.causal))
         return TransformerOutput(logits, loss.loss, trunk.hidden_states, trunk.past_key_values, loss.scored,
-                                 loss.correct)
+                                 loss.correct, trunk.attentions)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
-               use_cache: bool = False) -> TrunkOutput:
-        """Everything but the LM head: the final hidden states (after the final norm), and every layer's on request.
+               use_cache: bool = False, output_attentions: bool = False) -> TrunkOutput:
+        """Everything but the LM head: the final hidden states (after the final norm), and every layer's output and
+        attention probabilities on request (attentions are kept, so no block is recomputed in backward then).
         Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard."""
         inputs = self.block_inputs(input_ids, attention_mask, past_key_values, use_cache)
         x = inputs.hidden
         hidden_states = [x] if output_hidden_states else None
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and inputs.cache is None
+        attentions: list[torch.Tensor] | None = [] if output_attentions else None
+        recompute = (self.gradient_checkpointing and self.training and torch.is_grad_enabled() and inputs.cache is None
+                     and attentions is None)
         for layer, block in enumerate(self.blocks):
             if recompute:
                 x = checkpoint(block, x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer,
                                use_reentrant=False)
             else:
-                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer)
+                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer, attentions)
             if hidden_states is not None:
                 hidden_states.append(x)
         if self.final_norm is not None:
@@ -181,7 +199,21 @@ class Transformer(nn.Module):
         if hidden_states is not None:
             hidden_states[-1] = x
         return TrunkOutput(x, tuple(hidden_states) if hidden_states is not None else None,
-                           inputs.cache if use_cache else None)
+                           inputs.cache if use_cache else None, tuple(attentions) if attentions is not None else None)
+
+    def attention_maps(self, input_ids: torch.Tensor,
+                       attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
+        """Each layer's attention probabilities, as `encode(..., output_attentions=True)` gives them, yielded as the
+        blocks compute them: a caller that reduces one layer's maps before asking for the next holds one layer's
+        (batch x heads x T x T), never n_layers' (what contact prediction on long proteins needs)."""
+        inputs = self.block_inputs(input_ids, attention_mask)
+        x = inputs.hidden
+        for layer, block in enumerate(self.blocks):
+            attentions: list[torch.Tensor] = []
+            x = block.attend(x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer, attentions)
+            yield attentions.pop()
+            if layer + 1 < len(self.blocks):
+                x = block.feed_forward(x)
 
     def block_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      past_key_values: KVCache | None = None, use_cache: bool = False) -> BlockInputs:

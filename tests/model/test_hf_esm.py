@@ -63,8 +63,8 @@ def test_saved_esm2_directory_matches_hf(token_dropout, tied, tmp_path, random_e
     assert (config.pos, config.causal, config.token_dropout, config.tie_embeddings) == ("rope", False, token_dropout,
                                                                                          tied)
     assert config.lm_head_transform and config.lm_head_bias and config.norm_position == "pre"
-    contact_head = 3 * 4 + 1  # EsmForMaskedLM's contact-prediction regression, which biotf does not load
-    assert model.num_parameters() == hf.num_parameters() - contact_head
+    assert config.contact_head  # EsmForMaskedLM's contact regression is read too (tests/model/test_contacts.py)
+    assert model.num_parameters() == hf.num_parameters()
     assert_parity(model, hf)
 
 
@@ -214,7 +214,8 @@ def test_encoder_checkpoints_without_lm_head_load_their_trunk(architecture, esm_
     assert not model.config.lm_head and model.lm_head is None and model.head_transform is None
     encoder = hf if architecture == "EsmModel" else hf.esm
     pooler = 32 * 32 + 32 if architecture == "EsmModel" else 0  # the dense layer of EsmModel's pooler
-    assert model.num_parameters() == encoder.num_parameters() - (3 * 4 + 1) - pooler
+    assert model.config.contact_head  # every ESM encoder carries the contact regression, read with it
+    assert model.num_parameters() == encoder.num_parameters() - pooler
     ids, mask = batch()
     with torch.no_grad():
         ours = model.encode(ids, attention_mask=mask, output_hidden_states=True)

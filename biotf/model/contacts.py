@@ -1,0 +1,85 @@
+"""Contacts from attention (Rao et al. 2020, "Transformer protein language models are unsupervised structure
+learners"): every layer x head attention map, restricted to residue pairs, is symmetrised (A + A^T) and
+corrected by the average product (APC: F - F_i. F_.j / F_..), and a logistic regression over the n_layers x
+n_heads maps gives each residue pair's contact probability. ESM-2 checkpoints ship that regression
+(`contact_head.regression`); HF's `EsmForMaskedLM.predict_contacts` applies it, and so does `predict_contacts`.
+
+The maps are streamed: each layer's are reduced into the regression's sum before the next layer runs, so memory
+holds one layer's batch x heads x T x T float32 maps (and a few temporaries of that size), never n_layers'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from biotf.errors import ConfigError
+
+if TYPE_CHECKING:  # transformer.py builds the head: this module does not import it
+    from biotf.model.config import TransformerConfig
+    from biotf.model.transformer import Transformer
+
+
+class ContactHead(nn.Module):
+    """The regression: one weight per (layer, head) map, layer-major as HF and fair-esm order them, and a bias."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.n_layers, self.n_heads = config.n_layers, config.n_heads
+        self.regression = nn.Linear(config.n_layers * config.n_heads, 1)
+
+
+def symmetrise(maps: torch.Tensor) -> torch.Tensor:
+    """A + A^T over the last two dimensions (HF's and fair-esm's `symmetrize`: a sum, not a mean)."""
+    return maps + maps.transpose(-1, -2)
+
+
+def average_product_correct(maps: torch.Tensor) -> torch.Tensor:
+    """F - F_i. F_.j / F_.. per map (the last two dimensions): removes what every position shares (Dunn et al. 2008).
+    Rows and columns that are zero (padding, special tokens) add nothing to the sums and stay zero."""
+    return maps - maps.sum(-1, keepdim=True) * maps.sum(-2, keepdim=True) / maps.sum((-1, -2), keepdim=True)
+
+
+def esm_residues(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The residue positions of an ESM-tokenised batch (padded on either side): real tokens but each row's first and
+    last (<cls> and <eos>), as HF's contact head removes them."""
+    mask = attention_mask.bool()
+    rank = mask.long().cumsum(-1)  # 1 at the first real token, the row's real length at its last
+    return mask & (rank > 1) & (rank < mask.sum(-1, keepdim=True))
+
+
+def contact_features(model: Transformer, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     residue_mask: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Per layer, its (batch, heads, T, T) float32 APC(symmetrised attention) maps over residue pairs (0 at every
+    pair with a non-residue position), yielded one layer at a time."""
+    keep = residue_mask.to(torch.float32)
+    pairs = (keep[:, :, None] * keep[:, None, :])[:, None]
+    for attention in model.attention_maps(input_ids, attention_mask):
+        features = average_product_correct(symmetrise(attention * pairs))
+        del attention  # not alive while the next layer runs
+        yield features
+
+
+@torch.no_grad()
+def predict_contacts(model: Transformer, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                     residue_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Each sequence's (L, L) float32 contact probabilities over its L residues (`residue_mask`: which positions
+    are residues; default `esm_residues`, ESM's <cls> ... <eos> layout), from the model's contact head."""
+    head = model.contact_head
+    if head is None:
+        raise ConfigError("contact_head", False, "true", reason="this model has no contact head (ESM-2 checkpoints "
+                                                                "ship one; other models need one fitted first)")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if residue_mask is None:
+        residue_mask = esm_residues(attention_mask)
+    weight = head.regression.weight.float().view(head.n_layers, head.n_heads)
+    logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], input_ids.shape[1], device=input_ids.device)
+    for layer, features in enumerate(contact_features(model, input_ids, attention_mask, residue_mask)):
+        logits += torch.einsum("bhij,h->bij", features, weight[layer])
+        del features  # not alive while the next layer runs
+    probabilities = torch.sigmoid(logits + head.regression.bias.float())
+    return [row[keep][:, keep] for row, keep in zip(probabilities, residue_mask.bool())]

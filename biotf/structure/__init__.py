@@ -1,0 +1,16 @@
+"""Structure from a sequence model: residue-residue contact maps from attention (`biotf contacts`).
+
+The head's math (symmetrised, APC-corrected attention maps into a logistic regression) is the model's
+(`biotf.model.contacts`); this package runs it over files: records read and checked, batched, and written as .npz,
+.tsv or CASP RR.
+"""
+
+from biotf.lazy import lazy_exports
+
+# name -> submodule; each is imported when first used (see biotf/lazy.py).
+_EXPORTS = {
+    "CONTACT_FORMATS": "formats", "contact_format": "formats", "ContactOptions": "contacts",
+    "ContactStats": "contacts", "contact_maps": "contacts", "predict_file": "contacts", "proteins": "contacts",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
