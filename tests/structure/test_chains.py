@@ -83,5 +83,5 @@ def test_a_list_names_structures_by_file_or_stem_and_refuses_unknown_or_repeated
                                                                                          "1eteA.pdb.gz"]
     with pytest.raises(InputError, match=r"list.txt: entry 2: no structure '9zzzA'"):
         structure_files(structures, ["2xcjA", "9zzzA"], listed)
-    with pytest.raises(InputError, match="entry 2: '2xcjA' is listed twice"):
+    with pytest.raises(InputError, match="entry 2: '2xcjA.pdb.gz' is listed twice"):
         structure_files(structures, ["2xcjA", "2xcjA.pdb.gz"], listed)
