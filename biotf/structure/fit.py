@@ -123,11 +123,19 @@ def fit_regression(features: np.ndarray, labels: np.ndarray, l1_c: float = DEFAU
     return regression.coef_[0].astype(np.float32), float(regression.intercept_[0])
 
 
+def checked_l1_c(l1_c: float | None) -> float:
+    """`l1_c`, DEFAULT_L1_C for None; anything but a positive number is refused."""
+    if l1_c is None:
+        return DEFAULT_L1_C
+    if not l1_c > 0:
+        raise ConfigError("--l1-c", l1_c, allowed="a number > 0")
+    return l1_c
+
+
 def fit_contact_head(model: Transformer, tokenizer: Tokenizer, files: list[Path], l1_c: float = DEFAULT_L1_C,
                      stats: FitStats | None = None) -> FitStats:
     """Fit the regression on the chains of `files` and attach it to `model` (in place); returns the counts."""
-    if not l1_c > 0:
-        raise ConfigError("--l1-c", l1_c, allowed="a number > 0")
+    l1_c = checked_l1_c(l1_c)
     stats = stats if stats is not None else FitStats()
     features: list[np.ndarray] = []
     labels: list[np.ndarray] = []
@@ -148,8 +156,9 @@ def fit_file(model_source: str | Path, structures: str | Path, output: str | Pat
     """`model_source` with a contact head fitted on the structures of `structures` (all, or `names`), exported to
     the new directory `output`; every refusal comes before the model runs. `l1_c` None: DEFAULT_L1_C."""
     check_export_directory(output)
+    l1_c = checked_l1_c(l1_c)
     files = structure_files(structures, names, listed_in)
     model, tokenizer = load_pretrained(model_source, device=device)
-    stats = fit_contact_head(model, tokenizer, files, DEFAULT_L1_C if l1_c is None else l1_c)
+    stats = fit_contact_head(model, tokenizer, files, l1_c)
     save_pretrained(model.cpu(), tokenizer, output)
     return stats

@@ -35,6 +35,19 @@ def test_a_shared_chain_reads_as_its_observed_residues_with_a_sane_contact_map(s
     assert 89 <= far <= 3 * 89  # about 1.5 L contacts at separation >= 6 (globular proteins: L to 3 L)
 
 
+def test_an_mmcif_file_reads_as_its_pdb_file(structures, tmp_path):
+    from Bio.PDB import MMCIFIO, PDBParser
+
+    pdb = read_chain(structures / "2xcjA.pdb.gz")
+    writer = MMCIFIO()
+    with gzip.open(structures / "2xcjA.pdb.gz", "rt") as handle:
+        writer.set_structure(PDBParser(QUIET=True).get_structure("2xcjA", handle))
+    writer.save(str(tmp_path / "2xcjA.cif"))
+    cif = read_chain(tmp_path / "2xcjA.cif")
+    assert cif.name == "2xcjA" and cif.sequence == pdb.sequence
+    assert np.array_equal(cif.contacts(), pdb.contacts())
+
+
 def test_a_gap_of_missing_residues_is_filled_with_x_so_positions_stay_aligned(structures, tmp_path):
     """Residues 50-54 of 1eteA removed: the sequence keeps 5 X there, those positions are unknown, and every other
     pair's contact is the one of the complete chain."""

@@ -99,12 +99,16 @@ def test_biotf_contacts_applies_the_fitted_head_in_its_plain_and_predict_forms(f
         np.testing.assert_allclose(plain["contacts/2xcjA"], expected, atol=1e-5)
 
 
-def test_fit_refuses_an_existing_model_directory_before_any_work(base, shared_data, capsys):
+def test_fit_refuses_an_existing_model_directory_before_any_work(base, shared_data, tmp_path, capsys):
     status = main(["contacts", "fit", "--model", str(base), "--structures",
                    str(shared_data / "structures"), "--output", str(base)])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert "already exists and is not empty; choose a new one" in err
+    status = main(["contacts", "fit", "--model", str(base), "--structures", str(shared_data / "structures"),
+                   "--output", str(tmp_path / "new"), "--l1-c", "0"])
+    err = capsys.readouterr().err
+    assert status == 2 and "invalid --l1-c=0.0 (allowed: a number > 0)" in err and not (tmp_path / "new").exists()
 
 
 def test_the_plain_form_without_its_arguments_is_a_usage_error(capsys):
