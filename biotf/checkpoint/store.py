@@ -71,6 +71,15 @@ def read_payload(path: str | Path) -> dict[str, Any] | None:
     return checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
 
 
+def check_export_directory(directory: str | Path) -> Path:
+    """`directory` if an export may go there (it does not exist, or is an empty directory): an export never
+    replaces anything, so it cannot destroy the model it came from. Commands call it before their work starts."""
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise CheckpointError(f"export directory {directory} already exists and is not empty; choose a new one")
+    return directory
+
+
 def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | Path,
                     train_config: dict[str, Any] | None = None,
                     also_write: Callable[[Path], None] | None = None) -> Path:
@@ -80,9 +89,7 @@ def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | P
     they too are all or nothing and get the user's umask."""
     from safetensors.torch import save_file
 
-    directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise CheckpointError(f"export directory {directory} already exists and is not empty; choose a new one")
+    directory = check_export_directory(directory)
     state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
     config = {"biotf_format": FORMAT_VERSION, "model": model.config.to_dict(),
               "tokenizer_fingerprint": tokenizer.fingerprint, "train_config": train_config,

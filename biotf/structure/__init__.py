@@ -2,7 +2,8 @@
 
 The head's math (symmetrised, APC-corrected attention maps into a logistic regression) is the model's
 (`biotf.model.contacts`); this package runs it over files: records read and checked, batched, and written as .npz,
-.tsv or CASP RR.
+.tsv or CASP RR; it reads PDB / mmCIF chains with their true contacts (`chains`), fits a head on them for any model
+(`fit`) and measures a head's precision (`evaluate`).
 """
 
 from biotf.lazy import lazy_exports
@@ -11,6 +12,7 @@ from biotf.lazy import lazy_exports
 _EXPORTS = {
     "CONTACT_FORMATS": "formats", "contact_format": "formats", "ContactOptions": "contacts",
     "ContactStats": "contacts", "contact_maps": "contacts", "predict_file": "contacts", "proteins": "contacts",
+    "Chain": "chains", "read_chain": "chains", "fit_file": "fit", "evaluate_structures": "evaluate",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)
