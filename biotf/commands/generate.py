@@ -34,7 +34,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import add_tokenizer_options, as_option_errors, parse_options
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
-from biotf.errors import ConfigError
+from biotf.errors import ConfigError, check_int
 from biotf.wording import counted
 
 
@@ -85,8 +85,12 @@ def option(value, default):
 
 
 def check_sample_arguments(args: argparse.Namespace) -> None:
-    """Refuse a flag that belongs to the other mode (prompts vs --num-samples) before anything is loaded."""
-    sample_flags = {"--output": args.output, "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
+    """Refuse a bad count or a flag of the other mode (prompts vs --num-samples) before anything is loaded."""
+    check_int("--seed", args.seed, minimum=0, optional=True)
+    check_int("--batch-size", args.batch_size)
+    check_int("--num-samples", args.num_samples, optional=True)
+    check_int("--max-draws", args.max_draws, optional=True)
+    sample_flags = {"--output": None if args.output is None else str(args.output), "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
     if args.num_samples is None:
         for flag, value in sample_flags.items():
             if value is not None:
@@ -98,7 +102,8 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
         raise ConfigError("--output", None, required_with="--num-samples")
     for flag, value in {"--prompt-file": args.prompt_file, "--chat": args.chat or None}.items():
         if value is not None:
-            raise ConfigError(flag, value, reason="--num-samples draws from one start (--prompt at most)")
+            raise ConfigError(flag, str(value) if flag == "--prompt-file" else value,
+                              reason="--num-samples draws from one start (--prompt at most)")
     if args.max_draws is not None and not args.valid_only:
         raise ConfigError("--max-draws", args.max_draws, reason="only --valid-only draws more than --num-samples")
 

@@ -22,7 +22,7 @@ from os import PathLike
 from pathlib import Path
 
 from biotf.atomic import atomic_write_text
-from biotf.errors import ConfigError, check_int
+from biotf.errors import ConfigError, InputError, check_int
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import RowStreams, Sampling, fit_prompts, generate_batch
 from biotf.inference.pretrained import GenerationDefaults
@@ -49,7 +49,7 @@ class SampleSet:
 
     samples: list[Sample]
     seed: int
-    draws: int = 0
+    draws: int = 0       # samples looked at: kept + rejected
     rejected: list[Sample] = field(default_factory=list)  # drawn but failing `valid` (or cut before eos)
     policies: PolicyStats = field(default_factory=PolicyStats)
 
@@ -98,16 +98,17 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
         batch = generate_batch(model, [start] * rows, max_new_tokens=max_new_tokens, sampling=sampling,
                                eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, seed=seed,
                                first_row=drawn.draws, suppress_ids=suppress, log_probs=True)
-        for row, (ids, log_prob) in enumerate(zip(batch.ids, batch.log_probs)):
+        for ids, log_prob in zip(batch.ids, batch.log_probs):
+            # Stream order: the kept samples are the first n that pass, whatever the batch size; the rest of the
+            # last batch is not looked at (nor counted as drawn).
+            if len(drawn.samples) == n:
+                break
             finished = bool(ids) and ids[-1] in defaults.eos_token_ids
             text = tokenizer.decode(ids, skip_special_tokens=True)
-            sample = Sample(drawn.draws + row, (prompt or "") + text, len(ids), log_prob, finished)
+            sample = Sample(drawn.draws, (prompt or "") + text, len(ids), log_prob, finished)
             keep = valid is None or (finished and valid(sample.sequence))
-            if keep and len(drawn.samples) < n:
-                drawn.samples.append(sample)
-            elif not keep:
-                drawn.rejected.append(sample)
-        drawn.draws += rows
+            (drawn.samples if keep else drawn.rejected).append(sample)
+            drawn.draws += 1
     return drawn
 
 
@@ -125,6 +126,11 @@ def write_samples(path: str | PathLike, samples: list[Sample]) -> Path:
     sequence), CSV (id, sequence, tokens, log_prob, finished) or TXT (one sequence a line)."""
     suffix = sample_format(path)
     ids = [f"sample_{number}" for number in range(1, len(samples) + 1)]
+    if suffix != ".csv":
+        for name, sample in zip(ids, samples):
+            if "\n" in sample.sequence or "\r" in sample.sequence:
+                raise InputError(f"{path}: {name} holds a line break, which a {suffix} line cannot; write a .csv "
+                                 "(it quotes such a sequence)")
     if suffix == ".fasta":
         text = "".join(f">{name}\n{sample.sequence}\n" for name, sample in zip(ids, samples))
     elif suffix == ".txt":
