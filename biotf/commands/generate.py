@@ -86,10 +86,10 @@ def option(value, default):
 
 def check_sample_arguments(args: argparse.Namespace) -> None:
     """Refuse a bad count or a flag of the other mode (prompts vs --num-samples) before anything is loaded."""
-    check_int("--seed", args.seed, minimum=0, optional=True)
-    check_int("--batch-size", args.batch_size)
-    check_int("--num-samples", args.num_samples, optional=True)
-    check_int("--max-draws", args.max_draws, optional=True)
+    for flag, value, minimum in (("--seed", args.seed, 0), ("--batch-size", args.batch_size, 1),
+                                 ("--num-samples", args.num_samples, 1), ("--max-draws", args.max_draws, 1)):
+        if value is not None:
+            check_int(flag, value, minimum)
     sample_flags = {"--output": None if args.output is None else str(args.output), "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
     if args.num_samples is None:
         for flag, value in sample_flags.items():
