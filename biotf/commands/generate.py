@@ -10,7 +10,8 @@ A single prompt streams its tokens to stdout as they come. `--prompt-file` holds
 (blank lines skipped); they are generated as one left-padded batch and printed as JSON lines
 {"prompt": ..., "completion": ...}. Sampling options default to the checkpoint's
 generation_config.json (greedy when it says `do_sample: false`); `--temperature 0` is greedy.
-Generation stops at any eos id of generation_config.json or the tokenizer. A summary goes to stderr.
+Generation stops at any eos id of generation_config.json or the tokenizer. A biotf run's prompt follows an <eos>,
+as its training saw every record (CLM packing). A summary goes to stderr.
 
     biotf generate --model <a causal SMILES run> --num-samples 1000 --output samples.csv --seed 0 --valid-only
     biotf generate --model <a causal protein run> --num-samples 50 --prompt M --output proteins.fasta
@@ -57,7 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_overwrite_argument(samples)
     parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn in the chat template")
     parser.add_argument("--system", metavar="TEXT", help="system turn for --chat (default: the template's own)")
-    parser.add_argument("--max-new-tokens", type=int, metavar="N", help="default: generation_config.json, else 256")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N",
+                        help="default: generation_config.json's (256 if silent), at most what the model's positions "
+                             "leave; a biotf run: all they leave")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy; default: generation_config.json")
     parser.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens (0 = all)")
     parser.add_argument("--top-p", type=float, metavar="P", help="sample within the smallest set of probability P")
