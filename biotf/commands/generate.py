@@ -93,7 +93,8 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
                                  ("--num-samples", args.num_samples, 1), ("--max-draws", args.max_draws, 1)):
         if value is not None:
             check_int(flag, value, minimum)
-    sample_flags = {"--output": None if args.output is None else str(args.output), "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
+    sample_flags = {"--output": None if args.output is None else str(args.output),
+                    "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
     if args.num_samples is None:
         for flag, value in sample_flags.items():
             if value is not None:

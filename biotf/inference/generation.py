@@ -95,15 +95,18 @@ def next_token_scores(logits: torch.Tensor, tokens: torch.Tensor, sampling: Samp
     return scores
 
 
-class RowStreams:
-    """One random stream per row (numpy's `default_rng([seed, index])`): a row's draws never depend on the others.
+def stream_seed(seed: int | None) -> int:
+    """`seed` checked (an integer >= 0), or a fresh one for None, to be said in a summary so a run can be repeated."""
+    seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else seed
+    check_int("seed", seed, minimum=0)
+    return seed
 
-    `seed` None draws a fresh seed (kept in `.seed`, so that a summary can say how to repeat the run).
-    """
+
+class RowStreams:
+    """One random stream per row (numpy's `default_rng([seed, index])`): a row's draws never depend on the others."""
 
     def __init__(self, seed: int | None, rows: int, first_row: int = 0):
-        self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else seed
-        check_int("seed", self.seed, minimum=0)
+        self.seed = stream_seed(seed)
         self.generators = [np.random.default_rng([self.seed, first_row + row]) for row in range(rows)]
 
     def draw(self, probabilities: torch.Tensor) -> torch.Tensor:

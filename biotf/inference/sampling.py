@@ -24,7 +24,7 @@ from pathlib import Path
 from biotf.atomic import atomic_write_text
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.inference.fast import DecodingModel
-from biotf.inference.generation import RowStreams, Sampling, fit_prompts, generate_batch
+from biotf.inference.generation import Sampling, fit_prompts, generate_batch, stream_seed
 from biotf.inference.pretrained import GenerationDefaults
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -89,7 +89,7 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     if max_new_tokens is None:
         max_new_tokens = defaults.new_tokens(len(start), config.max_seq_len)
     start = fit_prompts([start], max_new_tokens, config.max_seq_len, truncate=False)[0]
-    seed = RowStreams(seed, 0).seed
+    seed = stream_seed(seed)
     suppress = suppressed_ids(tokenizer, defaults, config.vocab_size)
     drawn = SampleSet([], seed, policies=policies)
     limit = n if valid is None else (max_draws or 10 * n)
