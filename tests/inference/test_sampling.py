@@ -124,3 +124,13 @@ def test_sample_files_by_extension(tmp_path):
         write_samples(tmp_path / "t.txt", [Sample(0, "to be\nor not", 5, -1.0, True)])
     write_samples(tmp_path / "t.csv", [Sample(0, "to be\nor not", 5, -1.0, True)])  # CSV quotes it
     assert next(csv.DictReader((tmp_path / "t.csv").open()))["sequence"] == "to be\nor not"
+
+
+def test_a_hugging_face_checkpoint_starts_from_its_bos_and_never_draws_its_added_specials(tied):
+    model, tokenizer, defaults = tied
+    assert defaults.encode_prompt(tokenizer, None) == [151643]  # generation_config.json's bos, <|endoftext|>
+    suppress = suppressed_ids(tokenizer, defaults, model.config.vocab_size)
+    assert tokenizer.get_vocab()["<|im_start|>"] in suppress and model.config.vocab_size - 1 in suppress
+    assert not set(defaults.eos_token_ids) & suppress
+    drawn = sample_sequences(model, tokenizer, defaults, 4, seed=0, max_new_tokens=6, batch_size=3)
+    assert len(drawn.samples) == 4 and all(0 < s.tokens <= 6 for s in drawn.samples)
