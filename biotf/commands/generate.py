@@ -1,4 +1,5 @@
-"""`biotf generate`: continue a prompt with a causal model (a Hugging Face Qwen2 directory or a biotf run).
+"""`biotf generate`: continue a prompt, or draw N new sequences, with a causal model (a Hugging Face Qwen2
+directory or a causal biotf run: protein, DNA, SMILES, text).
 
     biotf generate --model Qwen2.5-0.5B-Instruct --chat --prompt "Name three amino acids."
     biotf generate --model Qwen2.5-0.5B --prompt "The ribosome" --max-new-tokens 40 --dtype bfloat16
@@ -9,7 +10,18 @@ A single prompt streams its tokens to stdout as they come. `--prompt-file` holds
 (blank lines skipped); they are generated as one left-padded batch and printed as JSON lines
 {"prompt": ..., "completion": ...}. Sampling options default to the checkpoint's
 generation_config.json (greedy when it says `do_sample: false`); `--temperature 0` is greedy.
-Generation stops at any eos id of generation_config.json or the tokenizer. A summary goes to stderr.
+Generation stops at any eos id of generation_config.json or the tokenizer. A biotf run's prompt follows an <eos>,
+as its training saw every record (CLM packing). A summary goes to stderr.
+
+    biotf generate --model <a causal SMILES run> --num-samples 1000 --output samples.csv --seed 0 --valid-only
+    biotf generate --model <a causal protein run> --num-samples 50 --prompt M --output proteins.fasta
+
+`--num-samples N --output FILE` draws N sequences (`biotf.inference.sampling`), each from the model's start token
+(or --prompt after it) to its first eos, batched (--batch-size), never with another special token inside; the
+same --seed gives the same samples at any batch size. FILE is .fasta, .csv (with tokens, log_prob, finished) or
+.txt by its extension. Sampling is plain (temperature 1, no cut) unless --temperature/--top-k/--top-p or the
+checkpoint's generation_config.json say otherwise. For SMILES, --valid-only draws until N molecules RDKit parses
+(or --max-draws, default 10 N) and says how many invalid ones it drew. A masked-LM is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +34,9 @@ import time
 from pathlib import Path
 
 from biotf.commands.input_options import add_tokenizer_options, as_option_errors, parse_options
-from biotf.errors import ConfigError
+from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.errors import ConfigError, check_int
+from biotf.wording import counted
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -30,12 +44,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path, metavar="DIR",
                         help="a Hugging Face Qwen2 checkpoint directory, or a biotf run / exported directory")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="the prompt text")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="the prompt text (with --num-samples: the start of every sample)")
     source.add_argument("--prompt-file", type=Path, metavar="FILE", help="one prompt per line, run as one batch")
+    samples = parser.add_argument_group("drawing new sequences")
+    samples.add_argument("--num-samples", type=int, metavar="N", help="draw N sequences into --output")
+    samples.add_argument("--output", type=Path, metavar="FILE", help="the samples: .fasta, .csv or .txt")
+    samples.add_argument("--batch-size", type=int, default=64, metavar="B", help="samples drawn together (default 64)")
+    samples.add_argument("--valid-only", action="store_true",
+                         help="SMILES: keep drawing until N samples RDKit parses (invalid ones are counted)")
+    samples.add_argument("--max-draws", type=int, metavar="M", help="with --valid-only: stop after M draws "
+                                                                    "(default 10 N)")
+    add_overwrite_argument(samples)
     parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn in the chat template")
     parser.add_argument("--system", metavar="TEXT", help="system turn for --chat (default: the template's own)")
-    parser.add_argument("--max-new-tokens", type=int, metavar="N", help="default: generation_config.json, else 256")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N",
+                        help="default: generation_config.json's (256 if silent), at most what the model's positions "
+                             "leave; a biotf run: all they leave")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy; default: generation_config.json")
     parser.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens (0 = all)")
     parser.add_argument("--top-p", type=float, metavar="P", help="sample within the smallest set of probability P")
@@ -58,6 +83,35 @@ def read_prompts(path: Path) -> list[str]:
     return [record.sequence for record in read_records(path, ReaderOptions(format="text"))]
 
 
+def option(value, default):
+    return default if value is None else value
+
+
+def check_sample_arguments(args: argparse.Namespace) -> None:
+    """Refuse a bad count or a flag of the other mode (prompts vs --num-samples) before anything is loaded."""
+    for flag, value, minimum in (("--seed", args.seed, 0), ("--batch-size", args.batch_size, 1),
+                                 ("--num-samples", args.num_samples, 1), ("--max-draws", args.max_draws, 1)):
+        if value is not None:
+            check_int(flag, value, minimum)
+    sample_flags = {"--output": None if args.output is None else str(args.output),
+                    "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
+    if args.num_samples is None:
+        for flag, value in sample_flags.items():
+            if value is not None:
+                raise ConfigError(flag, value, reason="it belongs to drawing samples: give --num-samples N")
+        if args.prompt is None and args.prompt_file is None:
+            raise ConfigError("--prompt", None, reason="give --prompt, --prompt-file, or --num-samples N --output FILE")
+        return
+    if args.output is None:
+        raise ConfigError("--output", None, required_with="--num-samples")
+    for flag, value in {"--prompt-file": args.prompt_file, "--chat": args.chat or None}.items():
+        if value is not None:
+            raise ConfigError(flag, str(value) if flag == "--prompt-file" else value,
+                              reason="--num-samples draws from one start (--prompt at most)")
+    if args.max_draws is not None and not args.valid_only:
+        raise ConfigError("--max-draws", args.max_draws, reason="only --valid-only draws more than --num-samples")
+
+
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
@@ -65,30 +119,36 @@ def run(args: argparse.Namespace) -> int:
     from biotf.tokenizers.base import PolicyStats
     from biotf.tokenizers.loading import with_options
 
-    prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
+    check_sample_arguments(args)
+    if args.num_samples is not None:
+        from biotf.inference.sampling import sample_format
+
+        sample_format(args.output)
+        prepare_outputs(args, {"--output": args.output}, [args.model])
+    else:
+        prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
     if args.system is not None and not args.chat:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     model, tokenizer, defaults = load_for_generation(args.model, args.dtype)
     tokenizer_options = parse_options(args.option)
     with as_option_errors(tokenizer_options):
         tokenizer = with_options(tokenizer, tokenizer_options)
+    if args.num_samples is not None:
+        return run_samples(args, model, tokenizer, defaults)
     policies = PolicyStats()
-
-    def option(value, default):
-        return default if value is None else value
-
     sampling = Sampling(temperature=option(args.temperature, defaults.temperature),
                         top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
                         repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
-    max_new_tokens = option(args.max_new_tokens, defaults.max_new_tokens)
     # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"biotf {args.command}: warning: %(message)s"))
     logger = logging.getLogger("biotf.inference")
     logger.addHandler(handler)
     try:
-        ids = fit_prompts(encode_prompts(tokenizer, prompts, args.chat, args.system, policies), max_new_tokens,
-                          model.config.max_seq_len, args.truncate_prompt)
+        ids = (encode_prompts(tokenizer, prompts, True, args.system, policies) if args.chat
+               else [defaults.encode_prompt(tokenizer, prompt, policies) for prompt in prompts])
+        max_new_tokens = option(args.max_new_tokens, defaults.new_tokens(max(map(len, ids)), model.config.max_seq_len))
+        ids = fit_prompts(ids, max_new_tokens, model.config.max_seq_len, args.truncate_prompt)
     finally:
         logger.removeHandler(handler)
     decoder = optimize_for_decoding(model)
@@ -113,4 +173,48 @@ def run(args: argparse.Namespace) -> int:
           f"({produced / seconds:.1f} tokens/s), {mode}", file=sys.stderr)
     if policies:
         print(f"tokenizer policies: {policies.summary()}", file=sys.stderr)
+    return 0
+
+
+def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
+    """`--num-samples N --output FILE`: draw, write all or nothing, and say what was drawn on stderr."""
+    from biotf.inference.fast import optimize_for_decoding
+    from biotf.inference.generation import Sampling
+    from biotf.inference.sampling import sample_sequences, write_samples
+
+    valid = None
+    if args.valid_only:
+        if tokenizer.kind != "smiles":
+            raise ConfigError("--valid-only", True, reason=f"it checks SMILES with RDKit, and this model's tokenizer "
+                                                           f"is {tokenizer.kind!r}, not 'smiles'")
+        from biotf.tokenizers.chem import is_valid
+
+        is_valid("C")  # RDKit missing: its install line now, before any sampling
+        valid = is_valid
+    sampling = Sampling(temperature=option(args.temperature, defaults.temperature or 1.0),
+                        top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
+                        repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+    start = time.perf_counter()
+    drawn = sample_sequences(optimize_for_decoding(model), tokenizer, defaults, args.num_samples, prompt=args.prompt,
+                             sampling=sampling, seed=args.seed, batch_size=args.batch_size,
+                             max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws)
+    seconds = time.perf_counter() - start
+    write_samples(args.output, drawn.samples)
+    mode = "greedy" if sampling.greedy else f"temperature {sampling.temperature}, top-k {sampling.top_k or 'none'}, " \
+                                           f"top-p {sampling.top_p}"
+    tokens = sum(sample.tokens for sample in drawn.samples + drawn.rejected)
+    print(f"wrote {counted(len(drawn.samples), 'sample')} to {args.output} from {counted(drawn.draws, 'draw')} "
+          f"({tokens} tokens in {seconds:.2f} s; seed {drawn.seed}; {mode})", file=sys.stderr)
+    if valid is not None:
+        cut = sum(not sample.finished for sample in drawn.rejected)
+        print(f"invalid SMILES drawn: {len(drawn.rejected)} ({len(drawn.rejected) - cut} not parsed by RDKit, "
+              f"{cut} cut at --max-new-tokens before <eos>); not written", file=sys.stderr)
+        if len(drawn.samples) < args.num_samples:
+            print(f"biotf {args.command}: warning: only {len(drawn.samples)} valid of the {args.num_samples} asked "
+                  f"within {counted(drawn.draws, 'draw')} (raise --max-draws)", file=sys.stderr)
+    elif drawn.unfinished:
+        print(f"{counted(drawn.unfinished, 'sample')} cut at --max-new-tokens before <eos> (kept; the CSV's "
+              "finished column marks them)", file=sys.stderr)
+    if drawn.policies:
+        print(f"tokenizer policies: {drawn.policies.summary()}", file=sys.stderr)
     return 0

@@ -1,5 +1,5 @@
 """The output-file rule shared by every command that writes a file the user names (`embed`, `plot`, `compare`,
-`predict`, `score`, `contacts`).
+`predict`, `score`, `contacts`, `generate`).
 
 See `biotf.export.outputs` for the rule itself; this module adds `--overwrite` to a parser and applies the
 rule to a command's outputs before any work starts, saying on stderr which leftovers of killed runs it removed.

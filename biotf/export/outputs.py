@@ -1,7 +1,7 @@
 """Where a command may write a user-named file: the one overwrite rule, and the leftovers of killed runs.
 
 The rule (every command that writes a file the user names: `embed --output/--plot`, `plot --output`,
-`compare --out`, `predict --output`, `score --output`), checked before any work is done:
+`compare --out`, `predict --output`, `score --output`, `generate --output`), checked before any work is done:
 - an output that is one of the command's inputs (the same file, `os.path.samefile`) is refused, always;
 - an output that is a directory, or whose parent is a file, is refused;
 - an existing output is refused unless `overwrite` (`--overwrite`); the new file still replaces it

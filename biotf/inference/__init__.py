@@ -1,5 +1,6 @@
 """Inference: generation with the KV cache (and `fast/`: optimize_for_decoding), chat templates, a causal model
-loaded for generation (`pretrained`), and a fine-tuned model's predictions (`predict`)."""
+loaded for generation (`pretrained`), N new sequences and their files (`sampling`), and a fine-tuned model's
+predictions (`predict`)."""
 
 from biotf.inference.generation import generate
 

@@ -14,7 +14,12 @@ output is token for token the same):
   and the LM head see the last position only. Each further step feeds one token per row.
 - Next-token scores (float32): repetition penalty over prompt and generated ids (HF
   `RepetitionPenaltyLogitsProcessor`), then temperature, top-k, top-p (HF's warpers, in that order);
-  temperature 0 is greedy argmax. Sampling draws from a `torch.Generator` seeded with `seed`.
+  temperature 0 is greedy argmax. `suppress_ids` (special tokens that must never appear inside a sequence)
+  are set to -inf before all of them (HF `SuppressTokensLogitsProcessor`).
+- Sampling draws row i's tokens from its own random stream, numpy's `default_rng([seed, first_row + i])`
+  (one uniform per step, inverse CDF in float64), so that a row's tokens depend on its seed and index only,
+  never on which other rows share its batch: N samples drawn 1, 8 or 64 at a time are the same samples
+  (up to float rounding of the batched matrix products, which could move a draw that falls on a boundary).
 - A row stops at its first eos id (the eos is kept in its ids, not in its text); finished rows are fed
   the pad id until every row is done or `max_new_tokens` is reached.
 """
@@ -22,9 +27,11 @@ output is token for token the same):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from biotf.errors import ConfigError, InputError, check_int
@@ -88,13 +95,36 @@ def next_token_scores(logits: torch.Tensor, tokens: torch.Tensor, sampling: Samp
     return scores
 
 
+def stream_seed(seed: int | None) -> int:
+    """`seed` checked (an integer >= 0), or a fresh one for None, to be said in a summary so a run can be repeated."""
+    seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else seed
+    check_int("seed", seed, minimum=0)
+    return seed
+
+
+class RowStreams:
+    """One random stream per row (numpy's `default_rng([seed, index])`): a row's draws never depend on the others."""
+
+    def __init__(self, seed: int | None, rows: int, first_row: int = 0):
+        self.seed = stream_seed(seed)
+        self.generators = [np.random.default_rng([self.seed, first_row + row]) for row in range(rows)]
+
+    def draw(self, probabilities: torch.Tensor) -> torch.Tensor:
+        """One index per row of `probabilities` (B, V), by inverse CDF on the row's next uniform."""
+        uniforms = torch.tensor([generator.random() for generator in self.generators], dtype=torch.float64,
+                                device=probabilities.device)
+        cdf = probabilities.double().cumsum(dim=-1)
+        chosen = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).squeeze(1)
+        return chosen.clamp_(max=probabilities.shape[-1] - 1)
+
+
 def next_tokens(logits: torch.Tensor, tokens: torch.Tensor, sampling: Sampling,
-                generator: torch.Generator | None) -> torch.Tensor:
+                streams: RowStreams | None) -> torch.Tensor:
     """Next token per row: argmax when greedy, else a draw from the softmax of the processed scores."""
     scores = next_token_scores(logits, tokens, sampling)
     if sampling.greedy:
         return scores.argmax(dim=-1)
-    return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
+    return streams.draw(scores.softmax(dim=-1))
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int,
@@ -139,15 +169,31 @@ def fit_prompts(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_lengt
     return fitted
 
 
+class Generated(NamedTuple):
+    """What `generate_batch` returns: new ids per row, and (when asked) each row's log-probability."""
+
+    ids: list[list[int]]
+    log_probs: list[float] | None = None
+
+
+def generate_ids(model: Transformer | DecodingModel, prompts: Sequence[Sequence[int]], **options) -> list[list[int]]:
+    """New token ids for each prompt (lists of ids), up to and including the eos that stopped it
+    (`generate_batch`'s ids; it takes the same options)."""
+    return generate_batch(model, prompts, **options).ids
+
+
 @torch.inference_mode()
-def generate_ids(model: Transformer | DecodingModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 32,
-                 sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (), pad_token_id: int | None = None,
-                 seed: int | None = None, on_token: TokenCallback | None = None,
-                 truncate_prompt: bool = False) -> list[list[int]]:
-    """New token ids for each prompt (lists of ids), up to and including the eos that stopped it.
+def generate_batch(model: Transformer | DecodingModel, prompts: Sequence[Sequence[int]], *,
+                   max_new_tokens: int = 32, sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (),
+                   pad_token_id: int | None = None, seed: int | None = None, first_row: int = 0,
+                   suppress_ids: Collection[int] = (), log_probs: bool = False, on_token: TokenCallback | None = None,
+                   truncate_prompt: bool = False) -> Generated:
+    """New token ids for each prompt, up to and including the eos that stopped it.
 
     `pad_token_id` fills left padding and finished rows (default: the first eos id, else 0); pads are masked,
-    so their value never changes a real token's output.
+    so their value never changes a real token's output. Row i samples from the stream (`seed`, `first_row` + i).
+    `suppress_ids` can never be chosen. `log_probs`: also each row's summed log-probability of its new tokens
+    under the model itself (temperature 1, no cuts, nothing suppressed), the eos included.
     """
     decoder = model if isinstance(model, DecodingModel) else DecodingModel(model)
     check_int("max_new_tokens", max_new_tokens)
@@ -157,15 +203,11 @@ def generate_ids(model: Transformer | DecodingModel, prompts: Sequence[Sequence[
     if pad_token_id is None:
         pad_token_id = next(iter(eos_token_ids), 0)
     device = decoder.device
-    generator = None
-    if not sampling.greedy:
-        generator = torch.Generator(device=device)
-        if seed is None:
-            generator.seed()  # a fresh random seed, leaving torch's global generator alone
-        else:
-            generator.manual_seed(seed)
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]
+    streams = None if sampling.greedy else RowStreams(seed, batch, first_row)
+    suppressed = torch.tensor(sorted(suppress_ids), dtype=torch.long, device=device)
+    totals = [0.0] * batch
     cache = KVCache(decoder.config.n_layers, initial_capacity=ids.shape[1] + max_new_tokens)
     eos = set(eos_token_ids)
     finished = [False] * batch
@@ -174,12 +216,18 @@ def generate_ids(model: Transformer | DecodingModel, prompts: Sequence[Sequence[
     logits = decoder(ids, mask, cache)
     for step in range(max_new_tokens):
         # Bookkeeping on Python ints: the chosen ids come to the host once per step anyway (to stream them).
-        chosen = next_tokens(logits, tokens, sampling, generator).tolist()
+        allowed = logits.float().index_fill(1, suppressed, float("-inf")) if len(suppressed) else logits
+        chosen_ids = next_tokens(allowed, tokens, sampling, streams)
+        if log_probs:
+            chosen_log_probs = logits.float().log_softmax(dim=-1).gather(1, chosen_ids[:, None]).squeeze(1).tolist()
+        chosen = chosen_ids.tolist()
         for row, token in enumerate(chosen):
             if finished[row]:
                 chosen[row] = pad_token_id
                 continue
             new[row].append(token)
+            if log_probs:
+                totals[row] += chosen_log_probs[row]
             finished[row] = token in eos
             if on_token is not None:
                 on_token(row, token)
@@ -191,7 +239,7 @@ def generate_ids(model: Transformer | DecodingModel, prompts: Sequence[Sequence[
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
         logits = decoder(step_ids, mask, cache)
-    return new
+    return Generated(new, totals if log_probs else None)
 
 
 class TextStreamer:

@@ -3,7 +3,11 @@
     model, tokenizer, defaults = load_for_generation("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
 
 A Hugging Face directory's `generation_config.json` gives the defaults, read as `transformers` does; its matrices are
-read straight into their decoding layout (`biotf.inference.fast`). Other sources store no generation settings.
+read straight into their decoding layout (`biotf.inference.fast`). Other sources (biotf runs and exports) store
+no generation settings; they were trained on records packed end to end with `<eos>` between them
+(`biotf.data.prepare`, objective clm), so a sequence starts after an `<eos>`: that is their start token, and a
+prompt is that `<eos>` and the prompt's tokens without special tokens (what training saw before a record's rest).
+A masked-LM is refused: it was never trained to predict the next token.
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from biotf.checkpoint.hf_directory import load_hf_model, parse_dtype, read_check
 from biotf.checkpoint.loading import find_source, load_hf_directory
 from biotf.errors import CheckpointError
 from biotf.model import Transformer
-from biotf.tokenizers.base import Tokenizer
+from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.untrusted import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 CAUSAL_LM_ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",)}
+FALLBACK_NEW_TOKENS = 256  # transformers' own default cap, for a model without a position limit
 NUMBER, OPTIONAL = (int, float), type(None)
 # generation_config.json's fields that `GenerationDefaults.from_hf` reads, checked before it reads them.
 GENERATION_CONFIG_TYPES = {"eos_token_id": (int, list, OPTIONAL), "pad_token_id": (int, OPTIONAL),
+                           "bos_token_id": (int, OPTIONAL),
                            "do_sample": (bool, OPTIONAL), "max_new_tokens": (int, OPTIONAL),
                            "temperature": (*NUMBER, OPTIONAL), "top_k": (int, OPTIONAL), "top_p": (*NUMBER, OPTIONAL),
                            "repetition_penalty": (*NUMBER, OPTIONAL)}
@@ -37,16 +43,47 @@ GENERATION_CONFIG_TYPES = {"eos_token_id": (int, list, OPTIONAL), "pad_token_id"
 class GenerationDefaults:
     """Generation settings of a checkpoint; `transformers`' defaults where generation_config.json is silent.
 
-    `temperature` 0 means greedy decoding (generation_config.json's `do_sample: false`).
+    `temperature` 0 means greedy decoding (generation_config.json's `do_sample: false`). `start_token_id` begins an
+    unprompted sequence; `prompt_after_start`: a prompt is the start token then its tokens without special tokens
+    (biotf runs), else the tokenizer's own encoding (Hugging Face checkpoints, as `transformers` does).
+    `max_new_tokens` None: until eos or the model's positions run out.
     """
 
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int | None = None
-    max_new_tokens: int = 256
+    max_new_tokens: int | None = 256
     temperature: float = 0.0
     top_k: int | None = 50
     top_p: float = 1.0
     repetition_penalty: float = 1.0
+    start_token_id: int | None = None
+    prompt_after_start: bool = False
+
+    @classmethod
+    def for_run(cls, tokenizer: Tokenizer) -> GenerationDefaults:
+        """A biotf run's (it stores none): greedy, or plain sampling without a top-k cut when a temperature is
+        given; stop at and start after `<eos>`; up to the model's positions."""
+        eos = tokenizer.eos_id
+        return cls(eos_token_ids=() if eos is None else (eos,), pad_token_id=tokenizer.pad_id, max_new_tokens=None,
+                   top_k=None, start_token_id=eos, prompt_after_start=eos is not None)
+
+    def new_tokens(self, prompt_length: int, positions: int | None) -> int:
+        """The default number of new tokens: `max_new_tokens`, at most what `positions` leave after the prompt
+        (None: all they leave; `FALLBACK_NEW_TOKENS` for a model without a position limit)."""
+        room = None if positions is None else max(positions - prompt_length, 1)
+        limits = [limit for limit in (self.max_new_tokens, room) if limit is not None]
+        return min(limits) if limits else FALLBACK_NEW_TOKENS
+
+    def encode_prompt(self, tokenizer: Tokenizer, text: str | None, stats: PolicyStats | None = None) -> list[int]:
+        """Token ids a generation starts from: the start token alone when `text` is None, else the prompt."""
+        start = [] if self.start_token_id is None else [self.start_token_id]
+        if text is None:
+            if not start:
+                raise CheckpointError("this model's tokenizer has no bos or eos token to start a sequence from; "
+                                      "give a --prompt")
+            return start
+        ids = tokenizer.encode_batch([text], add_special_tokens=not self.prompt_after_start, stats=stats)[0]
+        return (start if self.prompt_after_start else []) + [int(i) for i in ids]
 
     @classmethod
     def from_hf(cls, generation: Mapping[str, Any], tokenizer: Tokenizer | None = None) -> GenerationDefaults:
@@ -60,7 +97,12 @@ class GenerationDefaults:
             pad = tokenizer.pad_id
         sample = bool(generation.get("do_sample", False))
         max_new_tokens = generation.get("max_new_tokens") or cls.max_new_tokens
-        return cls(eos_token_ids=tuple(dict.fromkeys(int(i) for i in eos_ids)),
+        bos = generation.get("bos_token_id")
+        if bos is None and tokenizer is not None:
+            bos = tokenizer.bos_id
+        if bos is None and eos_ids:
+            bos = eos_ids[0]
+        return cls(eos_token_ids=tuple(dict.fromkeys(int(i) for i in eos_ids)), start_token_id=bos,
                    pad_token_id=None if pad is None else int(pad), max_new_tokens=int(max_new_tokens),
                    temperature=float(generation.get("temperature") or 1.0) if sample else 0.0,
                    top_k=generation.get("top_k", cls.top_k), top_p=float(generation.get("top_p") or 1.0),
@@ -76,10 +118,11 @@ class HFCheckpoint(NamedTuple):
 
 
 def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[str, Any]:
-    """generation_config.json, else the eos/pad ids of config.json (as `transformers` falls back)."""
+    """generation_config.json, else the bos/eos/pad ids of config.json (as `transformers` falls back)."""
     path = directory / GENERATION_CONFIG_FILE
     if not path.is_file():
-        return {key: config[key] for key in ("eos_token_id", "pad_token_id") if config.get(key) is not None}
+        return {key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id")
+                if config.get(key) is not None}
     return read_json_object(path, "generation config", CheckpointError, types=GENERATION_CONFIG_TYPES)
 
 
@@ -101,8 +144,8 @@ def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.flo
     """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults from any source of `MODEL_SOURCES`.
 
     A Hugging Face directory must hold a causal LM; it loads straight into `dtype` (no float32 copy first) and its
-    generation_config.json gives the defaults. Other sources store no generation settings: greedy decoding, and
-    the tokenizer's eos and pad ids.
+    generation_config.json gives the defaults. Other sources store no generation settings: `GenerationDefaults.for_run`.
+    A masked-LM (`causal: false`) is a CheckpointError.
     """
     path = Path(source)
     loader = find_source(path)
@@ -110,4 +153,7 @@ def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.flo
         return load_hf_checkpoint(path, dtype)
     dtype = parse_dtype(dtype)  # refuse an unknown dtype before the weights are read
     model, tokenizer = loader.load(path)
-    return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.from_hf({}, tokenizer))
+    if not model.config.causal:
+        raise CheckpointError(f"{path} is a masked-LM (causal: false), which cannot generate: generation needs a "
+                              "causal model (trained with model.causal=true, e.g. experiment=smiles_clm)")
+    return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.for_run(tokenizer))

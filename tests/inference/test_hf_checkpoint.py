@@ -28,9 +28,10 @@ def test_tied_and_untied_load_with_tokenizer_and_generation_defaults(tied, untie
         assert not model.training and model.embed.weight.dtype == torch.float32
         assert tokenizer.eos_id == 151645 and tokenizer.pad_id == 151643
         assert tokenizer.chat_template.startswith("{%- if tools %}")
-        # Qwen2.5-Instruct's generation_config.json with do_sample false: greedy, its penalty, its eos ids
+        # Qwen2.5-Instruct's generation_config.json with do_sample false: greedy, its penalty, its eos ids, and its
+        # bos <|endoftext|> to start an unprompted sample from (as transformers' generate without input ids)
         assert defaults == GenerationDefaults(eos_token_ids=(151645, 151643), pad_token_id=151643, temperature=0.0,
-                                              top_k=20, top_p=0.8, repetition_penalty=1.1)
+                                              top_k=20, top_p=0.8, repetition_penalty=1.1, start_token_id=151643)
         assert model.config.max_seq_len == 128
 
 

@@ -37,8 +37,24 @@ def test_a_run_is_a_run_even_with_a_hugging_face_config(run_dir):
     assert find_source(run_dir).name == "run directory"
     model, tokenizer, defaults = load_for_generation(run_dir, dtype="bfloat16")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16} and not model.training
-    assert defaults == GenerationDefaults(eos_token_ids=(tokenizer.eos_id,), pad_token_id=tokenizer.pad_id)
-    assert defaults.temperature == 0.0  # nothing stored: greedy
+    # nothing stored: greedy (plain sampling when a temperature is given), start after and stop at <eos>, as CLM
+    # packing trains a run (records joined by <eos>), up to the model's positions
+    assert defaults == GenerationDefaults(eos_token_ids=(tokenizer.eos_id,), pad_token_id=tokenizer.pad_id,
+                                          max_new_tokens=None, top_k=None, start_token_id=tokenizer.eos_id,
+                                          prompt_after_start=True)
+    assert defaults.temperature == 0.0
+    assert defaults.encode_prompt(tokenizer, "MK") == [tokenizer.eos_id] + tokenizer.encode("MK", False)
+    assert defaults.new_tokens(3, model.config.max_seq_len) == 29
+
+
+def test_a_masked_lm_is_refused_in_one_line(run_dir, tmp_path):
+    from biotf.checkpoint import save_pretrained
+
+    model, tokenizer, _ = load_for_generation(run_dir)
+    mlm = Transformer(TransformerConfig(**{**model.config.__dict__, "causal": False}))
+    directory = save_pretrained(mlm, tokenizer, tmp_path / "mlm")
+    with pytest.raises(CheckpointError, match=r"is a masked-LM \(causal: false\), which cannot generate"):
+        load_for_generation(directory)
 
 
 def test_a_hugging_face_directory_brings_its_generation_config(tied_checkpoint, tied):

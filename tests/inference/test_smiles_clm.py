@@ -1,0 +1,40 @@
+"""End to end: `experiment=smiles_clm` trains a causal SMILES model on a slice of the shipped MOSES sample, and
+`biotf generate --valid-only` draws molecules from it, saying how many invalid ones it drew."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import re
+
+import pytest
+
+from biotf.cli import main
+from biotf.resources import SAMPLES_DIR
+from biotf.training import entry
+from training_helpers import TINY
+
+
+def test_train_a_few_steps_then_draw_valid_smiles(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("rdkit")
+    from biotf.tokenizers.chem import is_valid
+
+    monkeypatch.chdir(tmp_path)
+    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
+        (tmp_path / "slice.csv").write_text("".join(next(handle) for _ in range(301)))
+    run_dir = tmp_path / "run"
+    assert entry.main(["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=30",
+                       "optim.lr=3e-3", "data.batch_size=16", f"data.path={tmp_path / 'slice.csv'}",
+                       f"hydra.run.dir={run_dir}"]) == 0
+    capsys.readouterr()
+    output = tmp_path / "molecules.csv"
+    assert main(["generate", "--model", str(run_dir), "--num-samples", "3", "--valid-only", "--max-draws", "60",
+                 "--seed", "0", "--batch-size", "16", "--output", str(output)]) == 0
+    err = capsys.readouterr().err
+    rows = list(csv.DictReader(output.open()))
+    assert all(is_valid(row["sequence"]) and row["finished"] == "true" for row in rows)
+    draws = int(re.search(rf"wrote {len(rows)} samples? to .* from (\d+) draws", err).group(1))
+    invalid, unparsed, cut = map(int, re.search(r"invalid SMILES drawn: (\d+) \((\d+) not parsed by RDKit, (\d+) cut",
+                                                err).groups())
+    assert draws == len(rows) + invalid and invalid == unparsed + cut
+    assert len(rows) == 3 or (draws == 60 and f"only {len(rows)} valid of the 3 asked within 60 draws" in err)
