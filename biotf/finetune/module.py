@@ -22,7 +22,7 @@ from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, ag
                                      save_rng_state)
 from biotf.training.config import TrainConfig
 from biotf.finetune.metrics import task_metrics
-from biotf.finetune.modes import Mode, build_mode
+from biotf.finetune.modes import Mode
 from biotf.training.optim import WarmupCosine, parameter_groups
 
 
@@ -37,11 +37,11 @@ class NonFiniteLoss(BiotfError):
 class TaskModule(L.LightningModule):
     """Trains a `TaskModel`; validation computes the task's metrics over the whole split (`metrics.py`)."""
 
-    def __init__(self, model: TaskModel, config: TrainConfig, total_steps: int, n_classes: int,
+    def __init__(self, model: TaskModel, config: TrainConfig, mode: Mode, total_steps: int, n_classes: int,
                  control: RunControl | None = None):
         super().__init__()
         self.model, self.config, self.total_steps, self.n_classes = model, config, total_steps, n_classes
-        self.mode = build_mode(config.finetune.mode, config.finetune.lora)
+        self.mode = mode
         self.control, self.training_time = control, TrainingTime()
         self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 

@@ -1,8 +1,8 @@
 """One fine-tuning run (`python train.py experiment=finetune task=... init_from=... data.label_column=...`).
 
     load_pretrained(init_from) -> labelled records (`labelled`) -> leakage-aware train / validation / test split
-      (finetune.split; split.tsv) -> TaskModel (`task_module`: trunk frozen, full or LoRA) -> fit with early
-      stopping on validation -> best checkpoint -> validation and test metrics (`finetune_results`: finetune.json,
+      (finetune.split; split.tsv) -> TaskModel (`module`, in its `modes` entry: full, frozen or LoRA) -> fit with early
+      stopping on validation -> best checkpoint -> validation and test metrics (`results`: finetune.json,
       predictions_test.tsv) -> <run>/model: exported with its head (`biotf.checkpoint.task_model`) for `biotf predict`.
 
 The run directory, last.ckpt (by steps, by wall time, at the end, on SIGTERM: exit 143 with the resume command)
@@ -59,7 +59,7 @@ def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
         return _train_task(config, run_dir, control)
 
 
-def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Tokenizer) -> int:
+def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Tokenizer, mode: Mode) -> int:
     """Refuse settings that init_from's model (or its tokenizer) cannot use, before any data is read; returns the
     max_length the run encodes records to: data.max_length, or the model's max_seq_len when that is null."""
     source, limit, finetune = config.init_from, trunk.config.max_seq_len, config.finetune
@@ -75,7 +75,7 @@ def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Toke
     if tokenizer.pad_id is None:
         raise InputError(f"the tokenizer of {source} has no pad token; batches need one")
     check_pool(finetune.pool, config.task, trunk.config.causal)
-    build_mode(finetune.mode, finetune.lora).check(trunk)
+    mode.check(trunk)
     if finetune.split.method == "identity" and (
             tokenizer.kind == "smiles" or detect_format(Path(config.data.path), config.data.format) == "smi"):
         raise ConfigError("finetune.split.method", "identity", "scaffold | group | random",
@@ -90,7 +90,8 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     tokenizer_options = {key: value for key, value in config.finetune.tokenizer_options.items() if value is not None}
     with option_errors(tokenizer_options, "finetune.tokenizer_options.{}"):
         trunk, tokenizer = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
-    max_length = check_against_model(config, trunk, tokenizer)
+    mode = build_mode(config.finetune.mode, config.finetune.lora)
+    max_length = check_against_model(config, trunk, tokenizer, mode)
     data = read_labelled(config, tokenizer, max_length)
     split = config.finetune.split
     groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer)
@@ -102,7 +103,6 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
 
     n_outputs = 1 if config.task == "regression" else len(data.classes)
-    mode = build_mode(config.finetune.mode, config.finetune.lora)
     model, trainable = build_task_model(config, trunk, n_outputs, mode)
     if config.task == "regression":
         train_values = torch.tensor([data.labels[r] for r in rows["train"]], dtype=torch.float32)
@@ -121,7 +121,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     collate = _collator(config, mode, model, tokenizer, data)
     loaders = {name: task_loader(data, rows[name], collate, config.data.batch_size,
                                  trainer if name == "train" else None, config.seed) for name in rows}
-    module = TaskModule(model, config, config.trainer.max_steps, n_outputs, control)
+    module = TaskModule(model, config, mode, config.trainer.max_steps, n_outputs, control)
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
     trainer.fit(module, train_dataloaders=loaders["train"], val_dataloaders=loaders["validation"],
                 ckpt_path=config.ckpt_path, weights_only=True)
@@ -132,7 +132,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     module.load_state_dict(best_checkpoint["state_dict"])
     results = {name: evaluate(module, loaders[name]) for name in ("validation", "test")}
     write_predictions(run_dir / PREDICTIONS_FILE, data, rows["test"], results["test"][1], config.task)
-    _export(module.model, tokenizer, config, data.classes, max_length, run_dir, run_config)
+    _export(module.model, mode, tokenizer, config, data.classes, max_length, run_dir, run_config)
 
     summary = FinetuneSummary(
         experiment=config.experiment, task=config.task, mode=config.finetune.mode, init_from=str(config.init_from),
@@ -165,13 +165,12 @@ def _collator(config: TrainConfig, mode: Mode, model: TaskModel, tokenizer: Toke
     return FeatureCollator(data, features, config.task)
 
 
-def _export(model: TaskModel, tokenizer: Tokenizer, config: TrainConfig, classes: list[str] | None, max_length: int,
-            run_dir: Path, run_config: dict[str, Any]) -> None:
+def _export(model: TaskModel, mode: Mode, tokenizer: Tokenizer, config: TrainConfig, classes: list[str] | None,
+            max_length: int, run_dir: Path, run_config: dict[str, Any]) -> None:
     """<run>/model: the trunk (LoRA merged) and the head; with LoRA also the adapter alone."""
     directory = run_dir / MODEL_DIR
     info = TaskInfo(config.task, classes, config.finetune.pool, max_length, config.data.long_policy,
                     config.data.label_column)
-    mode = build_mode(config.finetune.mode, config.finetune.lora)
     adapter = mode.before_export(model.trunk, run_dir / f".{ADAPTER_FILE}.tmp")  # moved into the export's staging
     model.trunk.gradient_checkpointing = False
     save_task_model(model.eval(), tokenizer, info, directory, run_config, adapter=adapter)
