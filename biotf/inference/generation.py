@@ -216,10 +216,11 @@ def generate_batch(model: Transformer | DecodingModel, prompts: Sequence[Sequenc
     logits = decoder(ids, mask, cache)
     for step in range(max_new_tokens):
         # Bookkeeping on Python ints: the chosen ids come to the host once per step anyway (to stream them).
-        allowed = logits.float().index_fill(1, suppressed, float("-inf")) if len(suppressed) else logits
+        scores = logits.float()  # one float32 copy per step, for the suppression and the log-probabilities
+        allowed = scores.index_fill(1, suppressed, float("-inf")) if len(suppressed) else scores
         chosen_ids = next_tokens(allowed, tokens, sampling, streams)
         if log_probs:
-            chosen_log_probs = logits.float().log_softmax(dim=-1).gather(1, chosen_ids[:, None]).squeeze(1).tolist()
+            chosen_log_probs = scores.log_softmax(dim=-1).gather(1, chosen_ids[:, None]).squeeze(1).tolist()
         chosen = chosen_ids.tolist()
         for row, token in enumerate(chosen):
             if finished[row]:

@@ -94,7 +94,7 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     drawn = SampleSet([], seed, policies=policies)
     limit = n if valid is None else (max_draws or 10 * n)
     while len(drawn.samples) < n and drawn.draws < limit:
-        rows = min(batch_size, limit - drawn.draws) if valid is not None else min(batch_size, n - drawn.draws)
+        rows = min(batch_size, limit - drawn.draws)  # limit is n without a validity filter
         batch = generate_batch(model, [start] * rows, max_new_tokens=max_new_tokens, sampling=sampling,
                                eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, seed=seed,
                                first_row=drawn.draws, suppress_ids=suppress, log_probs=True)
