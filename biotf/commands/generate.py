@@ -87,6 +87,16 @@ def option(value, default):
     return default if value is None else value
 
 
+def sampling_settings(args: argparse.Namespace, defaults, temperature: float):
+    """The sampling the flags ask for, each one that is not given taken from the checkpoint's `defaults`
+    (`temperature`: the default temperature, which differs between prompts and drawn samples)."""
+    from biotf.inference.generation import Sampling
+
+    return Sampling(temperature=option(args.temperature, temperature), top_k=option(args.top_k, defaults.top_k),
+                    top_p=option(args.top_p, defaults.top_p),
+                    repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+
+
 def check_sample_arguments(args: argparse.Namespace) -> None:
     """Refuse a bad count or a flag of the other mode (prompts vs --num-samples) before anything is loaded."""
     for flag, value, minimum in (("--seed", args.seed, 0), ("--batch-size", args.batch_size, 1),
@@ -114,10 +124,9 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.fast import optimize_for_decoding
-    from biotf.inference.generation import Sampling, TextStreamer, encode_prompts, fit_prompts, generate_ids
+    from biotf.inference.generation import TextStreamer, encode_prompts, fit_prompts, generate_ids
     from biotf.inference.pretrained import load_for_generation
     from biotf.tokenizers.base import PolicyStats
-    from biotf.tokenizers.loading import with_options
 
     check_sample_arguments(args)
     if args.num_samples is not None:
@@ -129,16 +138,13 @@ def run(args: argparse.Namespace) -> int:
         prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
     if args.system is not None and not args.chat:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
-    model, tokenizer, defaults = load_for_generation(args.model, args.dtype)
     tokenizer_options = parse_options(args.option)
     with as_option_errors(tokenizer_options):
-        tokenizer = with_options(tokenizer, tokenizer_options)
+        model, tokenizer, defaults = load_for_generation(args.model, args.dtype, tokenizer_options)
     if args.num_samples is not None:
         return run_samples(args, model, tokenizer, defaults)
     policies = PolicyStats()
-    sampling = Sampling(temperature=option(args.temperature, defaults.temperature),
-                        top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
-                        repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+    sampling = sampling_settings(args, defaults, defaults.temperature)
     # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"biotf {args.command}: warning: %(message)s"))
@@ -146,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     logger.addHandler(handler)
     try:
         ids = (encode_prompts(tokenizer, prompts, True, args.system, policies) if args.chat
-               else [defaults.encode_prompt(tokenizer, prompt, policies) for prompt in prompts])
+               else defaults.encode_prompts(tokenizer, prompts, policies))
         max_new_tokens = option(args.max_new_tokens, defaults.new_tokens(max(map(len, ids)), model.config.max_seq_len))
         ids = fit_prompts(ids, max_new_tokens, model.config.max_seq_len, args.truncate_prompt)
     finally:
@@ -179,7 +185,6 @@ def run(args: argparse.Namespace) -> int:
 def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
     """`--num-samples N --output FILE`: draw, write all or nothing, and say what was drawn on stderr."""
     from biotf.inference.fast import optimize_for_decoding
-    from biotf.inference.generation import Sampling
     from biotf.inference.sampling import sample_sequences, write_samples
 
     valid = None
@@ -191,9 +196,7 @@ def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
 
         is_valid("C")  # RDKit missing: its install line now, before any sampling
         valid = is_valid
-    sampling = Sampling(temperature=option(args.temperature, defaults.temperature or 1.0),
-                        top_k=option(args.top_k, defaults.top_k), top_p=option(args.top_p, defaults.top_p),
-                        repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+    sampling = sampling_settings(args, defaults, defaults.temperature or 1.0)  # drawing samples: never greedy
     start = time.perf_counter()
     drawn = sample_sequences(optimize_for_decoding(model), tokenizer, defaults, args.num_samples, prompt=args.prompt,
                              sampling=sampling, seed=args.seed, batch_size=args.batch_size,

@@ -38,6 +38,8 @@ def numeric(values: np.ndarray) -> np.ndarray | None:
 
 
 def label_text(value: Any, classes: list[str] | None, task: str) -> str:
+    """A label or a prediction as text: the value (regression), the class name, or one class character per labelled
+    position (token; -100 positions left out)."""
     if task == "regression":
         return f"{float(np.ravel(value)[0]):.6g}"
     if task == "token":

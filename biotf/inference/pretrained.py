@@ -25,6 +25,7 @@ from biotf.checkpoint.loading import find_source, load_hf_directory
 from biotf.errors import CheckpointError
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.tokenizers.loading import with_options
 from biotf.untrusted import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -76,14 +77,20 @@ class GenerationDefaults:
 
     def encode_prompt(self, tokenizer: Tokenizer, text: str | None, stats: PolicyStats | None = None) -> list[int]:
         """Token ids a generation starts from: the start token alone when `text` is None, else the prompt."""
-        start = [] if self.start_token_id is None else [self.start_token_id]
         if text is None:
-            if not start:
+            if self.start_token_id is None:
                 raise CheckpointError("this model's tokenizer has no bos or eos token to start a sequence from; "
                                       "give a --prompt")
-            return start
-        ids = tokenizer.encode_batch([text], add_special_tokens=not self.prompt_after_start, stats=stats)[0]
-        return (start if self.prompt_after_start else []) + [int(i) for i in ids]
+            return [self.start_token_id]
+        return self.encode_prompts(tokenizer, [text], stats)[0]
+
+    def encode_prompts(self, tokenizer: Tokenizer, texts: list[str],
+                       stats: PolicyStats | None = None) -> list[list[int]]:
+        """Token ids of each plain-text prompt, in one batch: after the start token where the model was trained so
+        (`prompt_after_start`), else with the tokenizer's own special tokens."""
+        start = [self.start_token_id] if self.prompt_after_start else []
+        return [start + [int(i) for i in ids]
+                for ids in tokenizer.encode_batch(texts, add_special_tokens=not self.prompt_after_start, stats=stats)]
 
     @classmethod
     def from_hf(cls, generation: Mapping[str, Any], tokenizer: Tokenizer | None = None) -> GenerationDefaults:
@@ -140,20 +147,24 @@ def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = tor
     return HFCheckpoint(model, tokenizer, defaults)
 
 
-def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
+def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32,
+                        tokenizer_options: Mapping[str, Any] | None = None) -> HFCheckpoint:
     """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults from any source of `MODEL_SOURCES`.
 
     A Hugging Face directory must hold a causal LM; it loads straight into `dtype` (no float32 copy first) and its
     generation_config.json gives the defaults. Other sources store no generation settings: `GenerationDefaults.for_run`.
-    A masked-LM (`causal: false`) is a CheckpointError.
+    A masked-LM (`causal: false`) is a CheckpointError. `tokenizer_options` change policies of the tokenizer
+    (`with_options`), as `load_pretrained`'s do.
     """
     path = Path(source)
     loader = find_source(path)
     if loader.load is load_hf_directory:
-        return load_hf_checkpoint(path, dtype)
+        model, tokenizer, defaults = load_hf_checkpoint(path, dtype)
+        return HFCheckpoint(model, with_options(tokenizer, tokenizer_options or {}), defaults)
     dtype = parse_dtype(dtype)  # refuse an unknown dtype before the weights are read
     model, tokenizer = loader.load(path)
     if not model.config.causal:
         raise CheckpointError(f"{path} is a masked-LM (causal: false), which cannot generate: generation needs a "
                               "causal model (trained with model.causal=true, e.g. experiment=smiles_clm)")
+    tokenizer = with_options(tokenizer, tokenizer_options or {})
     return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.for_run(tokenizer))

@@ -15,7 +15,7 @@ from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 @pytest.fixture
 def loaded(monkeypatch, tied):
     """Skip reloading the checkpoint for every command (loading has its own tests and one here)."""
-    monkeypatch.setattr(pretrained, "load_for_generation", lambda source, dtype: tied)
+    monkeypatch.setattr(pretrained, "load_for_generation", lambda source, dtype, tokenizer_options=None: tied)
     return tied
 
 
