@@ -8,6 +8,7 @@ they hold, the result is either plain values of the expected shape or one line n
   `"model": null` is refused here, not as a TypeError three calls later.
 - `load_tensors(path, what)`: `torch.load(weights_only=True)`; a pickle that holds anything but tensors and plain
   values is refused as a CheckpointError that says what it held, without torch's advice to load it unsafely.
+- `file_crc32(path)`: the CRC-32 of a file's bytes, which writers record so that damaged bytes are refused on read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import pickle
 import re
 import warnings
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,3 +105,13 @@ def load_tensors(path: str | Path, what: str, **options: Any) -> Any:
     except Exception as cause:  # torch raises RuntimeError, EOFError, KeyError... for a damaged or foreign file
         lines = str(cause).strip().splitlines()
         raise CheckpointError(f"cannot read {what} {path}: {lines[0] if lines else type(cause).__name__}") from None
+
+
+def file_crc32(path: str | Path, chunk: int = 1 << 22) -> int:
+    """CRC-32 of a file's bytes, read in chunks: every byte counts, headers and metadata included (the token cache's
+    shards, a fine-tuned export's head and LoRA adapter)."""
+    crc = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,13 +39,3 @@ def content_crc32(value: Any, crc: int = 0) -> int:
     if isinstance(value, (set, frozenset)):  # iteration order follows string hashing, which varies per process
         return zlib.crc32(repr(sorted(map(repr, value))).encode(), crc)
     return zlib.crc32(repr(value).encode(), crc)
-
-
-def file_crc32(path: str | Path, chunk: int = 1 << 20) -> int:
-    """CRC-32 of a file's bytes (read in chunks): for files whose every byte matters, headers and metadata
-    included, such as a fine-tuned export's head and LoRA adapter (`task_export`)."""
-    crc = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            crc = zlib.crc32(block, crc)
-    return crc

@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from biotf.checkpoint.digest import DIGEST_KEY, content_crc32, file_crc32
+from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.checkpoint.format import TASK_FILE
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import CheckpointError
 from biotf.model.tasks import SEQUENCE_POOLS, TASKS
+from biotf.untrusted import file_crc32
 
 HEAD_FILE = "task_head.safetensors"
 ADAPTER_FILE = "adapter.safetensors"

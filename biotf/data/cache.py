@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import tempfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from biotf.data.validation_split import SPLITS, is_validation, validate_fraction
 from biotf.data.tokenize import encode_chunks
 from biotf.errors import InputError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.untrusted import file_crc32
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 CACHE_VERSION = 4
 META_FILE = "meta.json"
 SHARD_ARRAYS = {"tokens": None, "offsets": np.int64, "records": np.int64, "counts": np.int64}  # None: token dtype
-_CHECKSUM_BLOCK = 1 << 22
 
 
 class CorruptCacheError(Exception):
@@ -108,14 +107,6 @@ def cache_key(input_digest: str, tokenizer: Tokenizer, options: ReaderOptions, v
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
 
 
-def _crc32(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(_CHECKSUM_BLOCK):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
 def _chunks(records: Iterator[Record], chunk_characters: int) -> Iterator[list[Record]]:
     chunk: list[Record] = []
     size = 0
@@ -159,7 +150,7 @@ class _SplitWriter:
         files = {}
         for kind in SHARD_ARRAYS:
             path = self.directory / f"{self.name}.{kind}.bin"
-            files[kind] = {"bytes": path.stat().st_size, "crc32": _crc32(path)}
+            files[kind] = {"bytes": path.stat().st_size, "crc32": file_crc32(path)}
         return files
 
 
@@ -205,7 +196,7 @@ def _load(directory: Path, key: str, vocab_size: int) -> tuple[dict[str, TokenSh
             expected = info["files"][kind]
             if not path.is_file() or path.stat().st_size != expected["bytes"]:
                 raise CorruptCacheError(f"{path.name} is missing or has the wrong size")
-            if _crc32(path) != expected["crc32"]:
+            if file_crc32(path) != expected["crc32"]:
                 raise CorruptCacheError(f"{path.name} fails its checksum")
             dtype = np.dtype(dtype or meta["dtype"])
             count = expected["bytes"] // dtype.itemsize
