@@ -28,7 +28,7 @@ from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"
 # What biotf loads, by model_type: the architectures (config.json "architectures") it reads, ESM encoders without a
-# masked-LM head included (for embeddings); and of those, the ones that generate text.
+# masked-LM head included (for embeddings). The causal ones: `biotf.inference.pretrained.CAUSAL_LM_ARCHITECTURES`.
 ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",), "esm": ESM_ARCHITECTURES}
 
 
@@ -75,7 +75,7 @@ def check_architecture(directory: Path, config: Mapping[str, Any],
                               f"{' | '.join(supported[model_type])}: biotf cannot {purpose} it (supported: {names})")
 
 
-def read_checked_config(directory: Path, supported: Mapping[str, str], purpose: str) -> dict[str, Any]:
+def read_checked_config(directory: Path, supported: Mapping[str, tuple[str, ...]], purpose: str) -> dict[str, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"model directory {directory} does not exist")
     config = read_hf_config(directory)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.training.rundir import RESOLVED_CONFIG, changed_settings, flatten
+from biotf.training.rundir import RESOLVED_CONFIG, changed_settings, flatten, read_run_config
 from biotf.training.summary import SUMMARY_JSON  # written when training finished
 from biotf.untrusted import read_json_object
 
@@ -200,7 +200,7 @@ def train_job(config: TrainConfig, run_dir: Path) -> Run:
     from biotf.training.run import train
 
     if (run_dir / SUMMARY_JSON).is_file():
-        stored = flatten(yaml.safe_load((run_dir / RESOLVED_CONFIG).read_text(encoding="utf-8")))
+        stored = read_run_config(run_dir / RESOLVED_CONFIG)
         wanted = flatten(to_plain(config))
         changed = changed_settings(stored, wanted)
         if changed:
