@@ -11,7 +11,6 @@ holds one layer's batch x heads x T x T float32 maps (and a few temporaries of t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -89,7 +88,7 @@ def predict_contacts(model: Transformer, input_ids: torch.Tensor, attention_mask
 def attach_contact_head(model: Transformer, weight: torch.Tensor, bias: float) -> None:
     """Give `model` (in place) a contact head with these regression numbers, `weight` layer-major (n_layers x n_heads
     values, as `ContactHead` orders them), and `contact_head: true` in its config, so that an export holds both."""
-    config = replace(model.config, contact_head=True)
+    config = model.config.replace(contact_head=True)
     head = ContactHead(config).to(device=model.device)
     with torch.no_grad():
         head.regression.weight.copy_(torch.as_tensor(weight, dtype=torch.float32).view_as(head.regression.weight))

@@ -24,7 +24,7 @@ from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contacts import check_contact_head, contact_maps
-from biotf.structure.fit import StructureStats, chain_proteins
+from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
 
 RANGES = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 TOPS = {"P@L": 1, "P@L/2": 2, "P@L/5": 5}
@@ -61,10 +61,7 @@ class Evaluation:
 def precisions(scores: np.ndarray, chain: Chain) -> dict[str, tuple[float, ...]]:
     """Range -> precision at each of TOPS, of `scores` (L, L; higher = more likely in contact) against `chain`."""
     length = len(chain.sequence)
-    rows, columns = np.triu_indices(length, k=RANGES["short"][0])
-    known = chain.known
-    keep = known[rows] & known[columns]
-    rows, columns = rows[keep], columns[keep]
+    rows, columns = scored_pairs(chain, RANGES["short"][0])
     separation = columns - rows
     truth = chain.contacts()[rows, columns]
     found: dict[str, tuple[float, ...]] = {}
