@@ -50,6 +50,15 @@ class TokenizedFile(NamedTuple):
     policies: PolicyStats
 
 
+def content_start(full: np.ndarray, content: np.ndarray) -> int | None:
+    """Where a record's content tokens (encoded without special tokens) begin inside its ids encoded with them
+    (after <cls>, <bos> and the like); None if they do not appear there unchanged."""
+    for at in range(len(full) - len(content) + 1):
+        if np.array_equal(full[at:at + len(content)], content):
+            return at
+    return None
+
+
 def tokenize_file(tokenizer: Tokenizer, path: Path, reader_options: ReaderOptions, out: TextIO,
                   as_ids: bool = False, add_special_tokens: bool = True, limit: int | None = None) -> TokenizedFile:
     """Write one line per record to `out` (the first `limit` records only); count every record of the file."""

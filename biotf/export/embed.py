@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from biotf.data.readers import Record
-from biotf.data.tokenize import encode_chunks, record_chunks
+from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.export.choices import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
@@ -156,10 +156,9 @@ class Embedder:
     def _learn_specials(self, record: Record, content: np.ndarray) -> None:
         """The tokens the tokenizer puts around content (e.g. <cls> ... <eos>), from one record encoded both ways."""
         full = self.tokenizer.encode_batch([record.sequence], True, records=[record.id])[0]
-        for at in range(len(full) - len(content) + 1):
-            if np.array_equal(full[at:at + len(content)], content):
-                self._prefix, self._suffix = full[:at], full[at + len(content):]
-                break
+        at = content_start(full, content)
+        if at is not None:
+            self._prefix, self._suffix = full[:at], full[at + len(content):]
         else:
             raise InputError(f"record {record.id!r}: the {self.tokenizer.kind} tokenizer's special tokens do not "
                              "surround its content, so windows cannot be formed")

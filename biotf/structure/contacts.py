@@ -22,7 +22,7 @@ import torch
 from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.data.readers import ReaderOptions, Record, read_records
-from biotf.data.tokenize import encode_chunks, record_chunks
+from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.contacts import predict_contacts
@@ -96,8 +96,10 @@ def proteins(records: Iterable[Record], tokenizer: Tokenizer, max_length: int | 
             if max_length is not None and len(ids) > max_length:
                 raise InputError(f"{where} has {len(content)} residues, {len(ids)} tokens with special tokens: more "
                                  f"than the model's max_seq_len={max_length} (a map is never cut; split the record)")
-            start = next(at for at in range(len(ids) - len(content) + 1)
-                         if np.array_equal(ids[at:at + len(content)], content))
+            start = content_start(ids, content)
+            if start is None:
+                raise InputError(f"{where}: its residues' tokens do not appear unchanged among its tokens with special "
+                                 "tokens, so a map could not number them")
             found.append(Protein(record, np.asarray(ids, np.int64), start, len(content)))
     return found
 
