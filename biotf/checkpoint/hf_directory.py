@@ -20,16 +20,17 @@ import torch
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer
-from biotf.model.hf import CONFIG_FILE, ESM_ARCHITECTURES, FAMILIES, Materialise, read_hf_config
+from biotf.model.hf import CONFIG_FILE, FAMILIES, Materialise, read_hf_config
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"
-# What biotf loads, by model_type: the architectures (config.json "architectures") it reads, ESM encoders without a
-# masked-LM head included (for embeddings). The causal ones: `biotf.inference.pretrained.CAUSAL_LM_ARCHITECTURES`.
-ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",), "esm": ESM_ARCHITECTURES}
+# What biotf loads, by model_type: the architectures (config.json "architectures") it reads, encoders without a
+# masked-LM head included (for embeddings); the causal ones generate text (`biotf.inference.pretrained`).
+ARCHITECTURES = {name: family.architectures for name, family in FAMILIES.items()}
+CAUSAL_LM_ARCHITECTURES = {name: family.causal for name, family in FAMILIES.items() if family.causal}
 
 
 def read_text_tokenizer(directory: Path) -> Tokenizer:

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from biotf.checkpoint.hf_directory import load_hf_model, parse_dtype, read_checked_config
+from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, load_hf_model, parse_dtype,
+                                          read_checked_config)
 from biotf.checkpoint.loading import find_source, load_hf_directory
 from biotf.errors import CheckpointError
 from biotf.model import Transformer
@@ -29,7 +30,6 @@ from biotf.tokenizers.loading import with_options
 from biotf.untrusted import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
-CAUSAL_LM_ARCHITECTURES = {"qwen2": ("Qwen2ForCausalLM",)}
 FALLBACK_NEW_TOKENS = 256  # transformers' own default cap, for a model without a position limit
 NUMBER, OPTIONAL = (int, float), type(None)
 # generation_config.json's fields that `GenerationDefaults.from_hf` reads, checked before it reads them.

@@ -324,15 +324,16 @@ class Transformer(nn.Module):
     @classmethod
     def from_hf(cls, model_or_directory: Any, dtype: torch.dtype = torch.float32,
                 materialise: Any = None) -> Transformer:
-        """Load a Hugging Face Qwen2 or ESM model (a `Qwen2ForCausalLM` / `EsmForMaskedLM` object, or a directory
-        with config.json and safetensors, sharded or not, or pytorch_model.bin) into a biotf Transformer; see
-        `biotf.model.hf` (`materialise`: how each parameter is made from its source, `hf.Materialise`)."""
+        """Load a Hugging Face model of a family biotf reads (a model object such as `Qwen2ForCausalLM` /
+        `EsmForMaskedLM`, or a directory with config.json and safetensors, sharded or not, or pytorch_model.bin) into
+        a biotf Transformer; see `biotf.model.hf` (`materialise`: how each parameter is made from its source, `hf.Materialise`)."""
         from biotf.model.hf import load_hf
 
         return load_hf(cls, model_or_directory, dtype=dtype, materialise=materialise)
 
-    def to_hf(self, directory: str | PathLike) -> None:
-        """Write a Qwen2 checkpoint (config.json + model.safetensors) that `transformers` loads."""
+    def to_hf(self, directory: str | PathLike, model_type: str | None = None) -> None:
+        """Write a checkpoint of family `model_type` (config.json + model.safetensors) that `transformers` loads;
+        None: the first family that holds this config (`biotf.model.hf.save_hf`)."""
         from biotf.model.hf import save_hf
 
-        save_hf(self, directory)
+        save_hf(self, directory, model_type)

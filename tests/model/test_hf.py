@@ -142,6 +142,8 @@ def test_to_hf_refuses_configs_qwen2_cannot_express(tmp_path):
         Transformer(TransformerConfig.preset("tiny", norm="layernorm")).to_hf(tmp_path)
     with pytest.raises(CheckpointError, match="causal=False"):
         Transformer(TransformerConfig.preset("tiny", causal=False)).to_hf(tmp_path)
+    with pytest.raises(CheckpointError, match="cannot write model_type 'gpt-neo'.*it writes: qwen2"):
+        Transformer(TransformerConfig.preset("tiny")).to_hf(tmp_path, model_type="gpt-neo")
 
 
 def test_unsupported_checkpoints_are_refused_clearly(tmp_path):

@@ -1,0 +1,19 @@
+"""Hugging Face checkpoints <-> biotf: one explicit weight-mapping function per direction and family.
+
+Families (one module each, registered in `families.FAMILIES` by config.json's `model_type`):
+- `qwen2`: `Qwen2ForCausalLM`, read and written;
+- `esm`: `EsmForMaskedLM` (ESM-2 rotary, ESM-1b absolute positions) and the ESM encoders without LM head, read.
+Other model types are refused with a `CheckpointError`. A model is read from a `transformers` model object or from a
+directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json, or a
+pytorch_model.bin read with `torch.load(weights_only=True)`): `weights`. The tests compare logits with `transformers`
+for each family.
+"""
+
+from biotf.model.hf.convert import Materialise, load_hf, save_hf
+from biotf.model.hf.esm import ESM_ARCHITECTURES
+from biotf.model.hf.families import FAMILIES
+from biotf.model.hf.family import Family
+from biotf.model.hf.weights import CONFIG_FILE, WEIGHTS_FILE, read_hf_config, read_weights
+
+__all__ = ["CONFIG_FILE", "ESM_ARCHITECTURES", "FAMILIES", "WEIGHTS_FILE", "Family", "Materialise", "load_hf",
+           "read_hf_config", "read_weights", "save_hf"]

@@ -1,0 +1,113 @@
+"""Loading a Hugging Face model (object or directory) into biotf's Transformer, and writing one back, through the
+family its config.json's `model_type` names (`biotf.model.hf.families`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from biotf.errors import CheckpointError
+from biotf.model.hf.families import FAMILIES
+from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
+                                   read_weights)
+
+if TYPE_CHECKING:  # the model class is passed in by `Transformer.from_hf`: this package does not import it
+    from biotf.model.transformer import Transformer
+
+
+# How a parameter is materialised from its source tensor: (meta model, name, source, dtype) -> tensor.
+Materialise = Callable[[nn.Module, str, torch.Tensor, torch.dtype], torch.Tensor]
+
+
+def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32,
+            materialise: Materialise | None = None) -> Transformer:
+    """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see
+    `biotf.model.hf`). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one at a
+    time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
+    if isinstance(model_or_directory, (str, PathLike)):
+        directory = Path(model_or_directory)
+        if not directory.is_dir():
+            raise CheckpointError(f"{directory} is not a directory")
+        hf_config = read_hf_config(directory)
+        weights = None
+    elif hasattr(model_or_directory, "config") and hasattr(model_or_directory, "state_dict"):
+        hf_config, weights = hf_object_config_and_weights(model_or_directory)
+        directory = None
+    else:
+        raise CheckpointError(f"from_hf needs a transformers model or a directory, got "
+                              f"{type(model_or_directory).__name__}")
+    model_type = hf_config.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(FAMILIES)})")
+    family = FAMILIES[model_type]
+    try:
+        config = family.config(hf_config)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
+        if directory is None:
+            raise  # a transformers model object's config: not the user's file
+        reason = f"it has no {error}" if isinstance(error, KeyError) else str(error)
+        raise CheckpointError(f"{directory / CONFIG_FILE} does not describe a {model_type} model biotf can build: "
+                              f"{reason}") from None
+    if weights is None:
+        weights = read_weights(directory, dtype)
+    state = family.to_biotf(weights, config)
+    del weights  # the sources of fused tensors go now, not at return
+    if not config.contact_head and any(name.startswith("contact_head.") for name in state):
+        config = config.replace(contact_head=True)  # a head the weights carry (ESM-2's), not one config.json names
+    with torch.device("meta"):
+        model = model_class(config)
+    expected = model.state_dict()
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(f"tensor for {name} has shape {tuple(tensor.shape)}, the config implies "
+                                  f"{tuple(expected[name].shape)}")
+    # One tensor at a time, each source dropped as it goes. Tensors read from files are fresh (memory-mapped
+    # copy-on-write); those of a model object are copied so that the two never share.
+    # Parameters take `dtype`; buffers keep the dtype the model gives them (rotary frequencies stay float32).
+    parameters = dict(model.named_parameters())
+    for name in list(state):
+        source = state.pop(name).detach()
+        if name not in parameters:
+            tensor = source.to(dtype=expected[name].dtype)
+        else:
+            tensor = source.to(dtype=dtype) if materialise is None else materialise(model, name, source, dtype)
+        state[name] = tensor.clone() if directory is None and tensor is source else tensor
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.eval()
+
+
+def save_hf(model: Transformer, directory: str | PathLike, model_type: str | None = None) -> None:
+    """Write `model` as a checkpoint of family `model_type` (config.json + model.safetensors, float tensors as they
+    are) that `transformers` loads. None: the first family, in `FAMILIES` order, that can hold the model's config;
+    a named family that cannot is refused, naming the field."""
+    from safetensors.torch import save_file
+
+    writers = {name: family for name, family in FAMILIES.items() if family.export_config is not None}
+    if model_type is not None and model_type not in writers:
+        raise CheckpointError(f"biotf cannot write model_type {model_type!r} (it writes: {', '.join(writers)})")
+    candidates = [writers[model_type]] if model_type is not None else list(writers.values())
+    refusals = []
+    for family in candidates:
+        try:
+            hf_config = family.export_config(model.config)
+            break
+        except CheckpointError as error:
+            refusals.append(str(error))
+    else:
+        raise CheckpointError(refusals[0] if len(refusals) == 1 else "no Hugging Face family holds this model: "
+                              + "; ".join(refusals))
+    tensors = family.from_biotf(model.state_dict(), model.config)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) == 1:
+        hf_config["torch_dtype"] = hf_config["dtype"] = str(dtypes.pop()).removeprefix("torch.")
+    save_file({name: t.detach().contiguous().cpu() for name, t in tensors.items()}, directory / WEIGHTS_FILE,
+              metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")
