@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from biotf.model.hf import esm, qwen2
+from biotf.model.hf.esm import FAMILY as ESM
 from biotf.model.hf.family import Family
+from biotf.model.hf.qwen2 import FAMILY as QWEN2
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (qwen2.FAMILY, esm.FAMILY)}
+FAMILIES: dict[str, Family] = {family.model_type: family for family in (QWEN2, ESM)}
