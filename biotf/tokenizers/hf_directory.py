@@ -118,7 +118,8 @@ def _auto_tokenizer(directory: Path):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
+        # The two places AutoTokenizer finds custom code (the auto_maps) were refused before: it runs none here.
+        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as error:  # transformers raises ValueError, OSError, KeyError, ... on a directory it cannot read
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{directory}: transformers cannot read its tokenizer: {first_line}") from None
@@ -137,4 +138,4 @@ def _refuse_custom_code(directory: Path, tokenizer_config: dict[str, Any]) -> No
                        (CONFIG_FILE, model_map.get("AutoTokenizer") if isinstance(model_map, dict) else None)):
         if asks:
             raise InputError(f"{directory / file} asks for custom tokenizer code (auto_map: "
-                             f"{json.dumps(asks)}); biotf runs no code from a checkpoint (no trust_remote_code)")
+                             f"{json.dumps(asks)}); biotf runs no code from a checkpoint")
