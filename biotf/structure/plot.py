@@ -1,8 +1,8 @@
 """Pictures of contact maps (`biotf contacts --plot DIR`, `biotf contacts evaluate --plot DIR`): one PNG a protein.
 
-The predicted map is drawn as probabilities (0 white to 1 black, residues numbered from 1); with a structure, the
-true map is drawn beside it (contacts black, pairs with an unobserved residue grey), on the same axes, so the eye
-can lay one over the other.
+The predicted map is drawn as probabilities (0 white to the map's highest at separation >= 6 black, as its colour
+bar says; residues numbered from 1); with a structure, the true map is drawn beside it (contacts black, pairs with
+an unobserved residue grey), on the same axes, so the eye can lay one over the other.
 """
 
 from __future__ import annotations
@@ -14,6 +14,16 @@ import numpy as np
 from biotf.analysis.plot import pyplot, save_figure
 from biotf.structure.chains import CONTACT_ANGSTROM, Chain
 
+SCALE_SEPARATION = 6  # the shortest separation `evaluate` scores
+
+
+def _top(probabilities: np.ndarray) -> float:
+    """The colour scale's black: the highest probability at separation >= SCALE_SEPARATION (the pairs next to the
+    diagonal, near-certain for any model, would leave a weak model's map white; the whole map for a protein too
+    short to have any), at least a tiny positive number."""
+    far = np.triu(probabilities, k=SCALE_SEPARATION) if len(probabilities) > SCALE_SEPARATION else probabilities
+    return float(max(far.max(), 1e-6))
+
 
 def plot_contacts(path: str | Path, name: str, probabilities: np.ndarray, chain: Chain | None = None,
                   note: str = "") -> Path:
@@ -23,7 +33,7 @@ def plot_contacts(path: str | Path, name: str, probabilities: np.ndarray, chain:
     figure, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.8), squeeze=False)
     length = len(probabilities)
     extent = (0.5, length + 0.5, length + 0.5, 0.5)  # residue i's cell centred on i
-    image = axes[0, 0].imshow(probabilities, cmap="Greys", vmin=0.0, vmax=1.0, extent=extent,
+    image = axes[0, 0].imshow(probabilities, cmap="Greys", vmin=0.0, vmax=_top(probabilities), extent=extent,
                               interpolation="nearest")
     figure.colorbar(image, ax=axes[0, 0], fraction=0.046, pad=0.04, label="contact probability")
     axes[0, 0].set_title(f"{name}: predicted ({length} residues)")
