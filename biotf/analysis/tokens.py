@@ -117,7 +117,8 @@ def read_property_table(path: str | Path, token_column: str = DEFAULT_TOKEN_COLU
     refused in one line naming the row."""
     values: dict[str, dict[str, float]] = {}
     seen: set[str] = set()
-    for record in read_records(path, ReaderOptions(column=token_column)):
+    # the token column is also the id column: else a column named `id` would be taken as ids, not as a property
+    for record in read_records(path, ReaderOptions(column=token_column, id_column=token_column)):
         where = f"{path}: row {record.index + 1} (token {record.sequence!r})"
         if record.sequence in seen:
             raise InputError(f"{where}: the token is in the table twice")

@@ -123,14 +123,14 @@ def test_the_model_at_init_is_the_seeded_architecture_and_leaves_the_global_seed
 def test_a_property_table_reports_missing_tokens_both_ways(protein_model, tmp_path, capsys):
     directory, _ = protein_model
     table = tmp_path / "props.csv"
-    table.write_text("token,size,odd\nA,1,1\nC,2,\nD,3,0\nE,5,1\nJ,9,0\n")  # J: not a token of the model
+    table.write_text("token,size,id\nA,1,1\nC,2,\nD,3,0\nE,5,1\nJ,9,0\n")  # J: not a token of the model
     status, out, err = tokens(capsys, "--model", directory, "--property-table", table, "--output",
                               tmp_path / "t.tsv")
     assert status == 0, err
     assert "4 with a value in" in err and "without any value: 29 (" in err
     assert "in the table but not in the model: 1 ('J')" in err
     rows = {r[0]: r for r in read_tsv(tmp_path / "t.r2.tsv")[1:]}
-    assert rows["size"][1:3] == ["4", "29"] and rows["odd"][1:3] == ["3", "30"]
+    assert rows["size"][1:3] == ["4", "29"] and rows["id"][1:3] == ["3", "30"]  # a column named id is a property
 
 
 @pytest.mark.parametrize(("content", "message"), [
