@@ -14,8 +14,8 @@ import sys
 from biotf.errors import BiotfError
 
 # Order is the order of `biotf --help`.
-COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "probe", "plot", "generate",
-            "experiment", "compare"]
+COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
+            "generate", "experiment", "compare"]
 
 
 def build_parser() -> argparse.ArgumentParser:

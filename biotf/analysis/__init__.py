@@ -1,4 +1,5 @@
-"""Downstream analysis of embedding files: linear probes against classical baselines, and 2-D maps."""
+"""Downstream analysis of embedding files: linear probes against classical baselines, 2-D maps, and what a model's
+token embeddings learnt (`tokens`, with the amino-acid scales of `scales`)."""
 
 from biotf.lazy import lazy_exports
 
@@ -6,7 +7,8 @@ from biotf.lazy import lazy_exports
 _EXPORTS = {
     "BASELINES": "baselines", "kmer_frequencies": "baselines", "morgan_fingerprints": "baselines",
     "labels": "labels", "plot_file": "plot", "plot_map": "plot", "project": "plot", "ProbeReport": "probe",
-    "run_probe": "probe",
+    "run_probe": "probe", "AMINO_ACID_SCALES": "scales", "analyse_tokens": "tokens", "loo_ridge_r2": "tokens",
+    "read_property_table": "tokens",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -8,14 +8,16 @@ replaces the embeddings it shows nor any file that is not a PNG.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from biotf.analysis.labels import labels
 from biotf.data.labels import numeric
-from biotf.errors import BiotfError, ConfigError
+from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.export.outputs import check_output
 
 METHODS = ("auto", "pca", "umap")
@@ -42,13 +44,49 @@ def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[n
     return PCA(n_components=2, random_state=seed).fit_transform(vectors), "pca"
 
 
-def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Path, title: str,
-             color_name: str | None = None, method: str = "pca") -> Path:
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (commands draw PNGs, never windows)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(figure, path: str | Path) -> Path:
+    """Write `figure` as a PNG under a temporary name, then rename (all or nothing), and free it."""
+    from biotf.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
+
+    try:
+        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
+    finally:
+        pyplot().close(figure)
+
+
+def picture_paths(directory: str | Path, names: list[str], inputs: Sequence[str | Path] = (), overwrite: bool = False,
+                  flag: str = "--plot") -> list[Path]:
+    """One PNG path per name under `directory` (`<name>.png`, characters other than letters, digits, `.`, `_`, `-`
+    as `_`), each checked by the output rule (`check_output`) before any work; a directory that is a file, and two
+    names that give one file name, are refused in one line. The directory is made with the first picture."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{flag} {directory} is a file; give a directory for the pictures")
+    paths: list[Path] = []
+    taken: dict[str, str] = {}
+    for name in names:
+        file_name = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") + ".png"
+        if file_name in taken:
+            raise InputError(f"{flag}: {name!r} and {taken[file_name]!r} would both be drawn as "
+                             f"{directory / file_name}; make their ids differ in letters or digits")
+        taken[file_name] = name
+        paths.append(check_output(directory / file_name, inputs, overwrite, image=True, flag=flag))
+    return paths
+
+
+def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Path, title: str,
+             color_name: str | None = None, method: str = "pca") -> Path:
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(7, 6))
     size = float(np.clip(20000 / len(coordinates), 4, 30))  # marker area: smaller as points crowd
     values = numeric(colors) if colors is not None else None
@@ -74,12 +112,7 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     axes.set_ylabel(f"{method.upper()} 2")
     axes.set_title(title)
     figure.tight_layout()
-    from biotf.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
-
-    try:
-        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
-    finally:
-        plt.close(figure)
+    return save_figure(figure, path)
 
 
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",

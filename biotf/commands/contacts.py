@@ -20,6 +20,11 @@ residues, missing ones as X so positions stay aligned), fits the L1 logistic reg
 separation >= 6 and writes the model with its head into a new directory (never over an existing one, so never over
 the input). `evaluate` writes precision at L, L/2, L/5 by range (short 6-11, medium 12-23, long >= 24) per chain
 and the mean, for the model and a sequence-separation prior that uses no model.
+
+`--plot DIR` (predict and evaluate) draws one PNG a protein, DIR/<id>.png (characters other than letters, digits,
+`.`, `_`, `-` as `_`): the predicted map, and with evaluate the true map beside it. Every picture follows the output
+rule, checked once the ids are read and before the model runs: an existing one is replaced only with --overwrite,
+never a file that is not a PNG.
 """
 
 from __future__ import annotations
@@ -46,7 +51,13 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
     parser.add_argument("--batch-pairs", type=int, default=1 << 20, metavar="N",
                         help="padded positions squared per forward, batch x T x T (default 1048576)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    _add_plot_argument(parser)
     add_overwrite_argument(parser)
+
+
+def _add_plot_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plot", type=Path, metavar="DIR",
+                        help="also draw each protein's map into DIR/<id>.png (evaluate: the true map beside it)")
 
 
 def _add_structures_arguments(parser: argparse.ArgumentParser, list_flag: str) -> None:
@@ -79,6 +90,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--model", required=True, metavar="PATH", help="a model with a contact head")
     _add_structures_arguments(evaluate, "--list")
     evaluate.add_argument("--output", type=Path, metavar="TSV", help="the per-chain table (default: means only)")
+    _add_plot_argument(evaluate)
     add_overwrite_argument(evaluate)
     evaluate.set_defaults(run=_run_evaluate)
 
@@ -94,7 +106,7 @@ def _run_predict(args: argparse.Namespace) -> int:
     contact_format(args.output)
     prepare_outputs(args, {"--output": args.output}, [args.input])
     stats = predict_file(args.model, args.input, args.output, ContactOptions(batch_pairs=args.batch_pairs),
-                         reader_options(args), device=args.device)
+                         reader_options(args), device=args.device, plot=args.plot, overwrite=args.overwrite)
     print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
     return 0
 
@@ -120,7 +132,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if args.output is not None:
         prepare_outputs(args, {"--output": args.output}, [])
     evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",
-                                     device=args.device)
+                                     device=args.device, plot=args.plot, overwrite=args.overwrite)
     if args.output is not None:
         write_metrics(args.output, evaluation.rows)
     print("\t".join(("chains", *COLUMNS[2:])))

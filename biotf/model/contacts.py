@@ -5,7 +5,8 @@ n_heads maps gives each residue pair's contact probability. ESM-2 checkpoints sh
 (`contact_head.regression`); HF's `EsmForMaskedLM.predict_contacts` applies it, and so does `predict_contacts`.
 
 The maps are streamed: each layer's are reduced into the regression's sum before the next layer runs, so memory
-holds one layer's batch x heads x T x T float32 maps (and a few temporaries of that size), never n_layers'.
+holds one layer's batch x heads x T x T float32 maps (prediction reduces them in place, `weighted_features`; fitting
+needs every head's features, `contact_features`, a few temporaries of that size), never n_layers'.
 """
 
 from __future__ import annotations
@@ -51,12 +52,29 @@ def esm_residues(attention_mask: torch.Tensor) -> torch.Tensor:
     return mask & (rank > 1) & (rank < mask.sum(-1, keepdim=True))
 
 
+def _residue_pairs(residue_mask: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, T, T) float32: 1 where both positions are residues."""
+    keep = residue_mask.to(torch.float32)
+    return (keep[:, :, None] * keep[:, None, :])[:, None]
+
+
+def weighted_features(maps: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """sum_h weight_h APC(symmetrise(maps_h)): (batch, T, T) from one layer's (batch, heads, T, T) maps, without the
+    per-head temporaries of `contact_features` (the head's sum of them, computed with one map-sized tensor, `maps`).
+    Symmetrising and the weighted sum are linear, so they commute; APC's correction of head h is the outer product
+    of S_h's row sums over its total (S_h = A_h + A_h^T is symmetric: row sums = column sums = A_h's row + column
+    sums), so the weighted corrections are one (T, heads) x (heads, T) product."""
+    summed = torch.einsum("bhij,h->bij", maps, weight)
+    sums = maps.sum(-1) + maps.sum(-2)
+    scaled = sums * (weight[None, :, None] / sums.sum(-1, keepdim=True))
+    return summed + summed.transpose(-1, -2) - torch.einsum("bhi,bhj->bij", scaled, sums)
+
+
 def contact_features(model: Transformer, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                      residue_mask: torch.Tensor) -> Iterator[torch.Tensor]:
     """Per layer, its (batch, heads, T, T) float32 APC(symmetrised attention) maps over residue pairs (0 at every
     pair with a non-residue position), yielded one layer at a time."""
-    keep = residue_mask.to(torch.float32)
-    pairs = (keep[:, :, None] * keep[:, None, :])[:, None]
+    pairs = _residue_pairs(residue_mask)
     for attention in model.attention_maps(input_ids, attention_mask):
         features = average_product_correct(symmetrise(attention * pairs))
         del attention  # not alive while the next layer runs
@@ -78,9 +96,11 @@ def predict_contacts(model: Transformer, input_ids: torch.Tensor, attention_mask
         residue_mask = esm_residues(attention_mask)
     weight = head.regression.weight.float().view(head.n_layers, head.n_heads)
     logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], input_ids.shape[1], device=input_ids.device)
-    for layer, features in enumerate(contact_features(model, input_ids, attention_mask, residue_mask)):
-        logits += torch.einsum("bhij,h->bij", features, weight[layer])
-        del features  # not alive while the next layer runs
+    pairs = _residue_pairs(residue_mask)
+    layers = iter(weight)  # not enumerate(): its reused result tuple would keep a layer's maps alive into the next
+    for attention in model.attention_maps(input_ids, attention_mask):
+        logits += weighted_features(attention.mul_(pairs), next(layers))
+        del attention  # not alive while the next layer runs
     probabilities = torch.sigmoid(logits + head.regression.bias.float())
     return [row[keep][:, keep] for row, keep in zip(probabilities, residue_mask.bool())]
 

@@ -3,7 +3,7 @@
 The head's math (symmetrised, APC-corrected attention maps into a logistic regression) is the model's
 (`biotf.model.contacts`); this package runs it over files: records read and checked, batched, and written as .npz,
 .tsv or CASP RR; it reads PDB / mmCIF chains with their true contacts (`chains`), fits a head on them for any model
-(`fit`) and measures a head's precision (`evaluate`).
+(`fit`) and measures a head's precision (`evaluate`); `plot` draws a map (and the true one) as a PNG.
 """
 
 from biotf.lazy import lazy_exports

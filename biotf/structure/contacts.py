@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from biotf.analysis.plot import picture_paths
 from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.data.readers import ReaderOptions, Record, read_records
@@ -27,6 +28,7 @@ from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.contacts import predict_contacts
 from biotf.structure.formats import WRITERS, contact_format
+from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.wording import counted
 
@@ -158,18 +160,32 @@ def contact_maps(model: Transformer, found: list[Protein], pad_id: int, options:
             yield protein.record, maps.pop(id(protein))
 
 
+def _drawn(maps: Iterator[tuple[Record, np.ndarray]], pictures: list[Path]) -> Iterator[tuple[Record, np.ndarray]]:
+    """`maps` unchanged, each drawn into its picture as it passes."""
+    for (record, probabilities), picture in zip(maps, pictures, strict=True):
+        plot_contacts(picture, record.id, probabilities)
+        yield record, probabilities
+
+
 def predict_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
                  options: ContactOptions = ContactOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                 device: str = "cpu") -> ContactStats:
-    """Contact maps of every record of `input_path` into `output_path` (.npz, .tsv or .rr; `formats`); returns the
-    run's counts. Every refusal comes before the output is touched."""
+                 device: str = "cpu", plot: str | Path | None = None, overwrite: bool = False) -> ContactStats:
+    """Contact maps of every record of `input_path` into `output_path` (.npz, .tsv or .rr; `formats`) and, with
+    `plot` (a directory), one PNG a record (`picture_paths`: `<id>.png`, an existing one replaced only with
+    `overwrite`); returns the run's counts. Every refusal comes before the model runs and the outputs are touched."""
     fmt = contact_format(output_path)
     model, tokenizer = load_pretrained(model_source, device=device)
     check_contact_head(model, model_source)
     stats = ContactStats()
     found = proteins(read_records(input_path, reader_options, stats.policies), tokenizer, model.config.max_seq_len,
                      stats.policies, input_path)
+    pictures = (picture_paths(plot, [p.record.id for p in found], [input_path], overwrite)
+                if plot is not None else None)
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
-    atomic_write(output_path, lambda temporary: WRITERS[fmt](temporary, contact_maps(model, found, pad_id, options,
-                                                                                      stats)))
+
+    def write(temporary: Path) -> None:
+        maps = contact_maps(model, found, pad_id, options, stats)
+        WRITERS[fmt](temporary, _drawn(maps, pictures) if pictures is not None else maps)
+
+    atomic_write(output_path, write)
     return stats

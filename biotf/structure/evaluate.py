@@ -20,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from biotf.analysis.plot import picture_paths
 from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contacts import check_contact_head, contact_maps
 from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
+from biotf.structure.plot import plot_contacts
 
 RANGES = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 TOPS = {"P@L": 1, "P@L/2": 2, "P@L/5": 5}
@@ -84,17 +86,26 @@ def _chain_rows(chain: Chain, predictor: str, scores: np.ndarray) -> Iterator[Pr
 
 
 def evaluate_structures(model_source: str | Path, structures: str | Path, names: list[str] | None = None,
-                        listed_in: str | Path = "", device: str = "cpu") -> Evaluation:
-    """The table of the module docstring for the model's contact head and the prior; one chain's map at a time."""
+                        listed_in: str | Path = "", device: str = "cpu", plot: str | Path | None = None,
+                        overwrite: bool = False) -> Evaluation:
+    """The table of the module docstring for the model's contact head and the prior; one chain's map at a time.
+    With `plot` (a directory), each chain's predicted and true maps are drawn into `<chain>.png` there (an existing
+    picture replaced only with `overwrite`, checked before the model runs)."""
     files = structure_files(structures, names, listed_in)
     model, tokenizer = load_pretrained(model_source, device=device)
     check_contact_head(model, model_source)
     evaluation = Evaluation()
     found = chain_proteins(files, tokenizer, model.config.max_seq_len, evaluation.structures)
+    pictures = picture_paths(plot, [chain.name for chain, _ in found], files, overwrite) if plot is not None else None
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
-    for (chain, _), (_, probabilities) in zip(found, contact_maps(model, [p for _, p in found], pad_id)):
-        evaluation.rows.extend(_chain_rows(chain, MODEL, probabilities))
+    for number, ((chain, _), (_, probabilities)) in enumerate(zip(found, contact_maps(model, [p for _, p in found],
+                                                                                       pad_id))):
+        rows = list(_chain_rows(chain, MODEL, probabilities))
+        evaluation.rows.extend(rows)
         evaluation.rows.extend(_chain_rows(chain, PRIOR, separation_prior(len(chain.sequence))))
+        if pictures is not None:
+            long_range = next(row for row in rows if row.range == "long").values[list(TOPS).index("P@L/5")]
+            plot_contacts(pictures[number], chain.name, probabilities, chain, f"long-range P@L/5 {long_range:.2f}")
     for predictor in dict.fromkeys(row.predictor for row in evaluation.rows):
         for name in RANGES:
             chosen = [row for row in evaluation.rows if row.predictor == predictor and row.range == name]

@@ -160,3 +160,37 @@ def test_the_head_survives_export_model(esm_with_head, tmp_path, capsys):
     with np.load(tmp_path / "hf.npz") as hf, np.load(tmp_path / "exported.npz") as exported:
         for name in PROTEINS:
             assert np.array_equal(hf[f"contacts/{name}"], exported[f"contacts/{name}"])
+
+
+def test_plot_draws_one_png_per_protein_beside_the_output(esm_with_head, tmp_path, capsys):
+    from biotf.export.outputs import is_png
+
+    directory, _ = esm_with_head
+    fasta = write_fasta(tmp_path / "p.fasta", {**PROTEINS, "sp|Q1|X": "MKV"})
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.npz", "--plot",
+                           tmp_path / "maps")
+    assert status == 0, err
+    assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["P1.png", "P2.png", "P3.png", "sp_Q1_X.png"]
+    assert all(is_png(p) for p in (tmp_path / "maps").iterdir())
+
+
+def test_plot_follows_the_output_rule_before_the_model_runs(esm_with_head, tmp_path, capsys):
+    directory, _ = esm_with_head
+    fasta = write_fasta(tmp_path / "p.fasta")
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    (maps / "P2.png").write_bytes(b"\x89PNG\r\n\x1a\nold")
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.npz", "--plot",
+                           maps)
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert f"--plot {maps / 'P2.png'} already exists; pass --overwrite" in err
+    assert not (tmp_path / "c.npz").exists() and sorted(p.name for p in maps.iterdir()) == ["P2.png"]
+    (maps / "P2.png").write_text("not a picture")
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.npz", "--plot",
+                           maps, "--overwrite")
+    assert status == 2 and "exists and is not a PNG picture" in err and not (tmp_path / "c.npz").exists()
+    (maps / "P2.png").unlink()
+    clash = write_fasta(tmp_path / "clash.fasta", {"a|b": "MKV", "a_b": "MKW"})
+    status, err = contacts(capsys, "--model", directory, "--input", clash, "--output", tmp_path / "c.npz", "--plot",
+                           maps)
+    assert status == 2 and "'a_b' and 'a|b' would both be drawn as" in err and not any(maps.iterdir())

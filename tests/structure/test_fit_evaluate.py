@@ -166,3 +166,21 @@ def test_evaluate_writes_per_chain_rows_and_means_for_the_model_and_the_prior(fi
     first = np.lexsort((rows_, columns - rows_))[:84 // 5]  # closest first, then in sequence order
     assert float(prior_long[6]) == pytest.approx(chain.contacts()[rows_[first], columns[first]].mean(), abs=1e-4)
     assert "separation prior\tlong" in captured.out and "2 chains, 163 residues" in captured.err
+
+
+def test_evaluate_plot_draws_each_chain_with_its_true_map_and_keeps_existing_pictures(fitted, shared_data, tmp_path,
+                                                                                     capsys):
+    from biotf.export.outputs import is_png
+
+    arguments = ["contacts", "evaluate", "--model", str(fitted / "model"), "--structures",
+                 str(shared_data / "structures"), "--list", str(fitted / "train.txt"), "--plot", str(tmp_path / "maps")]
+    assert main(arguments) == 0, capsys.readouterr().err
+    pictures = sorted((tmp_path / "maps").iterdir())
+    assert [p.name for p in pictures] == ["2xcjA.png", "3a4rA.png"] and all(is_png(p) for p in pictures)
+    before = {p.name: p.stat().st_mtime_ns for p in pictures}
+    capsys.readouterr()
+    assert main(arguments) == 2
+    err = capsys.readouterr().err
+    assert "2xcjA.png already exists; pass --overwrite" in err and len(err.strip().splitlines()) == 1
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "maps").iterdir()} == before
+    assert main([*arguments, "--overwrite"]) == 0
