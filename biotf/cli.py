@@ -14,7 +14,7 @@ import sys
 from biotf.errors import BiotfError
 
 # Order is the order of `biotf --help`.
-COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "probe", "plot", "generate",
+COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "probe", "plot", "search", "generate",
             "experiment", "compare"]
 
 
