@@ -142,5 +142,49 @@ def compare_libraries(bench, n: int) -> None:
         del index, search, save
 
 
+def index_at_scale(bench, n: int) -> None:
+    """biotf's approximate index (build, open, query) and exact search at `n` x 256."""
+    from biotf.analysis.search.index import SearchIndex, build_from_arrays
+    from biotf.analysis.search.neighbours import exact_search, prepare
+
+    base, queries = clustered(n, seed=1), clustered(1000, seed=2)
+    ids = [f"r{i}" for i in range(n)]
+    with tempfile.TemporaryDirectory() as directory:
+        before, start = rss_mib(), time.perf_counter()
+        build_from_arrays(f"{directory}/index", base, ids, {"dim": DIM}, "approx", "cosine")
+        bench.record(f"search {n:,} x {DIM}: build approximate index (faiss HNSW, M=32, efC=100)",
+                     time.perf_counter() - start, "s", note=f"RSS +{rss_mib() - before:,.0f} MiB (the vectors: "
+                     f"{base.nbytes / 2**20:,.0f} MiB)")
+        size = sum(p.stat().st_size for p in Path(f"{directory}/index").iterdir()) / 2**20
+        start = time.perf_counter()
+        index = SearchIndex.open(f"{directory}/index")
+        bench.record(f"search {n:,} x {DIM}: open index (CRC-32 of every file)", time.perf_counter() - start, "s",
+                     note=f"{size:,.0f} MiB on disk")
+        truth = exact_search(prepare(base, "cosine"), prepare(queries, "cosine"), K, "cosine")[1]
+        index.search(queries[:100], K, "cosine")  # warm-up
+        for ef in (32, 64, 128):
+            index.meta["approx"]["ef_search"] = ef
+            seconds = bench.time(lambda: index.search(queries, K, "cosine"), repeats=3)
+            found = index.search(queries, K, "cosine")[1]
+            per_second = len(queries) / float(np.median(seconds))
+            target = "recall >= 0.95 at >= 1,000 queries/s"
+            verdict = "PASS" if recall(found, truth) >= 0.95 and per_second >= 1000 else "MISS"
+            bench.record(f"search {n:,} x {DIM}: approximate index efSearch={ef}", recall(found, truth), "recall@10",
+                         target=target, note=f"{per_second:,.0f} queries/s, {verdict}")
+        del index
+    unit_base, few = prepare(base, "cosine"), prepare(queries[:250], "cosine")
+    del base
+
+    def plain():
+        scores = few @ unit_base.T
+        top = np.argpartition(-scores, K, axis=1)[:, :K]
+        return np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, 1), axis=1), 1)
+
+    bench.compare(f"search {n:,} x {DIM}: exact top-10 of 250 queries", lambda: exact_search(unit_base, few, K, "cosine"),
+                  plain, anchor_name="numpy q @ X.T + argpartition", unit="queries", work=len(few), repeats=3,
+                  warmup=1)
+
+
 def run(bench, quick: bool) -> None:
     compare_libraries(bench, 20_000 if quick else 200_000)
+    index_at_scale(bench, 100_000 if quick else 1_000_000)

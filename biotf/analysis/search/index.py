@@ -221,6 +221,15 @@ def _approx_rows(vectors: np.ndarray, metric: str, ids: Sequence[str]) -> np.nda
 def build_index(embeddings: str | Path, directory: str | Path, kind: str = "exact", metric: str = "cosine",
                 array: str = "embeddings") -> dict[str, Any]:
     """Write a new index directory over an embedding file; returns its index.json content."""
+    table, vectors = _embedding_rows(embeddings, array)
+    return build_from_arrays(directory, vectors, [str(name) for name in table.ids], table.info, kind, metric, array,
+                             [str(embeddings)])
+
+
+def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str], info: dict[str, Any],
+                      kind: str = "exact", metric: str = "cosine", array: str = "embeddings",
+                      sources: Sequence[str] = ()) -> dict[str, Any]:
+    """`build_index` of vectors in memory (unique `ids`; `info`: the embedding file's metadata)."""
     if kind not in KINDS:
         raise ConfigError("--index-type", kind, allowed=" | ".join(KINDS))
     if metric not in METRICS:
@@ -228,13 +237,11 @@ def build_index(embeddings: str | Path, directory: str | Path, kind: str = "exac
     directory = Path(directory)
     if directory.exists() and any(directory.iterdir()):
         raise InputError(f"--output {directory} exists and is not empty; choose a new directory")
-    table, vectors = _embedding_rows(embeddings, array)
-    ids = [str(name) for name in table.ids]
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
     directory.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"biotf_search_index": FORMAT, "kind": kind, "metric": metric, "dim": vectors.shape[1],
-                            "records": len(ids), "array": array, "embedding_info": table.info,
-                            "sources": [str(embeddings)], "shards": [_write_shard(directory, 0, vectors, ids)]}
+                            "records": len(ids), "array": array, "embedding_info": info, "sources": list(sources),
+                            "shards": [_write_shard(directory, 0, vectors, ids)]}
     if kind == "approx":
         faiss = _faiss()
         approx = faiss.IndexHNSWFlat(vectors.shape[1], HNSW_M,

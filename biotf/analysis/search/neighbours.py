@@ -72,17 +72,20 @@ def _block_scores(queries: np.ndarray, base: np.ndarray, metric: str, base_sums:
 
 
 def _block_top(scores: np.ndarray, offset: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's k best (score desc, column asc) of one block, as (scores, base rows), both (rows, k)."""
-    k = min(k, scores.shape[1])
-    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1:k]
-    above = scores > kth
-    tied = scores == kth
-    keep = above | tied
-    needed = k - above.sum(axis=1, keepdims=True)
-    if (tied.sum(axis=1, keepdims=True) > needed).any():  # more ties at the k-th score than places: lowest rows
-        keep = above | (tied & (np.cumsum(tied, axis=1) <= needed))
-    rows, columns = np.nonzero(keep)  # row-major: columns ascend within each row, k of them per row
-    return scores[rows, columns].reshape(-1, k), (columns + offset).reshape(-1, k)
+    """Each row's k best of one block, as (scores, base rows), both (rows, k), in no particular order; of candidates
+    tied at the k-th score the lowest columns are kept (rows with such a tie are redone exactly)."""
+    width = scores.shape[1]
+    k = min(k, width)
+    columns = np.argpartition(scores, width - k, axis=1)[:, width - k:]
+    top = np.take_along_axis(scores, columns, 1)
+    kth = top.min(axis=1, keepdims=True)
+    tied = (scores == kth).sum(axis=1) > (top == kth).sum(axis=1)  # a tie at the k-th score left candidates out
+    for row in np.flatnonzero(tied):
+        above = np.flatnonzero(scores[row] > kth[row])
+        level = np.flatnonzero(scores[row] == kth[row])[:k - len(above)]
+        columns[row] = np.concatenate([above, level])
+        top[row] = scores[row, columns[row]]
+    return top, columns + offset
 
 
 def _merge(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
