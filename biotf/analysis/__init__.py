@@ -1,4 +1,5 @@
-"""Downstream analysis of embedding files: linear probes against classical baselines, and 2-D maps."""
+"""Downstream analysis of embedding files: linear probes against classical baselines, 2-D maps, and similarity
+search (`biotf.analysis.search`)."""
 
 from biotf.lazy import lazy_exports
 
