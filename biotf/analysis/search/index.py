@@ -135,17 +135,20 @@ class SearchIndex:
         queries = prepare(queries, metric, what="query")
         if self.approx is None:
             return exact_search(self.prepared(metric), queries, k, metric, exclude)
-        self.approx.hnsw.efSearch = max(self.meta["approx"]["ef_search"], k)
         extra = max((len(rows) for rows in exclude), default=0) if exclude is not None else 0
         width = min(k + extra, len(self.ids))
-        scores, rows = self.approx.search(queries, width)
+        self.approx.hnsw.efSearch = max(self.meta["approx"]["ef_search"], width)
+        scores, rows = self.approx.search(queries, width)  # rows -1 where the graph found fewer
         out_scores = np.full((len(queries), k), np.nan, np.float32)
         out_rows = np.full((len(queries), k), -1, np.int64)
-        for query in range(len(queries)):
-            banned = set(exclude[query]) if exclude is not None else set()
-            kept = [j for j in range(width) if rows[query, j] >= 0 and rows[query, j] not in banned][:k]
-            out_rows[query, :len(kept)] = rows[query, kept]
-            out_scores[query, :len(kept)] = scores[query, kept]
+        if not extra:
+            out_scores[:, :width], out_rows[:, :width] = np.where(rows >= 0, scores, np.nan), rows
+        else:
+            for query in range(len(queries)):
+                banned = set(exclude[query])
+                kept = [j for j in range(width) if rows[query, j] >= 0 and rows[query, j] not in banned][:k]
+                out_rows[query, :len(kept)] = rows[query, kept]
+                out_scores[query, :len(kept)] = scores[query, kept]
         if metric == "l2":  # faiss gives squared distances
             out_scores = np.sqrt(np.maximum(out_scores, 0), where=~np.isnan(out_scores), out=out_scores)
         return out_scores, out_rows
