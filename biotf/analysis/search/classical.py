@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biotf.analysis.baselines import AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies, \
-    morgan_fingerprints
+from biotf.analysis.baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies,
+                                     morgan_fingerprints)
 from biotf.errors import ConfigError, InputError
 
 KMER_SIZES = {"protein": (AMINO_ACIDS, 3), "dna": (NUCLEOTIDES, 5)}

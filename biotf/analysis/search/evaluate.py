@@ -87,14 +87,13 @@ def knn_agreement(vectors: np.ndarray, labels: np.ndarray, sequences: Sequence[s
         unknown = sides == ""
         left_out["records not in the split file"] = int((usable & unknown).sum())
         usable &= ~unknown
-    classical = None
+    classical = None  # the classical 0/1 rows of every record (zeros where it has none)
     if kind is not None:
         bits, has_features = classical_sets(kind, sequences, ids)
-        rows = np.zeros((len(labels), bits.shape[1]), np.float32)
-        rows[has_features] = bits
-        classical = rows
-        left_out[f"records without {'a Morgan fingerprint (RDKit cannot parse)' if kind == 'smiles' else 'k-mers'}"] \
-            = int((usable & ~has_features).sum())
+        classical = np.zeros((len(labels), bits.shape[1]), np.float32)
+        classical[has_features] = bits
+        missing = "a Morgan fingerprint (RDKit cannot parse)" if kind == "smiles" else "k-mers"
+        left_out[f"records without {missing}"] = int((usable & ~has_features).sum())
         usable &= has_features
     if sides is None:
         queries = references = np.flatnonzero(usable)
