@@ -241,8 +241,8 @@ def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str]
     if metric not in METRICS:
         raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
     directory = Path(directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise InputError(f"--output {directory} exists and is not empty; choose a new directory")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise InputError(f"--output {directory} exists and is not an empty directory; choose a new directory")
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
     directory.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"biotf_search_index": FORMAT, "kind": kind, "metric": metric, "dim": vectors.shape[1],
