@@ -51,9 +51,15 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(set(a) & set(b)) / K for a, b in zip(found, truth)]))
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory (VmRSS) or its peak since the last `reset_peak` (VmHWM), MiB."""
     with open("/proc/self/status") as handle:
-        return next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:")) / 1024
+        return next(int(line.split()[1]) for line in handle if line.startswith(field + ":")) / 1024
+
+
+def reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as handle:  # VmHWM := VmRSS (Linux)
+        handle.write("5")
 
 
 def _faiss_hnsw(base, m=32, ef_construction=100):
@@ -150,11 +156,12 @@ def index_at_scale(bench, n: int) -> None:
     base, queries = clustered(n, seed=1), clustered(1000, seed=2)
     ids = [f"r{i}" for i in range(n)]
     with tempfile.TemporaryDirectory() as directory:
+        reset_peak()
         before, start = rss_mib(), time.perf_counter()
         build_from_arrays(f"{directory}/index", base, ids, {"dim": DIM}, "approx", "cosine")
         bench.record(f"search {n:,} x {DIM}: build approximate index (faiss HNSW, M=32, efC=100)",
-                     time.perf_counter() - start, "s", note=f"RSS +{rss_mib() - before:,.0f} MiB (the vectors: "
-                     f"{base.nbytes / 2**20:,.0f} MiB)")
+                     time.perf_counter() - start, "s", note=f"peak RSS +{rss_mib('VmHWM') - before:,.0f} MiB "
+                     f"above the vectors in memory ({base.nbytes / 2**20:,.0f} MiB)")
         size = sum(p.stat().st_size for p in Path(f"{directory}/index").iterdir()) / 2**20
         start = time.perf_counter()
         index = SearchIndex.open(f"{directory}/index")
