@@ -54,6 +54,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--model", metavar="PATH", help="with --input: the model that embedded the index")
     query.add_argument("-k", type=int, default=10, help="neighbours per query (default 10)")
     query.add_argument("--metric", choices=METRICS, help="default: the index's")
+    query.add_argument("--ef-search", type=int, metavar="N",
+                       help="approximate index: HNSW search breadth (default 64); higher is slower and nearer exact")
     query.add_argument("--output", required=True, type=Path, metavar="OUT", help=".tsv, .csv or .parquet")
     query.add_argument("--device", default="cpu", help="torch device for --input (default cpu)")
     add_overwrite_argument(query)
@@ -105,6 +107,8 @@ def run_query(args: argparse.Namespace) -> int:
         raise ConfigError("--model", args.model, reason="only sequence queries (--input) are embedded")
     if args.k < 1:
         raise ConfigError("-k", args.k, allowed="an integer >= 1")
+    if args.ef_search is not None and args.ef_search < 1:
+        raise ConfigError("--ef-search", args.ef_search, allowed="an integer >= 1")
     output_format(args.output)
     prepare_outputs(args, {"--output": args.output}, [p for p in (args.input,) if p is not None])
     index = SearchIndex.open(args.index)
@@ -118,7 +122,7 @@ def run_query(args: argparse.Namespace) -> int:
     else:
         queries, stats = sequence_queries(index, args.model, args.input, reader_options(args), args.device)
         summary = f" ({stats.summary()})"
-    rows = list(hits(index, queries, args.k, metric))
+    rows = list(hits(index, queries, args.k, metric, args.ef_search))
     write_table(args.output, rows)
     print(f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {args.output}: {len(rows):,} hits, {index.kind} {metric} "
           f"search of {len(index.ids):,} records", file=sys.stderr)

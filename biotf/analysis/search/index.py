@@ -127,17 +127,18 @@ class SearchIndex:
             self._prepared[metric] = prepare(self.vectors, metric, self.ids, "embedding")
         return self._prepared[metric]
 
-    def search(self, queries: np.ndarray, k: int, metric: str,
-               exclude: Sequence[Sequence[int]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, metric: str, exclude: Sequence[Sequence[int]] | None = None,
+               ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores, rows), each (len(queries), k), nearest first: rows -1 / scores NaN past the last neighbour.
-        `queries` are raw vectors (scaled here for cosine); `exclude`: rows each query must not return."""
+        `queries` are raw vectors (scaled here for cosine); `exclude`: rows each query must not return;
+        `ef_search`: the HNSW search breadth (default the index's): higher is slower and nearer to exact."""
         self.check_metric(metric)
         queries = prepare(queries, metric, what="query")
         if self.approx is None:
             return exact_search(self.prepared(metric), queries, k, metric, exclude)
         extra = max((len(rows) for rows in exclude), default=0) if exclude is not None else 0
         width = min(k + extra, len(self.ids))
-        self.approx.hnsw.efSearch = max(self.meta["approx"]["ef_search"], width)
+        self.approx.hnsw.efSearch = max(ef_search or self.meta["approx"]["ef_search"], width)
         scores, rows = self.approx.search(queries, width)  # rows -1 where the graph found fewer
         out_scores = np.full((len(queries), k), np.nan, np.float32)
         out_rows = np.full((len(queries), k), -1, np.int64)

@@ -74,9 +74,10 @@ def sequence_queries(index: SearchIndex, model: str | Path, input_path: str | Pa
     return Queries(names, np.stack(vectors).astype(np.float32), [[] for _ in names]), stats
 
 
-def hits(index: SearchIndex, queries: Queries, k: int, metric: str) -> Iterator[dict[str, object]]:
+def hits(index: SearchIndex, queries: Queries, k: int, metric: str,
+         ef_search: int | None = None) -> Iterator[dict[str, object]]:
     """Rows (query, rank, id, score) in query order, nearest first (rank 1)."""
-    scores, rows = index.search(queries.vectors, k, metric, queries.exclude or None)
+    scores, rows = index.search(queries.vectors, k, metric, queries.exclude or None, ef_search)
     for name, query_scores, query_rows in zip(queries.names, scores, rows):
         for rank, (score, row) in enumerate(zip(query_scores, query_rows), 1):
             if row >= 0:
