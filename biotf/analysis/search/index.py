@@ -158,7 +158,7 @@ class SearchIndex:
 def _read_ids(path: Path) -> list[str]:
     try:
         ids = json.loads(read_text(path, "search index ids"))
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: 200k nested "["
         raise InputError(f"cannot read search index ids {path}: not valid JSON ({error})") from None
     if not isinstance(ids, list) or not all(isinstance(name, str) for name in ids):
         raise InputError(f"cannot read search index ids {path}: expected a JSON array of strings")
