@@ -29,8 +29,7 @@ from biotf.commands.output_options import add_overwrite_argument, prepare_output
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.analysis.search.index import KINDS
-    from biotf.analysis.search.neighbours import METRICS
+    from biotf.analysis.search.choices import KINDS, METRICS
 
     parser = subparsers.add_parser("search", help="nearest-neighbour search over embeddings, and its evaluation",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from biotf.analysis.search.neighbours import METRICS, exact_search, prepare
+from biotf.analysis.search.choices import KINDS, METRICS
+from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.atomic import atomic_write, atomic_write_text
 from biotf.errors import ConfigError, InputError
 from biotf.export.writers import EmbeddingTable, read_embeddings
@@ -44,7 +45,6 @@ from biotf.untrusted import file_crc32, read_json_object, read_text
 
 FORMAT = 1
 INDEX_FILE = "index.json"
-KINDS = ("exact", "approx")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 100, 64
 # Embedding metadata that must agree between the files of one index (and a query's model).
 SAME_EMBEDDINGS = ("model_fingerprint", "tokenizer_fingerprint", "pool", "max_length", "long", "dim")

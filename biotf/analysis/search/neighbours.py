@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from biotf.analysis.search.choices import METRICS
 from biotf.errors import ConfigError, InputError
 
-METRICS = ("cosine", "l2")  # what users choose; "jaccard" is the classical neighbour of `biotf search evaluate`
 LOWER_IS_NEARER = {"l2"}
 QUERY_BLOCK, BASE_BLOCK = 1024, 16384
 
