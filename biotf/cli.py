@@ -15,7 +15,7 @@ from biotf.errors import BiotfError
 
 # Order is the order of `biotf --help`.
 COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
-            "generate", "experiment", "compare"]
+            "search", "generate", "experiment", "compare"]
 
 
 def build_parser() -> argparse.ArgumentParser:

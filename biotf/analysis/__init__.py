@@ -1,5 +1,6 @@
-"""Downstream analysis of embedding files: linear probes against classical baselines, 2-D maps, and what a model's
-token embeddings learnt (`tokens`, with the amino-acid scales of `scales`)."""
+"""Downstream analysis of embedding files: linear probes against classical baselines, 2-D maps, similarity search
+(`biotf.analysis.search`), and what a model's token embeddings learnt (`tokens`, with the amino-acid scales of
+`scales`)."""
 
 from biotf.lazy import lazy_exports
 

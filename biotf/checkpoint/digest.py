@@ -11,6 +11,8 @@ step (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -39,3 +41,13 @@ def content_crc32(value: Any, crc: int = 0) -> int:
     if isinstance(value, (set, frozenset)):  # iteration order follows string hashing, which varies per process
         return zlib.crc32(repr(sorted(map(repr, value))).encode(), crc)
     return zlib.crc32(repr(value).encode(), crc)
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A short hex digest of a model's config (where it has one) and every weight: what `biotf embed` records in its
+    files, so that vectors are only compared with vectors of the same model (`biotf search` refuses others)."""
+    config = getattr(model, "config", None)
+    described = config.to_dict() if hasattr(config, "to_dict") else None
+    digest = hashlib.blake2b(json.dumps(described, sort_keys=True, default=str).encode(), digest_size=8)
+    digest.update(content_crc32(model.state_dict()).to_bytes(4, "little"))
+    return digest.hexdigest()

@@ -12,9 +12,26 @@ from pathlib import Path
 from typing import Any
 
 from biotf.data.readers import ReaderOptions, read_records
+from biotf.checkpoint.digest import model_fingerprint
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
 from biotf.checkpoint.loading import load_pretrained
+
+
+def open_embedder(model_source: str | Path, options: EmbedOptions = EmbedOptions(), device: str = "cpu",
+                  tokenizer_options: Mapping[str, Any] | None = None) -> tuple[Embedder, dict[str, Any]]:
+    """The model's `Embedder` and the metadata its vectors carry (the `info` of an embedding file: the model and
+    tokenizer with their fingerprints, pooling, layers, windows), for `embed_file` and for any other command
+    that embeds records (`biotf search` queries) the same way."""
+    model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
+    embedder = Embedder(model, tokenizer, options)
+    info: dict[str, Any] = {
+        "biotf_embeddings": 1, "model": str(model_source), "model_fingerprint": model_fingerprint(model),
+        "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
+        "tokenizer_options": dict(tokenizer_options or {}), "pool": options.pool,
+        "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
+        "overlap": options.overlap, "dim": model.config.d_model}
+    return embedder, info
 
 
 def embed_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
@@ -24,15 +41,9 @@ def embed_file(model_source: str | Path, input_path: str | Path, output_path: st
     """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts.
     `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`: same vocabulary)."""
     output_format(output_path)
-    model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
-    embedder = Embedder(model, tokenizer, options)
+    embedder, info = open_embedder(model_source, options, device, tokenizer_options)
+    info["input"] = str(input_path)
     stats = EmbedStats()
-    info: dict[str, Any] = {
-        "biotf_embeddings": 1, "model": str(model_source), "input": str(input_path),
-        "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
-        "tokenizer_options": dict(tokenizer_options or {}), "pool": options.pool,
-        "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
-        "dim": model.config.d_model}
     bar = None
     if progress:
         from tqdm.auto import tqdm

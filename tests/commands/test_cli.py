@@ -19,6 +19,6 @@ def test_building_the_parsers_imports_no_heavy_library():
 def test_help_lists_every_command():
     result = subprocess.run([sys.executable, "-m", "biotf", "--help"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    for command in ("tokenize", "train", "export-model", "embed", "score", "predict", "probe", "plot", "generate",
-                    "experiment", "compare"):
+    for command in ("tokenize", "train", "export-model", "embed", "score", "predict", "probe", "plot", "search",
+                    "generate", "experiment", "compare"):
         assert command in result.stdout

@@ -138,7 +138,7 @@ EMBEDDING_FILE_KINDS = ["empty", "binary_garbage", "truncated"]
 
 @pytest.mark.parametrize("suffix", [".npz", ".parquet", ".h5ad"])
 @pytest.mark.parametrize("kind", EMBEDDING_FILE_KINDS)
-@pytest.mark.parametrize("command", ["probe", "plot"])
+@pytest.mark.parametrize("command", ["probe", "plot", "search"])
 def test_bad_embeddings_file(capsys, tmp_path, model_dir, command, kind, suffix):
     if kind == "truncated":
         fasta = tmp_path / "clean.fasta"
@@ -151,8 +151,9 @@ def test_bad_embeddings_file(capsys, tmp_path, model_dir, command, kind, suffix)
     path = tmp_path / f"bad{suffix}"
     path.write_bytes(data)
     before = files_in(tmp_path)
-    argv = (["probe", "--embeddings", str(path), "--label", "description"] if command == "probe"
-            else ["plot", str(path), "--color", "description"])
+    argv = {"probe": ["probe", "--embeddings", str(path), "--label", "description"],
+            "plot": ["plot", str(path), "--color", "description"],
+            "search": ["search", "build", "--embeddings", str(path), "--output", str(tmp_path / "index")]}[command]
     status, _, err = run_cli(capsys, *argv)
     assert_one_line_error(status, err, path, "")
     assert files_in(tmp_path) == before  # no picture, no report

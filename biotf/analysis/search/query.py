@@ -1,0 +1,84 @@
+"""Queries of a search index, in the three forms `biotf search query` takes, and their hits in query order.
+
+- records of a sequence file, embedded by the index's model exactly as `biotf embed` embedded the index
+  (`biotf.export.files.open_embedder`, with the index's pooling, layer, windows and tokenizer options); a model
+  or tokenizer whose fingerprint differs from the index's is refused before anything is embedded;
+- ids of the index: each record's neighbours, itself left out;
+- vector expressions of ids (`biotf.analysis.search.expression`), their own ids left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from biotf.analysis.search.expression import expression_vector
+from biotf.analysis.search.index import SearchIndex, array_layer
+from biotf.data.readers import ReaderOptions, read_records
+from biotf.errors import InputError
+from biotf.export.embed import EmbedOptions, EmbedStats
+
+HIT_COLUMNS = ("query", "rank", "id", "score")
+
+
+@dataclass
+class Queries:
+    names: list[str]
+    vectors: np.ndarray  # (queries, D), raw
+    exclude: list[list[int]] = field(default_factory=list)  # index rows each query must not return
+
+
+def id_queries(index: SearchIndex, ids: Sequence[str]) -> Queries:
+    missing = next((name for name in ids if name not in index.row_of), None)
+    if missing is not None:
+        raise InputError(f"--ids: unknown id {missing!r} (not in the index {index.directory})")
+    rows = [index.row_of[name] for name in ids]
+    return Queries(list(ids), index.vectors[rows], [[row] for row in rows])
+
+
+def expression_queries(index: SearchIndex, texts: Sequence[str], metric: str) -> Queries:
+    built = [expression_vector(text, index.row_of.get, index.vectors, unit=metric == "cosine") for text in texts]
+    return Queries(list(texts), np.stack([vector for vector, _ in built]), [rows for _, rows in built])
+
+
+def sequence_queries(index: SearchIndex, model: str | Path, input_path: str | Path,
+                     reader_options: ReaderOptions = ReaderOptions(), device: str = "cpu",
+                     batch_tokens: int = 16384) -> tuple[Queries, EmbedStats]:
+    """The records of `input_path`, embedded as the index's vectors were; refused when the model differs."""
+    from biotf.export.files import open_embedder
+
+    info = index.info
+    if not info.get("model_fingerprint"):
+        raise InputError(f"the index {index.directory} was built from embeddings without a model fingerprint (written "
+                         "by an older biotf embed): re-embed them with this biotf to query by sequence (--ids and "
+                         "--expression work)")
+    options = EmbedOptions(pool=info["pool"], layer=array_layer(info, index.meta["array"]), batch_tokens=batch_tokens,
+                           max_length=info.get("max_length"), long=info.get("long", "chunk"),
+                           overlap=info.get("overlap"))
+    embedder, query_info = open_embedder(model, options, device, info.get("tokenizer_options") or {})
+    for key, what in (("model_fingerprint", "model"), ("tokenizer_fingerprint", "tokenizer")):
+        if query_info[key] != info.get(key):
+            raise InputError(f"--model {model}: its {what} fingerprint {query_info[key]} differs from the index's "
+                             f"{info.get(key)} (the index holds embeddings of {info.get('model')}): queries must be "
+                             "embedded by the same model and tokenizer")
+    stats = EmbedStats()
+    names, vectors = [], []
+    for item in embedder.embed(read_records(input_path, reader_options, stats.policies), stats, input_path):
+        names.append(item.record.id)
+        vectors.append(item.vectors[-1])
+    if not names:
+        raise InputError(f"{input_path}: no records to query with")
+    return Queries(names, np.stack(vectors).astype(np.float32), [[] for _ in names]), stats
+
+
+def hits(index: SearchIndex, queries: Queries, k: int, metric: str,
+         ef_search: int | None = None) -> Iterator[dict[str, object]]:
+    """Rows (query, rank, id, score) in query order, nearest first (rank 1)."""
+    scores, rows = index.search(queries.vectors, k, metric, queries.exclude or None, ef_search)
+    for name, query_scores, query_rows in zip(queries.names, scores, rows):
+        for rank, (score, row) in enumerate(zip(query_scores, query_rows), 1):
+            if row >= 0:
+                yield {"query": name, "rank": rank, "id": index.ids[row], "score": float(score)}
