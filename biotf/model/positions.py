@@ -62,7 +62,8 @@ class PositionEncoding(nn.Module):
 
 @register_position("learned")
 class LearnedPositions(PositionEncoding):
-    """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT)."""
+    """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT), after `position_offset`
+    rows that only HF's padding positions use (RoBERTa, ESM-1b: real tokens are numbered from pad id + 1)."""
 
     @classmethod
     def check_config(cls, config: TransformerConfig) -> None:
@@ -72,10 +73,11 @@ class LearnedPositions(PositionEncoding):
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
-        self.table = nn.Embedding(config.max_seq_len, config.d_model)
+        self.table = nn.Embedding(config.max_seq_len + config.position_offset, config.d_model)
+        self.offset = config.position_offset
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x + self.table(positions)
+        return x + self.table(positions + self.offset if self.offset else positions)
 
 
 def sinusoidal_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:

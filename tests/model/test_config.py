@@ -27,7 +27,7 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(pos="absolute"), "pos", "learned | sinusoidal | rope | alibi | none"),
     (dict(norm="batchnorm"), "norm", "layernorm | rmsnorm"),
     (dict(norm_position="sandwich"), "norm_position", "pre | post"),
-    (dict(mlp="geglu"), "mlp", "gelu | relu | swiglu"),
+    (dict(mlp="geglu"), "mlp", "gelu | gelu_tanh | relu | swiglu"),
     (dict(n_layers=0), "n_layers", "integer >= 1"),
     (dict(vocab_size=10.5), "vocab_size", "integer >= 1"),
     (dict(dropout=1.5), "dropout", "0 <= dropout < 1"),
