@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from biotf.model.hf import esm, qwen2
+from biotf.model.hf import bert, esm, qwen2
 from biotf.model.hf.family import Family
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (qwen2.FAMILY, esm.FAMILY)}
+FAMILIES: dict[str, Family] = {family.model_type: family for family in (qwen2.FAMILY, esm.FAMILY,
+                                                                      bert.BERT_FAMILY, bert.ROBERTA_FAMILY)}
