@@ -83,7 +83,9 @@ class LearnedPositions(PositionEncoding):
 def sinusoidal_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     """Vaswani et al. 2017, section 3.5: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)).
 
-    Returns float32 of shape positions.shape + (d_model,), sines and cosines interleaved as in the paper.
+    Returns float32 of shape positions.shape + (d_model,), sines and cosines interleaved as in the paper (transformers'
+    Marian and tensor2tensor put all sines first, then all cosines: the same values, columns permuted; the tests
+    compare with both to 1e-6).
     """
     inverse_frequency = torch.exp(torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float64)
                                   * (-math.log(10000.0) / d_model))
