@@ -21,32 +21,6 @@ transformers = pytest.importorskip("transformers")
 
 TOLERANCE = 1e-5  # max abs difference of float32 logits and hidden states
 VOCAB, PAD, MASK = 33, 1, 32  # biotf's protein tokenizer (ESM's vocabulary): <cls> 0, <pad> 1, <eos> 2, <mask> 32
-CLASSES = {"bert": (transformers.BertConfig, transformers.BertForMaskedLM, transformers.BertModel),
-           "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM, transformers.RobertaModel)}
-
-
-def build_random_encoder(model_type: str, masked_lm: bool = True, tied: bool = True, hidden_act: str = "gelu",
-                         seed: int = 0, type_vocab_size: int | None = None, max_positions: int = 40):
-    """A tiny random BERT / RoBERTa (3 layers, 4 heads, d 32) over the protein tokenizer's ids. HF initialises
-    biases to 0 and norm gains to 1: they are randomised so that they count."""
-    config_class, lm_class, bare_class = CLASSES[model_type]
-    torch.manual_seed(seed)
-    if type_vocab_size is None:
-        type_vocab_size = 2 if model_type == "bert" else 1  # as bert-base and roberta-base
-    config = config_class(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                          intermediate_size=64, hidden_act=hidden_act, hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0, max_position_embeddings=max_positions, pad_token_id=PAD,
-                          layer_norm_eps=1e-5, type_vocab_size=type_vocab_size, tie_word_embeddings=tied)
-    model = (lm_class if masked_lm else bare_class)._from_config(config, attn_implementation="sdpa",
-                                                                 dtype=torch.float32)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            is_norm = "norm" in name.lower()
-            if name.endswith("bias") or is_norm:
-                parameter.normal_(1.0 if is_norm and name.endswith("weight") else 0.0, 0.2)
-            elif "token_type" in name or "position_embeddings" in name:
-                parameter.normal_(0.0, 0.5)  # wide enough that a wrong row or offset shows
-    return model.eval()
 
 
 def batch(left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,8 +68,8 @@ VARIANTS = {  # (model_type, masked LM, tied, hidden_act)
 
 @pytest.mark.parametrize("model_type, masked_lm, tied, hidden_act", VARIANTS.values(), ids=VARIANTS.keys())
 def test_directory_and_model_object_match_hf_and_to_hf_round_trips(model_type, masked_lm, tied, hidden_act,
-                                                                    tmp_path):
-    hf = build_random_encoder(model_type, masked_lm, tied, hidden_act, seed=len(model_type) + tied)
+                                                                    tmp_path, random_encoder):
+    hf = random_encoder(model_type, masked_lm, tied, hidden_act, seed=len(model_type) + tied)
     hf.save_pretrained(tmp_path / "hf")
     model = Transformer.from_hf(tmp_path / "hf")
     config = model.config
@@ -126,15 +100,15 @@ def test_directory_and_model_object_match_hf_and_to_hf_round_trips(model_type, m
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
-def test_roberta_positions_count_real_tokens_so_left_padding_matches_too():
-    hf = build_random_encoder("roberta", seed=3)
+def test_roberta_positions_count_real_tokens_so_left_padding_matches_too(random_encoder):
+    hf = random_encoder("roberta", seed=3)
     assert_parity(Transformer.from_hf(hf), hf, batch(left=True))
 
 
-def test_bert_left_padding_numbers_real_tokens_from_zero_unlike_hf():
+def test_bert_left_padding_numbers_real_tokens_from_zero_unlike_hf(random_encoder):
     """HF BERT numbers positions 0, 1, ... whatever the padding; biotf counts real tokens, so a left-padded record
     gets the outputs it has alone (HF's differ) and right-padded batches, how tokenizers pad, match HF exactly."""
-    hf = build_random_encoder("bert", seed=4)
+    hf = random_encoder("bert", seed=4)
     model = Transformer.from_hf(hf)
     ids, mask = batch(left=True)
     alone = ids[2, mask[2].bool()][None]
@@ -146,8 +120,8 @@ def test_bert_left_padding_numbers_real_tokens_from_zero_unlike_hf():
     assert (padded - theirs).abs().max() > 0.01
 
 
-def test_token_type_zero_is_what_hf_adds_without_token_type_ids():
-    hf = build_random_encoder("bert", seed=5, type_vocab_size=3)
+def test_token_type_zero_is_what_hf_adds_without_token_type_ids(random_encoder):
+    hf = random_encoder("bert", seed=5, type_vocab_size=3)
     model = Transformer.from_hf(hf)
     ids, mask = batch()
     with torch.no_grad():
@@ -157,9 +131,9 @@ def test_token_type_zero_is_what_hf_adds_without_token_type_ids():
     assert max_diff(ours, zeros, mask) <= TOLERANCE < max_diff(ours, ones, mask)
 
 
-def test_old_checkpoints_with_gamma_beta_norms_and_pickled_weights_load(tmp_path):
+def test_old_checkpoints_with_gamma_beta_norms_and_pickled_weights_load(tmp_path, random_encoder):
     """TF-converted BERTs (bert-base-uncased's pytorch_model.bin) name LayerNorm gains and biases gamma and beta."""
-    hf = build_random_encoder("bert", seed=6)
+    hf = random_encoder("bert", seed=6)
     hf.config.save_pretrained(tmp_path)
     state = {name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): tensor
              for name, tensor in hf.state_dict().items()}
@@ -174,8 +148,8 @@ def edit_config(directory: Path, **changes) -> None:
 
 
 @pytest.mark.parametrize("model_type, name", [("bert", "BERT"), ("roberta", "RoBERTa")])
-def test_what_biotf_cannot_compute_is_refused_naming_the_field(model_type, name, tmp_path):
-    hf = build_random_encoder(model_type, seed=7)
+def test_what_biotf_cannot_compute_is_refused_naming_the_field(model_type, name, tmp_path, random_encoder):
+    hf = random_encoder(model_type, seed=7)
     refusals = {"position_embedding_type": ("relative_key", r"position_embedding_type='relative_key'.*absolute"),
                 "hidden_act": ("silu", r"hidden_act='silu'.*gelu \| gelu_new"),
                 "is_decoder": (True, "is_decoder=True is not supported"),
@@ -196,9 +170,9 @@ def test_what_biotf_cannot_compute_is_refused_naming_the_field(model_type, name,
         Transformer.from_hf(tmp_path / "headless")
 
 
-def test_to_hf_refuses_what_the_family_cannot_hold(tmp_path):
-    bert = Transformer.from_hf(build_random_encoder("bert", seed=8))
-    roberta = Transformer.from_hf(build_random_encoder("roberta", seed=8))
+def test_to_hf_refuses_what_the_family_cannot_hold(tmp_path, random_encoder):
+    bert = Transformer.from_hf(random_encoder("bert", seed=8))
+    roberta = Transformer.from_hf(random_encoder("roberta", seed=8))
     with pytest.raises(CheckpointError, match="cannot write a BERT checkpoint: config position_offset=2, BERT needs "
                                               "position_offset=0"):
         roberta.to_hf(tmp_path, model_type="bert")
