@@ -57,6 +57,13 @@ def test_chemberta_style_roberta_embeds_esol_as_hf_and_probes_it(random_encoder,
     model, biotf_tokenizer = load_pretrained(directory)
     assert model.config.position_offset == tokenizer.pad_token_id + 1
     assert biotf_tokenizer.encode(smiles[0]) == tokenizer(smiles[0])["input_ids"]
+    encoded = tokenizer(smiles[:4], padding=True, return_tensors="pt")  # right-padded, with its attention mask
+    with torch.no_grad():
+        ours = model(encoded["input_ids"], attention_mask=encoded["attention_mask"], output_hidden_states=True)
+        theirs = hf(**encoded, output_hidden_states=True)
+    real = encoded["attention_mask"].bool()
+    for mine, reference in zip((*ours.hidden_states, ours.logits), (*theirs.hidden_states, theirs.logits), strict=True):
+        assert (mine - reference)[real].abs().max() <= TOLERANCE
 
     output = tmp_path / "esol.npz"
     status = main(["embed", "--no-progress", "--model", str(directory), "--input", str(esol), "--column", "smiles",
