@@ -123,7 +123,7 @@ class TransformerConfig:
     def choices() -> dict[str, tuple[str, ...]]:
         """The allowed values of each choice field, from the registries (so a registered class is allowed)."""
         return {"pos": tuple(POSITION_CLASSES), "norm": tuple(NORM_CLASSES), "norm_position": NORM_POSITIONS,
-                "mlp": tuple(MLP_CLASSES), "lm_head_activation": tuple(ACTIVATIONS)}
+                "mlp": tuple(MLP_CLASSES)}
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
@@ -133,6 +133,7 @@ class TransformerConfig:
             check_int(name, getattr(self, name), minimum=0)
         for name, allowed in self.choices().items():
             check_choice(name, getattr(self, name), allowed)
+        check_choice("lm_head_activation", self.lm_head_activation, ACTIVATIONS)
         for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
                      "lm_head", "lm_head_transform", "lm_head_bias", "contact_head"):
             if not isinstance(getattr(self, name), bool):

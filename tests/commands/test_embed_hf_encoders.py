@@ -40,6 +40,7 @@ def hf_mean_embeddings(hf, tokenizer, texts: list[str]) -> np.ndarray:
     return ((hidden * content).sum(1) / content.sum(1)).numpy()
 
 
+@pytest.mark.slow  # a BPE trained, 300 molecules embedded, a 5-fold probe beside Morgan fingerprints
 def test_chemberta_style_roberta_embeds_esol_as_hf_and_probes_it(random_encoder, repo_root, tmp_path, capsys):
     with open(repo_root / "data" / "molnet_esol.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))[:300]  # the shipped ESOL sample's first 300 molecules: seconds, not minutes

@@ -37,6 +37,9 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(causal=False, token_dropout=True, mask_token_id=32), "mask_token_id", "an id in 0..31"),
     (dict(causal=True, token_dropout=True, mask_token_id=3), "token_dropout", "false"),
     (dict(lm_head_bias=1), "lm_head_bias", "true | false"),
+    (dict(type_vocab_size=-1), "type_vocab_size", "integer >= 0"),
+    (dict(pos="rope", position_offset=2), "position_offset", "0"),
+    (dict(lm_head_activation="swish"), "lm_head_activation", "gelu | gelu_tanh | relu"),
 ])
 def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
     with pytest.raises(ConfigError) as error:
