@@ -66,6 +66,41 @@ def build_random_esm(token_dropout: bool = True, tied: bool = True, position: st
     return model.eval()
 
 
+def build_random_encoder(model_type: str, masked_lm: bool = True, tied: bool = True, hidden_act: str = "gelu",
+                         seed: int = 0, type_vocab_size: int | None = None, max_positions: int = 40,
+                         vocab_size: int = 33, pad_token_id: int = 1):
+    """A tiny random BERT / RoBERTa (3 layers, 4 heads, d 32), by default over the protein tokenizer's ids (<pad> 1).
+    HF initialises biases to 0 and norm gains to 1: they are randomised so that they count."""
+    transformers = pytest.importorskip("transformers")
+    config_class, lm_class, bare_class = {
+        "bert": (transformers.BertConfig, transformers.BertForMaskedLM, transformers.BertModel),
+        "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM, transformers.RobertaModel)}[model_type]
+    torch.manual_seed(seed)
+    if type_vocab_size is None:
+        type_vocab_size = 2 if model_type == "bert" else 1  # as bert-base and roberta-base
+    config = config_class(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                          intermediate_size=64, hidden_act=hidden_act, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, max_position_embeddings=max_positions,
+                          pad_token_id=pad_token_id, layer_norm_eps=1e-5, type_vocab_size=type_vocab_size,
+                          tie_word_embeddings=tied)
+    model = (lm_class if masked_lm else bare_class)._from_config(config, attn_implementation="sdpa",
+                                                                 dtype=torch.float32)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            is_norm = "norm" in name.lower()
+            if name.endswith("bias") or is_norm:
+                parameter.normal_(1.0 if is_norm and name.endswith("weight") else 0.0, 0.2)
+            elif "token_type" in name or "position_embeddings" in name:
+                parameter.normal_(0.0, 0.5)  # wide enough that a wrong row or offset shows
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def random_encoder():
+    """`build_random_encoder`, for tests that build BERT / RoBERTa models of several shapes."""
+    return build_random_encoder
+
+
 @pytest.fixture(scope="session")
 def random_esm():
     """`build_random_esm`, for tests that build ESM models of several shapes."""

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from biotf.errors import ConfigError, check_choice, check_int
-from biotf.model.mlp import MLP_CLASSES
+from biotf.model.mlp import ACTIVATIONS, MLP_CLASSES
 from biotf.model.norms import NORM_CLASSES
 from biotf.model.positions import POSITION_CLASSES
 from biotf.resources import CONF_DIR
@@ -51,7 +51,8 @@ class TransformerConfig:
     norm            layernorm | rmsnorm; norm_eps is its epsilon.
     norm_position   pre (normalise each branch's input, plus a final norm; GPT-2, Qwen, ESM-2) |
                     post (normalise after each residual add, no final norm; Vaswani et al. 2017).
-    mlp             gelu | relu (two projections) | swiglu (gate, up, down; Shazeer 2020).
+    mlp             gelu | gelu_tanh | relu (two projections; gelu_tanh: GELU's tanh approximation) | swiglu (gate,
+                    up, down; Shazeer 2020).
     qkv_bias        bias on the query/key/value projections (Qwen2: yes).
     bias            bias on every other linear layer (attention output, MLP) and on LayerNorm.
     tie_embeddings  the LM head reuses the token embedding matrix.
@@ -66,12 +67,19 @@ class TransformerConfig:
                     `emb_layer_norm_before`, BERT's embedding LayerNorm).
     lm_head         the model has a language-model head; false for an encoder whose checkpoint has none (HF
                     `EsmModel`, `EsmForSequenceClassification`): hidden states and embeddings only, logits refused.
-    lm_head_transform dense (d_model -> d_model) -> GELU -> norm before the output projection (the masked-LM
-                    head of BERT, RoBERTa and ESM: HF `EsmLMHead`).
+    lm_head_transform dense (d_model -> d_model) -> lm_head_activation -> norm before the output projection (the
+                    masked-LM head of BERT, RoBERTa and ESM: HF `BertPredictionHeadTransform`, `EsmLMHead`).
     lm_head_bias    a bias vector added to the logits (HF `EsmLMHead.bias`, kept apart from a tied decoder).
     contact_head    a contact-prediction head: a logistic regression over every layer x head's symmetrised,
                     APC-corrected attention map (Rao et al. 2020; ESM-2's `contact_head.regression`, `contacts.py`).
     init_std        standard deviation of the normal initialisation of linear and embedding weights.
+    type_vocab_size rows of a token-type (segment) embedding added to the token embeddings (BERT, RoBERTa); 0: none.
+                    biotf feeds one segment, so every token gets row 0, as HF does when no token_type_ids are given.
+    position_offset learned positions: position p reads row p + position_offset of a table of max_seq_len +
+                    position_offset rows (HF RoBERTa and ESM-1b number real tokens from pad id + 1, fairseq's
+                    `make_positions`; the rows below serve HF's padding positions only).
+    lm_head_activation the activation of lm_head_transform: gelu (ESM, RoBERTa, BERT's `gelu`) | gelu_tanh | relu
+                    (BERT's head uses its hidden_act).
     """
 
     vocab_size: int = 32
@@ -101,6 +109,9 @@ class TransformerConfig:
     lm_head_bias: bool = False
     contact_head: bool = False
     init_std: float = 0.02
+    type_vocab_size: int = 0
+    position_offset: int = 0
+    lm_head_activation: str = "gelu"
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -118,8 +129,11 @@ class TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
             check_int(name, getattr(self, name))
         check_int("max_seq_len", self.max_seq_len, optional=True)
+        for name in ("type_vocab_size", "position_offset"):
+            check_int(name, getattr(self, name), minimum=0)
         for name, allowed in self.choices().items():
             check_choice(name, getattr(self, name), allowed)
+        check_choice("lm_head_activation", self.lm_head_activation, ACTIVATIONS)
         for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
                      "lm_head", "lm_head_transform", "lm_head_bias", "contact_head"):
             if not isinstance(getattr(self, name), bool):
@@ -151,6 +165,9 @@ class TransformerConfig:
         if self.token_dropout and self.causal:
             raise ConfigError("token_dropout", True, "false", reason="token dropout rescales masked-LM inputs; "
                                                                      "a causal model has no mask tokens")
+        if self.position_offset and self.pos != "learned":
+            raise ConfigError("position_offset", self.position_offset, "0",
+                              reason=f"only a learned position table is offset, and pos is {self.pos}")
         for name in ("lm_head_transform", "lm_head_bias"):
             if getattr(self, name) and not self.lm_head:
                 raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")

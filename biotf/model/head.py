@@ -1,6 +1,6 @@
 """The language-model head: an optional masked-LM transform, the output projection and an optional logit bias.
 
-    hidden -> [dense -> GELU -> norm]   (lm_head_transform: BERT, RoBERTa, ESM's `EsmLMHead`)
+    hidden -> [dense -> act -> norm]    (lm_head_transform: BERT, RoBERTa, ESM's `EsmLMHead`; act: lm_head_activation)
            -> x @ W.T                   (W = the token embedding when tie_embeddings, else `lm_head.weight`)
            -> + bias                    (lm_head_bias: ESM's `lm_head.bias`, a vector of its own even when W is tied)
 
@@ -11,20 +11,23 @@ The transformer owns the projection matrix (tied or not) and the bias, so that t
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from biotf.model.config import TransformerConfig
+from biotf.model.mlp import ACTIVATIONS
 from biotf.model.norms import build_norm
 
 
 class HeadTransform(nn.Module):
-    """dense (d_model -> d_model) -> GELU (exact erf form, as ESM's `gelu`) -> norm, before the projection."""
+    """dense (d_model -> d_model) -> activation -> norm, before the projection. The activation is GELU's exact erf
+    form in ESM's and RoBERTa's heads whatever their MLP uses, and BERT's hidden_act in BERT's
+    (`BertPredictionHeadTransform`)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.norm = build_norm(config)
+        self.activation = ACTIVATIONS[config.lm_head_activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(F.gelu(self.dense(x)))
+        return self.norm(self.activation(self.dense(x)))

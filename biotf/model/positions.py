@@ -62,7 +62,8 @@ class PositionEncoding(nn.Module):
 
 @register_position("learned")
 class LearnedPositions(PositionEncoding):
-    """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT)."""
+    """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT), after `position_offset`
+    rows that only HF's padding positions use (RoBERTa, ESM-1b: real tokens are numbered from pad id + 1)."""
 
     @classmethod
     def check_config(cls, config: TransformerConfig) -> None:
@@ -72,16 +73,19 @@ class LearnedPositions(PositionEncoding):
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
-        self.table = nn.Embedding(config.max_seq_len, config.d_model)
+        self.table = nn.Embedding(config.max_seq_len + config.position_offset, config.d_model)
+        self.offset = config.position_offset
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x + self.table(positions)
+        return x + self.table(positions + self.offset if self.offset else positions)
 
 
 def sinusoidal_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     """Vaswani et al. 2017, section 3.5: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)).
 
-    Returns float32 of shape positions.shape + (d_model,), sines and cosines interleaved as in the paper.
+    Returns float32 of shape positions.shape + (d_model,), sines and cosines interleaved as in the paper (transformers'
+    Marian and tensor2tensor put all sines first, then all cosines: the same values, columns permuted; the tests
+    compare with both to 1e-6).
     """
     inverse_frequency = torch.exp(torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float64)
                                   * (-math.log(10000.0) / d_model))

@@ -1,10 +1,12 @@
 """`Transformer`: the one model class of biotf; every architecture is a `TransformerConfig`.
 
-    token embedding (ESM token dropout if token_dropout; x sqrt(d_model) if scale_embeddings)
+    token embedding (ESM token dropout if token_dropout; x sqrt(d_model) if scale_embeddings; + token type 0's
+      vector if type_vocab_size)
       -> positions (learned / sinusoidal added here; rope rotates q, k; alibi biases scores; none)
       -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
-      -> LM head (`head.py`: [dense -> GELU -> norm if lm_head_transform] -> tied or own matrix [+ lm_head_bias])
+      -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
+         [+ lm_head_bias])
     contact head (if contact_head): a regression over every layer's attention maps, applied by
       `contacts.predict_contacts`, not by forward
 
@@ -111,6 +113,7 @@ class Transformer(nn.Module):
         self.positions = build_positions(config)
         # Optional stages are None when absent (not Identity): decoding one token runs this forward hundreds of
         # times, and each skipped module call saves a few microseconds of Python.
+        self.token_type_embed = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
         self.embed_norm = build_norm(config) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
@@ -217,8 +220,8 @@ class Transformer(nn.Module):
 
     def block_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      past_key_values: KVCache | None = None, use_cache: bool = False) -> BlockInputs:
-        """The checked inputs embedded (token dropout, scaling, positions, embedding norm, dropout), with the
-        rotary tables, the attention mask and the cache (a new one with `use_cache` and none passed)."""
+        """The checked inputs embedded (token dropout, scaling, token type, positions, embedding norm, dropout), with
+        the rotary tables, the attention mask and the cache (a new one with `use_cache` and none passed)."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -243,6 +246,8 @@ class Transformer(nn.Module):
             x = self._token_dropout(x, input_ids, attention_mask)
         if config.scale_embeddings:
             x = x * math.sqrt(config.d_model)
+        if self.token_type_embed is not None:  # one segment: type 0 everywhere, as HF without token_type_ids
+            x = x + self.token_type_embed.weight[0]
         x = self.positions.embed(x, query_positions)
         if self.embed_norm is not None:
             x = self.embed_norm(x)

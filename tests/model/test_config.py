@@ -27,7 +27,7 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(pos="absolute"), "pos", "learned | sinusoidal | rope | alibi | none"),
     (dict(norm="batchnorm"), "norm", "layernorm | rmsnorm"),
     (dict(norm_position="sandwich"), "norm_position", "pre | post"),
-    (dict(mlp="geglu"), "mlp", "gelu | relu | swiglu"),
+    (dict(mlp="geglu"), "mlp", "gelu | gelu_tanh | relu | swiglu"),
     (dict(n_layers=0), "n_layers", "integer >= 1"),
     (dict(vocab_size=10.5), "vocab_size", "integer >= 1"),
     (dict(dropout=1.5), "dropout", "0 <= dropout < 1"),
@@ -37,6 +37,9 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(causal=False, token_dropout=True, mask_token_id=32), "mask_token_id", "an id in 0..31"),
     (dict(causal=True, token_dropout=True, mask_token_id=3), "token_dropout", "false"),
     (dict(lm_head_bias=1), "lm_head_bias", "true | false"),
+    (dict(type_vocab_size=-1), "type_vocab_size", "integer >= 0"),
+    (dict(pos="rope", position_offset=2), "position_offset", "0"),
+    (dict(lm_head_activation="swish"), "lm_head_activation", "gelu | gelu_tanh | relu"),
 ])
 def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
     with pytest.raises(ConfigError) as error:

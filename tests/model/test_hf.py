@@ -151,8 +151,8 @@ def test_unsupported_checkpoints_are_refused_clearly(tmp_path):
         Transformer.from_hf(tmp_path / "missing")
     with pytest.raises(CheckpointError, match="no config.json"):
         Transformer.from_hf(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(CheckpointError, match="model_type 'bert' is not supported"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "xlnet"}))
+    with pytest.raises(CheckpointError, match="model_type 'xlnet' is not supported"):
         Transformer.from_hf(tmp_path)
     hf = random_qwen2(True, layers=1)
     hf.config.save_pretrained(tmp_path)

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from biotf.errors import CheckpointError, ConfigError
-from biotf.model import Transformer
+from biotf.model import Transformer, TransformerConfig
 
 pytest.importorskip("transformers")
 
@@ -39,19 +39,20 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
     return (a - b)[mask.bool()].abs().max().item()
 
 
-def assert_parity(model: Transformer, hf, inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+def assert_parity(model: Transformer, hf, inputs: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  tolerance: float = TOLERANCE) -> None:
     ids, mask = inputs or batch()
     labels = torch.where(ids == MASK, torch.randint(4, 29, ids.shape), -100)
     with torch.no_grad():
         ours = model(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
         plain = model(ids, attention_mask=mask).logits
         theirs = hf(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
-    assert max_diff(ours.logits, theirs.logits, mask) <= TOLERANCE
-    assert max_diff(plain, theirs.logits, mask) <= TOLERANCE  # the fused head + loss path and the plain one agree
-    assert abs(ours.loss.item() - theirs.loss.item()) <= TOLERANCE
+    assert max_diff(ours.logits, theirs.logits, mask) <= tolerance
+    assert max_diff(plain, theirs.logits, mask) <= tolerance  # the fused head + loss path and the plain one agree
+    assert abs(ours.loss.item() - theirs.loss.item()) <= tolerance
     assert len(ours.hidden_states) == len(theirs.hidden_states) == model.config.n_layers + 1
     for mine, reference in zip(ours.hidden_states, theirs.hidden_states):
-        assert max_diff(mine, reference, mask) <= TOLERANCE
+        assert max_diff(mine, reference, mask) <= tolerance
 
 
 @pytest.mark.parametrize("token_dropout, tied", [(True, True), (False, True), (True, False)])
@@ -225,3 +226,31 @@ def test_encoder_checkpoints_without_lm_head_load_their_trunk(architecture, esm_
         assert max_diff(mine, reference, mask) <= TOLERANCE
     with pytest.raises(ConfigError, match="no language-model head.*encode\\(\\) and `biotf embed` work"):
         model(ids, attention_mask=mask)
+
+
+# --- writing ESM checkpoints (to_hf) -----------------------------------------------------------------------------
+@pytest.mark.parametrize("position, tied", [("absolute", True), ("absolute", False), ("rotary", True)])
+def test_to_hf_writes_an_esm_directory_transformers_loads_with_the_same_outputs(position, tied, tmp_path, random_esm):
+    # ESM-1b's absolute table is read whole: HF's rows 0..pad id serve padding only, real tokens read row p + pad + 1.
+    hf = random_esm(token_dropout=True, tied=tied, position=position, embed_norm=position == "absolute", seed=11)
+    hf.save_pretrained(tmp_path / "hf")
+    model = Transformer.from_hf(tmp_path / "hf")
+    assert model.config.position_offset == (PAD + 1 if position == "absolute" else 0)
+    assert model.num_parameters() == hf.num_parameters()
+    assert_parity(model, hf, tolerance=1e-5)
+    model.to_hf(tmp_path / "written")
+    import transformers
+
+    reloaded = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "written", attn_implementation="sdpa")
+    assert type(reloaded) is type(hf) and reloaded.config.position_embedding_type == position
+    assert_parity(model, reloaded.eval(), tolerance=1e-5)
+    again = Transformer.from_hf(tmp_path / "written")
+    assert again.config == model.config
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
+
+
+def test_to_hf_refuses_what_esm_cannot_hold(tmp_path):
+    with pytest.raises(CheckpointError, match="cannot write an ESM checkpoint: config norm_position='post'"):
+        Transformer(TransformerConfig.preset("esm2-8m", norm_position="post")).to_hf(tmp_path, model_type="esm")
+    with pytest.raises(CheckpointError, match="config position_offset=0, ESM numbers absolute positions from pad id"):
+        Transformer(TransformerConfig.preset("esm2-8m", pos="learned")).to_hf(tmp_path, model_type="esm")

@@ -57,6 +57,19 @@ def test_sinusoidal_values_match_vaswani_formula():
             assert table[position, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
 
 
+def test_sinusoidal_table_is_transformers_marian_table_with_sines_and_cosines_interleaved():
+    """biotf interleaves as the paper writes it (sin at 2i, cos at 2i + 1); Marian (like tensor2tensor) puts the sines
+    in the first half and the cosines in the second: the same numbers, columns permuted."""
+    marian = pytest.importorskip("transformers.models.marian.modeling_marian")
+    d_model, rows = 64, 1024
+    reference = marian.MarianSinusoidalPositionalEmbedding(rows, d_model).create_weight()
+    table = sinusoidal_table(torch.arange(rows), d_model)
+    half = d_model // 2
+    assert (table[:, 0::2] - reference[:, :half]).abs().max() <= 1e-6
+    assert (table[:, 1::2] - reference[:, half:]).abs().max() <= 1e-6
+    assert (table - reference).abs().max() > 0.5  # the layouts differ: a table copied as is would be wrong
+
+
 def test_sinusoidal_positions_are_added_to_the_embeddings():
     model = Transformer(TransformerConfig(d_model=16, n_heads=2, pos="sinusoidal", n_layers=1)).eval()
     ids = torch.tensor([[3, 3, 3]])

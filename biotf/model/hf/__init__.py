@@ -2,7 +2,11 @@
 
 Families (one module each, registered in `families.FAMILIES` by config.json's `model_type`):
 - `qwen2`: `Qwen2ForCausalLM`, read and written;
-- `esm`: `EsmForMaskedLM` (ESM-2 rotary, ESM-1b absolute positions) and the ESM encoders without LM head, read.
+- `esm`: `EsmForMaskedLM` (ESM-2 rotary, ESM-1b absolute positions) and the ESM encoders without LM head, read;
+  `EsmForMaskedLM` / `EsmModel` written;
+- `bert`, `roberta` (`bert.py`, one mapping with a layout parameter): the masked LMs and the encoders without LM head,
+  read; `BertForMaskedLM` / `BertModel`, `RobertaForMaskedLM` / `RobertaModel` written. The tensor names the three
+  encoder families share are one table (`encoder.py`).
 Other model types are refused with a `CheckpointError`. A model is read from a `transformers` model object or from a
 directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json, or a
 pytorch_model.bin read with `torch.load(weights_only=True)`): `weights`. The tests compare logits with `transformers`

@@ -1,8 +1,9 @@
-"""ESM (`model_type: esm`) -> biotf: `EsmForMaskedLM` (ESM-2 with rotary positions, ESM-1b with absolute ones),
+"""ESM (`model_type: esm`) <-> biotf: `EsmForMaskedLM` (ESM-2 with rotary positions, ESM-1b with absolute ones),
 also the encoder of `EsmModel`, `EsmForSequenceClassification` and `EsmForTokenClassification`, which have no LM
 head: the model then has `lm_head=False`, and their pooler / classifier weights are not read. The contact-prediction
 regression (`esm.contact_head.regression.*`, or `contact_head.regression.*` without the `esm.` prefix, fair-esm's
-names) is read when the checkpoint has it, and turns `contact_head` on (`biotf.model.contacts`)."""
+names) is read when the checkpoint has it, and turns `contact_head` on (`biotf.model.contacts`). Written back as
+`EsmForMaskedLM`, or `EsmModel` without LM head. The tensor names are the table of `encoder.py`, shared with BERT."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
+from biotf.model.hf.encoder import Names, block_names, linear, read, write
 from biotf.model.hf.family import Family
 from biotf.model.hf.weights import stored_inverse_frequency
+from biotf.model.positions import rope_inverse_frequency
 
 ESM_POSITIONS = {"rotary": "rope", "absolute": "learned"}
 
@@ -37,8 +40,9 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
     """A TransformerConfig that computes what this ESM config.json describes (HF `EsmForMaskedLM`, or the encoder
     without LM head of the other `ESM_ARCHITECTURES`; no `architectures` means EsmForMaskedLM, as hub ESM-2s).
 
-    Absolute positions (ESM-1b) load as a learned table without its first pad id + 1 rows: HF numbers the
-    real tokens from padding_idx + 1 (fairseq's `make_positions`), biotf from 0.
+    Absolute positions (ESM-1b) load as a learned table with position_offset = pad id + 1: HF numbers the real
+    tokens from padding_idx + 1 (fairseq's `make_positions`), counting the tokens that are not <pad>; biotf counts
+    those of the attention mask, the same on every real token when the mask is (ids != pad).
     """
 
     def refuse(key: str, value: Any, reason: str) -> CheckpointError:
@@ -55,8 +59,9 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
     if d_model % n_heads:
         raise refuse("hidden_size", d_model, f"not a multiple of num_attention_heads={n_heads}")
     max_positions = hf.get("max_position_embeddings")
-    if position_type == "absolute":
-        max_positions -= hf["pad_token_id"] + 1
+    offset = hf["pad_token_id"] + 1 if position_type == "absolute" else 0
+    if offset:
+        max_positions -= offset
     token_dropout = bool(hf.get("token_dropout", False))
     architectures = hf.get("architectures") or ["EsmForMaskedLM"]
     if not set(architectures) & set(ESM_ARCHITECTURES):
@@ -71,8 +76,28 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
         bias=True, tie_embeddings=bool(hf.get("tie_word_embeddings", True)), causal=False, scale_embeddings=False,
         token_dropout=token_dropout, mask_token_id=hf.get("mask_token_id") if token_dropout else None,
         embed_norm=bool(hf.get("emb_layer_norm_before")), lm_head=lm_head, lm_head_transform=lm_head,
-        lm_head_bias=lm_head,
-        init_std=float(hf.get("initializer_range", 0.02)))
+        lm_head_bias=lm_head, init_std=float(hf.get("initializer_range", 0.02)), position_offset=offset)
+
+
+def tensor_names(config: TransformerConfig, trunk: str, head: str) -> Names:
+    """biotf name -> HF name of every ESM tensor, the encoder's under `trunk`, the LM head's under `head`."""
+    # HF applies emb_layer_norm_after after the last layer always: it is biotf's Pre-LN final norm.
+    names = block_names(config.n_layers, trunk, "attention.LayerNorm", "LayerNorm")
+    names.renamed.update({"embed.weight": trunk + "embeddings.word_embeddings.weight",
+                          **linear("final_norm", trunk + "encoder.emb_layer_norm_after")})
+    if config.pos == "learned":
+        names.renamed["positions.table.weight"] = trunk + "embeddings.position_embeddings.weight"
+    if config.embed_norm:
+        names.renamed.update(linear("embed_norm", trunk + "embeddings.layer_norm"))
+    if config.lm_head:
+        names.renamed.update({**linear("head_transform.dense", head + "lm_head.dense"),
+                              **linear("head_transform.norm", head + "lm_head.layer_norm"),
+                              "lm_head_bias": head + "lm_head.bias"})
+        if not config.tie_embeddings:
+            names.renamed["lm_head.weight"] = head + "lm_head.decoder.weight"
+    if config.contact_head:
+        names.renamed.update(linear("contact_head.regression", trunk + "contact_head.regression"))
+    return names
 
 
 def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
@@ -80,52 +105,57 @@ def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig)
     contact head is read when present (its regression is named as in fair-esm), the pooler and classifier are not."""
     prefix = esm_prefix(weights)
     head_prefix = prefix.removesuffix("esm.")
-
-    def take(name: str, at: str = prefix) -> torch.Tensor:
-        if at + name not in weights:
-            raise CheckpointError(f"ESM checkpoint lacks tensor {at + name!r}")
-        return weights[at + name]
-
-    def norm(hf_name: str, ours: str, at: str = prefix) -> dict[str, torch.Tensor]:
-        legacy = at + hf_name + ".gamma" in weights  # how transformers 5 still saves the per-layer norms
-        return {ours + ".weight": take(hf_name + (".gamma" if legacy else ".weight"), at),
-                ours + ".bias": take(hf_name + (".beta" if legacy else ".bias"), at)}
-
-    def linear(hf_name: str, ours: str, at: str = prefix) -> dict[str, torch.Tensor]:
-        return {ours + ".weight": take(hf_name + ".weight", at), ours + ".bias": take(hf_name + ".bias", at)}
-
-    # HF applies emb_layer_norm_after after the last layer always: it is biotf's Pre-LN final norm.
-    state = {"embed.weight": take("embeddings.word_embeddings.weight"),
-             **norm("encoder.emb_layer_norm_after", "final_norm")}
-    if config.lm_head:
-        if head_prefix + "lm_head.dense.weight" not in weights:
-            raise CheckpointError("ESM checkpoint has no masked-LM head (lm_head.*) although its config.json says "
-                                  "EsmForMaskedLM; set architectures to EsmModel to load the encoder alone")
-        state.update(linear("lm_head.dense", "head_transform.dense", head_prefix))
-        state.update(norm("lm_head.layer_norm", "head_transform.norm", head_prefix))
-        state["lm_head_bias"] = take("lm_head.bias", head_prefix)
-        if not config.tie_embeddings:
-            state["lm_head.weight"] = take("lm_head.decoder.weight", head_prefix)
-    if config.pos == "learned":
-        # The table's last max_seq_len rows: HF's rows 0..pad id serve padding only (see `esm_config`).
-        state["positions.table.weight"] = take("embeddings.position_embeddings.weight")[-config.max_seq_len:]
-    if config.embed_norm:
-        state.update(norm("embeddings.layer_norm", "embed_norm"))
-    for i in range(config.n_layers):
-        hf_layer, ours = f"encoder.layer.{i}.", f"blocks.{i}."
-        attention = hf_layer + "attention.self."
-        state.update(norm(hf_layer + "attention.LayerNorm", ours + "attn_norm"))
-        for kind in ("weight", "bias"):
-            state[ours + f"attn.qkv.{kind}"] = torch.cat([take(attention + f"{p}.{kind}") for p in
-                                                         ("query", "key", "value")])
-        state.update(linear(hf_layer + "attention.output.dense", ours + "attn.out"))
-        state.update(norm(hf_layer + "LayerNorm", ours + "mlp_norm"))
-        state.update(linear(hf_layer + "intermediate.dense", ours + "mlp.up"))
-        state.update(linear(hf_layer + "output.dense", ours + "mlp.down"))
-    if prefix + "contact_head.regression.weight" in weights:
-        state.update(linear("contact_head.regression", "contact_head.regression"))
+    if config.lm_head and head_prefix + "lm_head.dense.weight" not in weights:
+        raise CheckpointError("ESM checkpoint has no masked-LM head (lm_head.*) although its config.json says "
+                              "EsmForMaskedLM; set architectures to EsmModel to load the encoder alone")
+    contact_head = prefix + "contact_head.regression.weight" in weights
+    state = read(weights, tensor_names(config.replace(contact_head=contact_head), prefix, head_prefix), "ESM")
     rotary = re.escape(prefix) + r"(encoder\.layer\.(\d+|\*)\.attention\.self\.)?rotary_embeddings\.inv_freq"
     return {**state, **stored_inverse_frequency(weights, rotary, config)}
 
 
-FAMILY = Family("esm", architectures=ESM_ARCHITECTURES, causal=(), config=esm_config, to_biotf=esm_to_biotf)
+# --- biotf -> ESM -----------------------------------------------------------------------------
+def biotf_to_esm_config(config: TransformerConfig) -> dict[str, Any]:
+    """The config.json of an `EsmForMaskedLM` (`EsmModel` without LM head) that computes what `config` does; what ESM
+    cannot hold is refused naming the field. Absolute positions are written with pad_token_id = position_offset - 1,
+    the pad id HF numbers real tokens after; rotary ones with ESM-2's pad id, 1 (HF then uses it for nothing)."""
+    needed: dict[str, tuple[Any, ...]] = {
+        "pos": tuple(ESM_POSITIONS.values()), "norm": ("layernorm",), "norm_position": ("pre",), "mlp": ("gelu",),
+        "n_kv_heads": (config.n_heads,), "qkv_bias": (True,), "bias": (True,), "causal": (False,),
+        "scale_embeddings": (False,), "type_vocab_size": (0,), "lm_head_transform": (config.lm_head,),
+        "lm_head_bias": (config.lm_head,), "lm_head_activation": ("gelu",)}
+    for key, allowed in needed.items():
+        if getattr(config, key) not in allowed:
+            raise CheckpointError(f"cannot write an ESM checkpoint: config {key}={getattr(config, key)!r}, ESM needs "
+                                  f"{key}={' | '.join(repr(v) for v in allowed)}")
+    absolute = config.pos == "learned"
+    if absolute and config.position_offset < 1:
+        raise CheckpointError("cannot write an ESM checkpoint: config position_offset=0, ESM numbers absolute "
+                              "positions from pad id + 1, so position_offset must be >= 1")
+    return {
+        "architectures": ["EsmForMaskedLM" if config.lm_head else "EsmModel"], "model_type": "esm",
+        "vocab_size": config.vocab_size, "hidden_size": config.d_model, "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads, "intermediate_size": config.d_ff, "hidden_act": "gelu",
+        "hidden_dropout_prob": config.dropout, "attention_probs_dropout_prob": config.dropout,
+        "position_embedding_type": "absolute" if absolute else "rotary", "rope_theta": config.rope_theta,
+        "max_position_embeddings": (config.max_seq_len or 1024) + config.position_offset,
+        "pad_token_id": config.position_offset - 1 if absolute else 1, "mask_token_id": config.mask_token_id,
+        "token_dropout": config.token_dropout, "emb_layer_norm_before": config.embed_norm,
+        "layer_norm_eps": config.norm_eps, "initializer_range": config.init_std,
+        "tie_word_embeddings": config.tie_embeddings, "is_decoder": False, "torch_dtype": "float32",
+        "dtype": "float32"}
+
+
+def biotf_to_esm(state: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+    """ESM tensors of a biotf state dict (the inverse of `esm_to_biotf`); stored rotary frequencies that rope_theta
+    does not give are written under the shared name biotf reads back."""
+    out = write(state, tensor_names(config, "esm." if config.lm_head else "", ""))
+    frequency = state.get("positions.inverse_frequency")
+    if frequency is not None and not torch.equal(frequency.cpu(), rope_inverse_frequency(config.head_dim,
+                                                                                         config.rope_theta)):
+        out["esm.rotary_embeddings.inv_freq" if config.lm_head else "rotary_embeddings.inv_freq"] = frequency
+    return out
+
+
+FAMILY = Family("esm", architectures=ESM_ARCHITECTURES, causal=(), config=esm_config, to_biotf=esm_to_biotf,
+                export_config=biotf_to_esm_config, from_biotf=biotf_to_esm)
