@@ -139,14 +139,18 @@ def frechet_distance(mean1: np.ndarray, cov1: np.ndarray, mean2: np.ndarray, cov
     1982), as FCD computes it (fcd / fcd_torch `calculate_frechet_distance`, after Heusel et al.'s FID code): when
     the product is near singular (a non-finite square root, or one with a diagonal imaginary part over 1e-3), `eps`
     is added to both diagonals; a small imaginary remainder is dropped."""
+    import warnings
+
     from scipy import linalg
 
     mean1, mean2 = np.atleast_1d(mean1), np.atleast_1d(mean2)
     cov1, cov2 = np.atleast_2d(cov1), np.atleast_2d(cov2)
-    root = linalg.sqrtm(cov1 @ cov2)
-    if not np.isfinite(root).all() or not np.allclose(np.diagonal(root).imag, 0, atol=1e-3):
-        offset = np.eye(cov1.shape[0]) * eps
-        root = linalg.sqrtm((cov1 + offset) @ (cov2 + offset))
+    with warnings.catch_warnings():  # "matrix is singular": fewer molecules than 512 dimensions; handled below
+        warnings.simplefilter("ignore", linalg.LinAlgWarning)
+        root = linalg.sqrtm(cov1 @ cov2)
+        if not np.isfinite(root).all() or not np.allclose(np.diagonal(root).imag, 0, atol=1e-3):
+            offset = np.eye(cov1.shape[0]) * eps
+            root = linalg.sqrtm((cov1 + offset) @ (cov2 + offset))
     if np.iscomplexobj(root):
         if not np.allclose(np.diagonal(root).imag, 0, atol=1e-3):
             raise BiotfError(f"Fréchet distance: the covariance product's square root has an imaginary part "

@@ -32,12 +32,14 @@ DEFAULT_CACHE_DIR = ".cache/biotf/moses"
 
 @dataclass
 class SmilesFile:
-    """The rows of a SMILES file, parsed: `canonical[i]` is None where RDKit cannot parse row i."""
+    """The rows of a SMILES file, parsed: `canonical[i]` is None where RDKit cannot parse row i; `molecules` holds
+    RDKit's molecules (None where invalid) unless the reader was told not to keep them (a training set of
+    millions)."""
 
     path: Path
     rows: list[str]
     canonical: list[str | None]
-    molecules: list
+    molecules: list | None
     policies: PolicyStats = field(default_factory=PolicyStats)
 
     @property
@@ -45,17 +47,22 @@ class SmilesFile:
         return [smiles for smiles in self.canonical if smiles is not None]
 
 
-def read_smiles(path: str | Path, options: ReaderOptions) -> SmilesFile:
-    """Every row of `path` (read by biotf's readers, empty rows kept as ""), parsed by RDKit."""
+def read_smiles(path: str | Path, options: ReaderOptions, keep_molecules: bool = True) -> SmilesFile:
+    """Every row of `path` (read by biotf's readers), parsed by RDKit."""
     from biotf.tokenizers.chem import parse
+
+    parse("C")  # RDKit missing: its install line, before the import below
+    from rdkit import Chem
 
     policies = PolicyStats()
     rows = [record.sequence for record in read_records(path, options, policies)]
-    molecules = [parse(smiles) for smiles in rows]
-    from rdkit import Chem  # after parse, which says how to install RDKit when it is missing
-
-    canonical = [Chem.MolToSmiles(molecule) if molecule is not None else None for molecule in molecules]
-    return SmilesFile(Path(path), rows, canonical, molecules, policies)
+    canonical, molecules = [], []
+    for smiles in rows:
+        molecule = parse(smiles)
+        canonical.append(Chem.MolToSmiles(molecule) if molecule is not None else None)
+        if keep_molecules:
+            molecules.append(molecule)
+    return SmilesFile(Path(path), rows, canonical, molecules if keep_molecules else None, policies)
 
 
 @dataclass
@@ -160,7 +167,7 @@ def load_reference(path: str | Path, kind: str, options: ReaderOptions, cache_di
     if not isinstance(cached, str):
         return Loaded(cached, "cache", target, invalid=cached.rows - cached.molecules)
     start = time.perf_counter()
-    parsed = read_smiles(path, options)
+    parsed = read_smiles(path, options, keep_molecules=kind == "test")
     statistics = test_statistics(parsed, batch_size, device) if kind == "test" else train_statistics(parsed)
     _save(target, key, statistics)
     return Loaded(statistics, "computed", target, time.perf_counter() - start,
