@@ -158,3 +158,20 @@ def test_chemnet_encoding_is_fcds():
         "Cl", "C", "[", "Si", "]", "Br", "X", "."]
     encoded = chemnet.one_hot(["CC"])
     assert encoded.shape == (1, 350, 35) and encoded.sum() == pytest.approx(3 / 35) and not encoded[0, 3:].any()
+
+
+def test_chemnet_weights_are_read_as_plain_tensors_only(tmp_path, monkeypatch):
+    """A weights file that pickles a whole module (what torch.load without weights_only would run) is refused."""
+    import torch
+
+    from biotf.errors import CheckpointError
+
+    pickled = tmp_path / "ChemNet.pt"
+    torch.save(torch.nn.Linear(2, 2), pickled)
+    monkeypatch.setattr(chemnet, "weights_path", lambda: pickled)
+    chemnet.chemnet.cache_clear()
+    try:
+        with pytest.raises(CheckpointError, match="as plain tensors and values"):
+            chemnet.chemnet()
+    finally:
+        chemnet.chemnet.cache_clear()
