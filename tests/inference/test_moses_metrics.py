@@ -136,6 +136,7 @@ def moses_smiles(n: int, skip: int = 0) -> list[str]:
         return [line.strip() for line in islice(handle, 1 + skip, 1 + skip + n)]
 
 
+@pytest.mark.slow  # fcd's DataLoader starts a worker process per call
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:fcd")
 def test_chemnet_and_fcd_equal_the_fcd_package():
     """Activations within 1e-5 of fcd's get_predictions (the same weights, our network); FCD of 50 vs 50 MOSES
