@@ -273,7 +273,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         how = (f"read from {loaded.path}" if loaded.how == "cache" else
                f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
                + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
-        invalid = f"; {counted(loaded.invalid, 'invalid row')} left out" if loaded.invalid else ""
+        left_out = loaded.statistics.rows - loaded.statistics.molecules
+        invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
         print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
               file=sys.stderr)
     if args.output is not None:

@@ -26,7 +26,7 @@ from biotf.data.readers import ReaderOptions
 from biotf.errors import InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
-from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, load_reference, read_smiles
+from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
 from biotf.wording import counted
 
 UNIQUE_AT = (1000, 10000)
@@ -76,7 +76,7 @@ def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: L
     empty = sum(not row for row in generated.rows)
     rows = [MetricRow("rows", total, total), MetricRow("invalid", total - valid, total,
                                                        f"{empty} empty" if empty else ""),
-            MetricRow("validity", valid / total if total else math.nan, total)]
+            MetricRow("validity", valid / total, total)]
     if not valid:
         raise InputError(f"{generated.path}: no valid molecule among {counted(total, 'row')} (RDKit parses none)")
     distinct, inverse = np.unique(np.array(canonical, dtype=object), return_inverse=True)
@@ -105,11 +105,7 @@ def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: L
         core = metrics.scaffold(molecule)
         if core is not None:
             scaffolds[core] += int(count)
-    fcd = None
-    if tests:
-        if valid >= 2:
-            values = chemnet.activations(list(distinct), batch_size, device)[inverse]
-            fcd = values.mean(0).astype(np.float64), np.cov(values.T)
+    fcd = gaussian(chemnet.activations(list(distinct), batch_size, device)[inverse]) if tests and valid >= 2 else None
     for name, loaded in tests.items():
         reference = loaded.statistics
         rows.append(MetricRow(f"FCD/{name}", chemnet.frechet_distance(*fcd, reference.fcd_mean, reference.fcd_cov)

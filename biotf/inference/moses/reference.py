@@ -66,7 +66,7 @@ def read_smiles(path: str | Path, options: ReaderOptions, keep_molecules: bool =
 
 
 @dataclass
-class TestStatistics:
+class ReferenceStatistics:
     """What SNN, Frag, Scaf and FCD need of a reference set; `molecules` valid of `rows` read."""
 
     rows: int
@@ -79,7 +79,7 @@ class TestStatistics:
 
 
 @dataclass
-class TrainStatistics:
+class TrainingStatistics:
     """The sorted distinct hashes of a training set's canonical SMILES (`metrics.smiles_hashes`)."""
 
     rows: int
@@ -87,15 +87,14 @@ class TrainStatistics:
     hashes: np.ndarray
 
 
-def activation_statistics(canonical: list[str], batch_size: int, device: str) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and covariance of the ChemNet activations of canonical SMILES (FCD's Gaussian)."""
-    values = chemnet.activations(canonical, batch_size, device)
-    return values.mean(0).astype(np.float64), np.cov(values.T)
+def gaussian(activations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of ChemNet activations, one row a molecule (FCD's Gaussian)."""
+    return activations.mean(0).astype(np.float64), np.cov(activations.T)
 
 
-def test_statistics(parsed: SmilesFile, batch_size: int = 1024, device: str = "cpu") -> TestStatistics:
-    """A test set's statistics. Its molecules are parsed again from their canonical SMILES for each statistic, not
-    kept: RDKit molecules of 176k SMILES take gigabytes."""
+def reference_statistics(parsed: SmilesFile, batch_size: int = 1024, device: str = "cpu") -> ReferenceStatistics:
+    """A test set's statistics (MOSES's `compute_intermediate_statistics`). Its molecules are parsed again from
+    their canonical SMILES for each statistic, not kept: RDKit molecules of 176k SMILES take gigabytes."""
     from rdkit import Chem
 
     valid = parsed.valid
@@ -105,13 +104,14 @@ def test_statistics(parsed: SmilesFile, batch_size: int = 1024, device: str = "c
     def molecules():
         return (Chem.MolFromSmiles(smiles) for smiles in valid)
 
-    mean, cov = activation_statistics(valid, batch_size, device)
-    return TestStatistics(len(parsed.rows), len(valid), mean, cov, metrics.fingerprints(molecules()),
+    mean, cov = gaussian(chemnet.activations(valid, batch_size, device))
+    return ReferenceStatistics(len(parsed.rows), len(valid), mean, cov, metrics.fingerprints(molecules()),
                           dict(metrics.fragment_counts(molecules())), dict(metrics.scaffold_counts(molecules())))
 
 
-def train_statistics(parsed: SmilesFile) -> TrainStatistics:
-    return TrainStatistics(len(parsed.rows), len(parsed.valid), np.unique(metrics.smiles_hashes(parsed.valid)))
+def training_statistics(parsed: SmilesFile) -> TrainingStatistics:
+    """A training set's statistics: the hashes of its distinct canonical SMILES."""
+    return TrainingStatistics(len(parsed.rows), len(parsed.valid), np.unique(metrics.smiles_hashes(parsed.valid)))
 
 
 @dataclass
@@ -119,12 +119,11 @@ class Loaded:
     """A reference's statistics and how they were had: "cache" (read from `path`), or "computed" in `seconds`
     (then written to `path`; `replaced` says why an existing entry was not used)."""
 
-    statistics: TestStatistics | TrainStatistics
+    statistics: ReferenceStatistics | TrainingStatistics
     how: str
     path: Path
     seconds: float = 0.0
     replaced: str | None = None
-    invalid: int = 0
 
 
 def _key(path: Path, kind: str, column: str | None) -> dict:
@@ -134,7 +133,7 @@ def _key(path: Path, kind: str, column: str | None) -> dict:
             "version": STATISTICS_VERSION, "rdkit": rdkit_version}
 
 
-def _save(target: Path, key: dict, statistics: TestStatistics | TrainStatistics) -> None:
+def _save(target: Path, key: dict, statistics: ReferenceStatistics | TrainingStatistics) -> None:
     arrays = {name: value for name, value in vars(statistics).items() if isinstance(value, np.ndarray)}
     meta = {"key": key, **{name: value for name, value in vars(statistics).items() if name not in arrays}}
 
@@ -145,7 +144,7 @@ def _save(target: Path, key: dict, statistics: TestStatistics | TrainStatistics)
     atomic_write(target, write)
 
 
-def _load(target: Path, key: dict, kind: type) -> TestStatistics | TrainStatistics | str:
+def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | TrainingStatistics | str:
     """The cached statistics, or why they cannot be used."""
     if not target.exists():
         return "absent"
@@ -169,13 +168,13 @@ def load_reference(path: str | Path, kind: str, options: ReaderOptions, cache_di
                          else f"reference {path} is not a file")
     key = _key(path, kind, options.column)
     target = Path(cache_dir) / f"{kind}-{key['crc32']}.npz"
-    statistics_type = TestStatistics if kind == "test" else TrainStatistics
+    statistics_type = ReferenceStatistics if kind == "test" else TrainingStatistics
     cached = _load(target, key, statistics_type)
     if not isinstance(cached, str):
-        return Loaded(cached, "cache", target, invalid=cached.rows - cached.molecules)
+        return Loaded(cached, "cache", target)
     start = time.perf_counter()
     parsed = read_smiles(path, options, keep_molecules=False)
-    statistics = test_statistics(parsed, batch_size, device) if kind == "test" else train_statistics(parsed)
+    statistics = reference_statistics(parsed, batch_size, device) if kind == "test" else training_statistics(parsed)
     _save(target, key, statistics)
     return Loaded(statistics, "computed", target, time.perf_counter() - start,
-                  None if cached == "absent" else cached, statistics.rows - statistics.molecules)
+                  None if cached == "absent" else cached)
