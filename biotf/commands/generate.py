@@ -95,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     references.add_argument("--train", type=Path, metavar="FILE", help="novelty against it")
     references.add_argument("--reference-column", metavar="NAME",
                             help="the SMILES column of the reference CSVs (default: sequence, seq, smiles, ...)")
-    references.add_argument("--cache-dir", type=Path, default=Path(".cache/biotf/moses"), metavar="DIR",
+    references.add_argument("--cache-dir", type=Path, metavar="DIR",
                             help="where the reference statistics are cached (default .cache/biotf/moses)")
     evaluate.add_argument("--output", type=Path, metavar="FILE", help="the metrics as .tsv or .json")
     evaluate.add_argument("--batch-size", type=int, default=1024, metavar="B",
@@ -259,6 +259,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """`generate evaluate`: the metrics table on stdout (and --output), where each reference came from on stderr."""
     from biotf.data.readers import ReaderOptions
     from biotf.inference.moses.evaluate import COLUMNS, evaluate_file, format_value, metric_format, write_metrics
+    from biotf.inference.moses.reference import DEFAULT_CACHE_DIR
 
     check_int("--batch-size", args.batch_size, 1)
     tests = {name: path for name, path in (("Test", args.test), ("TestSF", args.test_scaffolds)) if path is not None}
@@ -267,8 +268,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         metric_format(args.output)
         prepare_outputs(args, {"--output": args.output}, inputs)
     evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
-                               ReaderOptions(column=args.reference_column), args.cache_dir, args.batch_size,
-                               args.device)
+                               ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
+                               args.batch_size, args.device)
     for name, loaded in evaluation.references.items():
         how = (f"read from {loaded.path}" if loaded.how == "cache" else
                f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
@@ -283,6 +284,5 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for row in evaluation.rows:
         print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
     if evaluation.input_policies:
-        print(f"reading {args.input}: " + ", ".join(f"{k} {v}" for k, v in evaluation.input_policies.items()),
-              file=sys.stderr)
+        print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
     return 0

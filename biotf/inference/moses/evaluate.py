@@ -27,6 +27,7 @@ from biotf.errors import InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
 from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
+from biotf.tokenizers.base import PolicyStats
 from biotf.wording import counted
 
 UNIQUE_AT = (1000, 10000)
@@ -49,7 +50,7 @@ class MetricRow:
 class Evaluation:
     rows: list[MetricRow]
     references: dict[str, Loaded] = field(default_factory=dict)
-    input_policies: dict[str, int] = field(default_factory=dict)
+    input_policies: PolicyStats = field(default_factory=PolicyStats)
 
     def value(self, metric: str) -> float:
         return next(row.value for row in self.rows if row.metric == metric)
@@ -131,7 +132,7 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
         loaded["train"] = load_reference(train, "train", reference_options, cache_dir)
     rows = evaluate_generated(generated, {name: item for name, item in loaded.items() if name != "train"},
                               loaded.get("train"), batch_size, device)
-    return Evaluation(rows, loaded, dict(generated.policies))
+    return Evaluation(rows, loaded, generated.policies)
 
 
 def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
@@ -146,7 +147,7 @@ def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
                 "references": {name: {"cache": str(item.path), "rows": item.statistics.rows,
                                       "valid": item.statistics.molecules}
                                for name, item in evaluation.references.items()},
-                "input_policies": evaluation.input_policies}
+                "input_policies": dict(evaluation.input_policies)}
     return atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
