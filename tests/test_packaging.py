@@ -28,3 +28,4 @@ def test_the_wheel_ships_the_configs_and_the_samples(tmp_path):
     assert "biotf/conf/model/esm2-8m.yaml" in wanted and "biotf/samples/deeploc_our_val_set.fasta" in wanted
     assert wanted - shipped == set()
     assert "biotf/tokenizers/smiles_vocabulary.txt" in shipped  # every new SMILES tokenizer starts from it
+    assert "biotf/inference/moses/mcf.csv" in shipped  # MOSES's filters metric reads it

@@ -22,6 +22,16 @@ same --seed gives the same samples at any batch size. FILE is .fasta, .csv (with
 .txt by its extension. Sampling is plain (temperature 1, no cut) unless --temperature/--top-k/--top-p or the
 checkpoint's generation_config.json say otherwise. For SMILES, --valid-only draws until N molecules RDKit parses
 (or --max-draws, default 10 N) and says how many invalid ones it drew. A masked-LM is refused.
+
+    biotf generate evaluate --input samples.csv --test moses_test.csv.gz --test-scaffolds moses_test_scaffolds.csv.gz \
+        --train moses_train.csv.gz --output metrics.tsv
+
+`evaluate` computes the MOSES metrics of a file of generated SMILES (Polykovskiy et al. 2020; see
+`biotf.inference.moses`): validity over every row (an empty one is invalid), unique@1k/@10k, novelty against
+--train, IntDiv1/2, Filters, and FCD, SNN, Frag and Scaf against --test (".../Test") and --test-scaffolds
+(".../TestSF"). A reference file's statistics are computed once (the full MOSES test set: ChemNet over 176k
+molecules, tens of minutes on 2 cores) and cached under --cache-dir by the file's CRC-32. The table goes to stdout,
+and to --output (.tsv or .json) when given.
 """
 
 from __future__ import annotations
@@ -33,7 +43,8 @@ import sys
 import time
 from pathlib import Path
 
-from biotf.commands.input_options import add_tokenizer_options, as_option_errors, parse_options
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors,
+                                          parse_options, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.errors import ConfigError, check_int
 from biotf.wording import counted
@@ -42,7 +53,7 @@ from biotf.wording import counted
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a prompt with a causal model",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, type=Path, metavar="DIR",
+    parser.add_argument("--model", type=Path, metavar="DIR",
                         help="a Hugging Face Qwen2 checkpoint directory, or a biotf run / exported directory")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--prompt", help="the prompt text (with --num-samples: the start of every sample)")
@@ -72,7 +83,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="cut too long prompts from the left (with a warning) instead of refusing them")
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
                                   "unknown=to_unk (repeatable; its vocabulary must stay the same)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, generate_parser=parser)
+    forms = parser.add_subparsers(dest="form", metavar="{evaluate}")
+    evaluate = forms.add_parser("evaluate", help="MOSES metrics of generated SMILES against reference sets",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_arguments(evaluate)
+    references = evaluate.add_argument_group("reference sets (MOSES: test.csv.gz, test_scaffolds.csv.gz, "
+                                             "train.csv.gz)")
+    references.add_argument("--test", type=Path, metavar="FILE", help="FCD, SNN, Frag and Scaf .../Test against it")
+    references.add_argument("--test-scaffolds", type=Path, metavar="FILE", help=".../TestSF against it")
+    references.add_argument("--train", type=Path, metavar="FILE", help="novelty against it")
+    references.add_argument("--reference-column", metavar="NAME",
+                            help="the SMILES column of the reference CSVs (default: sequence, seq, smiles, ...)")
+    references.add_argument("--cache-dir", type=Path, metavar="DIR",
+                            help="where the reference statistics are cached (default .cache/biotf/moses)")
+    evaluate.add_argument("--output", type=Path, metavar="FILE", help="the metrics as .tsv or .json")
+    evaluate.add_argument("--batch-size", type=int, default=1024, metavar="B",
+                          help="molecules through ChemNet at once (default 1024)")
+    evaluate.add_argument("--device", default="cpu", help="torch device of ChemNet (default cpu)")
+    add_overwrite_argument(evaluate)
+    evaluate.set_defaults(run=run_evaluate)
 
 
 def read_prompts(path: Path) -> list[str]:
@@ -128,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
     from biotf.inference.pretrained import load_for_generation
     from biotf.tokenizers.base import PolicyStats
 
+    if args.model is None:
+        args.generate_parser.error("the following arguments are required: --model (or use `biotf generate evaluate`)")
     check_sample_arguments(args)
     if args.num_samples is not None:
         from biotf.inference.sampling import sample_format
@@ -220,4 +252,37 @@ def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
               "finished column marks them)", file=sys.stderr)
     if drawn.policies:
         print(f"tokenizer policies: {drawn.policies.summary()}", file=sys.stderr)
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """`generate evaluate`: the metrics table on stdout (and --output), where each reference came from on stderr."""
+    from biotf.data.readers import ReaderOptions
+    from biotf.inference.moses.evaluate import COLUMNS, evaluate_file, format_value, metric_format, write_metrics
+    from biotf.inference.moses.reference import DEFAULT_CACHE_DIR
+
+    check_int("--batch-size", args.batch_size, 1)
+    tests = {name: path for name, path in (("Test", args.test), ("TestSF", args.test_scaffolds)) if path is not None}
+    inputs = [args.input, *tests.values(), *([args.train] if args.train else [])]
+    if args.output is not None:
+        metric_format(args.output)
+        prepare_outputs(args, {"--output": args.output}, inputs)
+    evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
+                               ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
+                               args.batch_size, args.device)
+    for name, loaded in evaluation.references.items():
+        how = (f"read from {loaded.path}" if loaded.how == "cache" else
+               f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
+               + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
+        left_out = loaded.statistics.rows - loaded.statistics.molecules
+        invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
+        print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
+              file=sys.stderr)
+    if args.output is not None:
+        write_metrics(args.output, evaluation)
+    print("\t".join(COLUMNS))
+    for row in evaluation.rows:
+        print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
+    if evaluation.input_policies:
+        print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
     return 0

@@ -73,6 +73,9 @@ class ReaderOptions:
         instead of failing on them.
     quoting: "minimal" (standard CSV quotes) or "none" (a quote is an ordinary character);
         None means "minimal" for CSV and "none" for TSV, which is unquoted by convention.
+    keep_empty: a record with an empty sequence (a blank text line, an empty CSV field, a FASTA header without
+        a sequence) is kept as a record with sequence "" instead of refused or skipped: a generated set's empty
+        samples, which an evaluation counts as invalid molecules.
     """
 
     format: str | None = None
@@ -82,9 +85,13 @@ class ReaderOptions:
     strip: bool = True
     skip_blank_lines: bool = True
     quoting: str | None = None
+    keep_empty: bool = False
 
     def as_key(self) -> dict:
-        return asdict(self)
+        key = asdict(self)
+        if not self.keep_empty:  # the token caches written before this option keep their key
+            del key["keep_empty"]
+        return key
 
 
 def detect_format(path: Path, override: str | None = None) -> str:
@@ -212,7 +219,7 @@ def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
     for index, (title, sequence) in enumerate(SimpleFastaParser(chain([first], stream))):
         # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
         identifier, description = (title.split(None, 1) + ["", ""])[:2]
-        if not sequence:
+        if not sequence and not options.keep_empty:
             line = _header_line(path, index)
             raise InputError(f"{path}: record {identifier!r}{f' (line {line})' if line else ''} "
                              "has a header but no sequence")
@@ -317,7 +324,7 @@ def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
                     stats["whitespace_stripped"] += changed
                 row = stripped
             sequence = row[sequence_at]
-            if not sequence:
+            if not sequence and not options.keep_empty:
                 raise InputError(f"{path}: line {line}: empty {names[sequence_at]!r} field")
             identifier = row[id_at] if id_at is not None else str(index)
             metadata = {name: value for i, (name, value) in enumerate(zip(names, row))
@@ -334,10 +341,14 @@ def _chain_one(first: list[str], rest: Iterator[list[str]]) -> Iterator[list[str
 
 def _nonblank_lines(handle: IO[bytes], path: Path, options: ReaderOptions,
                     stats: PolicyStats) -> Iterator[tuple[int, str]]:
-    """(line number, text without its newline) of every line, blank ones skipped and counted or refused."""
+    """(line number, text without its newline) of every line, blank ones skipped and counted, refused, or kept as
+    "" (`keep_empty`)."""
     for number, text in enumerate(_text(handle), 1):
         text = text.rstrip("\n")
         if not text.strip():
+            if options.keep_empty:
+                yield number, ""
+                continue
             if not options.skip_blank_lines:
                 raise InputError(f"{path}: line {number}: blank line (allow with skip_blank_lines)")
             stats["blank_lines_skipped"] += 1
@@ -354,6 +365,6 @@ def _read_text(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Pol
 def _read_smi(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
               fmt: str) -> Iterator[Record]:
     for index, (line, text) in enumerate(_nonblank_lines(handle, path, options, stats)):
-        smiles, *name = text.split(None, 1)
+        smiles, *name = text.split(None, 1) or [""]
         yield Record(name[0].strip() if name else f"line{line}", smiles, {}, index)
 

@@ -30,9 +30,15 @@ def molecule(smiles: str, record: str | None):
     return parsed
 
 
+def parse(smiles: str):
+    """RDKit's molecule of `smiles`, or None where RDKit cannot parse it (valences, aromaticity, ring closures) or
+    `smiles` is empty."""
+    return _chem().MolFromSmiles(smiles) if smiles else None
+
+
 def is_valid(smiles: str) -> bool:
-    """Whether RDKit parses `smiles` into a molecule (valences, aromaticity, ring closures)."""
-    return bool(smiles) and _chem().MolFromSmiles(smiles) is not None
+    """Whether RDKit parses `smiles` into a molecule."""
+    return parse(smiles) is not None
 
 
 def canonicalize(smiles: str, record: str | None = None, isomeric: bool = True) -> str:

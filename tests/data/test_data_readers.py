@@ -139,6 +139,27 @@ def test_smi(tmp_path):
     assert [(r.id, r.sequence) for r in read_records(path)] == [("ethanol", "CCO"), ("benzene", "c1ccccc1"), ("line3", "C")]
 
 
+@pytest.mark.parametrize("name, content, expected", [
+    ("s.txt", b"CCO\n\n  \nC\n", ["CCO", "", "", "C"]),
+    ("s.smi", b"CCO a\n\nC b\n", ["CCO", "", "C"]),
+    ("s.csv", b"id,sequence\n1,CCO\n2,\n3, \n", ["CCO", "", ""]),
+    ("s.fasta", b">a\nCCO\n>b\n>c\nC\n>d\n", ["CCO", "", "C", ""]),
+])
+def test_keep_empty_keeps_every_empty_record_in_place(tmp_path, name, content, expected):
+    """A generated set's empty samples are records (invalid molecules to count), never skipped or refused."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    stats = PolicyStats()
+    assert [r.sequence for r in read_records(path, ReaderOptions(keep_empty=True), stats)] == expected
+    assert "blank_lines_skipped" not in stats
+
+
+def test_keep_empty_is_out_of_the_cache_key_unless_set():
+    """Token caches written before the option keep their key (it never applies to training data)."""
+    assert "keep_empty" not in ReaderOptions().as_key()
+    assert ReaderOptions(keep_empty=True).as_key()["keep_empty"] is True
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("empty.fasta", b"", r"empty\.fasta: no records found .*the file is empty"),
     ("blank.fasta", b"\n\n", r"no records found"),
