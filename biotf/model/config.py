@@ -51,7 +51,8 @@ class TransformerConfig:
     norm            layernorm | rmsnorm; norm_eps is its epsilon.
     norm_position   pre (normalise each branch's input, plus a final norm; GPT-2, Qwen, ESM-2) |
                     post (normalise after each residual add, no final norm; Vaswani et al. 2017).
-    mlp             gelu | relu (two projections) | swiglu (gate, up, down; Shazeer 2020).
+    mlp             gelu | gelu_tanh | relu (two projections) | swiglu (gate, up, down; Shazeer 2020). gelu is the exact
+                    erf form (BERT, ESM), gelu_tanh its tanh approximation (GPT-2's `gelu_new`, BLOOM).
     qkv_bias        bias on the query/key/value projections (Qwen2: yes).
     bias            bias on every other linear layer (attention output, MLP) and on LayerNorm.
     tie_embeddings  the LM head reuses the token embedding matrix.
@@ -72,6 +73,8 @@ class TransformerConfig:
     contact_head    a contact-prediction head: a logistic regression over every layer x head's symmetrised,
                     APC-corrected attention map (Rao et al. 2020; ESM-2's `contact_head.regression`, `contacts.py`).
     init_std        standard deviation of the normal initialisation of linear and embedding weights.
+    sliding_window  causal attention sees only the last `sliding_window` positions, the query's own included (Mistral,
+                    HF `sliding_window`; Beltagy et al. 2020); None: every earlier position.
     """
 
     vocab_size: int = 32
@@ -101,6 +104,7 @@ class TransformerConfig:
     lm_head_bias: bool = False
     contact_head: bool = False
     init_std: float = 0.02
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -118,6 +122,7 @@ class TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
             check_int(name, getattr(self, name))
         check_int("max_seq_len", self.max_seq_len, optional=True)
+        check_int("sliding_window", self.sliding_window, optional=True)
         for name, allowed in self.choices().items():
             check_choice(name, getattr(self, name), allowed)
         for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
@@ -151,6 +156,9 @@ class TransformerConfig:
         if self.token_dropout and self.causal:
             raise ConfigError("token_dropout", True, "false", reason="token dropout rescales masked-LM inputs; "
                                                                      "a causal model has no mask tokens")
+        if self.sliding_window is not None and not self.causal:
+            raise ConfigError("sliding_window", self.sliding_window, "null",
+                              reason="a sliding window limits a causal model's look-back; this model is bidirectional")
         for name in ("lm_head_transform", "lm_head_bias"):
             if getattr(self, name) and not self.lm_head:
                 raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")

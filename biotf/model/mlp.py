@@ -1,6 +1,7 @@
 """The position-wise feed-forward network, one class per `mlp` value.
 
-- gelu / relu: d_model -> d_ff -> activation -> d_model (GELU is the exact erf form of BERT and ESM-2;
+- gelu / gelu_tanh / relu: d_model -> d_ff -> activation -> d_model (gelu is the exact erf form of BERT and ESM-2;
+  gelu_tanh the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) of GPT-2 and BLOOM, HF `gelu_new`;
   ReLU is Vaswani et al. 2017).
 - swiglu (Shazeer 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) * up(x)), as Llama and
   Qwen2. Gate and up are one fused matrix `gate_up` of 2 * d_ff rows (gate first); `hf.py` splits it.
@@ -8,6 +9,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,14 +21,17 @@ if TYPE_CHECKING:  # config.py imports this registry to know the allowed `mlp` v
     from biotf.model.config import TransformerConfig
 
 
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "relu": F.relu}
+
+
 class FeedForward(nn.Module):
-    """Two projections around an elementwise activation (`mlp: gelu | relu`)."""
+    """Two projections around an elementwise activation (`mlp: gelu | gelu_tanh | relu`)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
         self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
-        self.activation = F.gelu if config.mlp == "gelu" else F.relu
+        self.activation = ACTIVATIONS[config.mlp]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.activation(self.up(x)))
@@ -45,7 +50,7 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
-MLP_CLASSES: dict[str, type[nn.Module]] = {"gelu": FeedForward, "relu": FeedForward, "swiglu": SwiGLU}
+MLP_CLASSES: dict[str, type[nn.Module]] = {**dict.fromkeys(ACTIVATIONS, FeedForward), "swiglu": SwiGLU}
 
 
 def build_mlp(config: TransformerConfig) -> nn.Module:

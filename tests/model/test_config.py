@@ -27,7 +27,7 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(pos="absolute"), "pos", "learned | sinusoidal | rope | alibi | none"),
     (dict(norm="batchnorm"), "norm", "layernorm | rmsnorm"),
     (dict(norm_position="sandwich"), "norm_position", "pre | post"),
-    (dict(mlp="geglu"), "mlp", "gelu | relu | swiglu"),
+    (dict(mlp="geglu"), "mlp", "gelu | gelu_tanh | relu | swiglu"),
     (dict(n_layers=0), "n_layers", "integer >= 1"),
     (dict(vocab_size=10.5), "vocab_size", "integer >= 1"),
     (dict(dropout=1.5), "dropout", "0 <= dropout < 1"),
@@ -37,6 +37,8 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(causal=False, token_dropout=True, mask_token_id=32), "mask_token_id", "an id in 0..31"),
     (dict(causal=True, token_dropout=True, mask_token_id=3), "token_dropout", "false"),
     (dict(lm_head_bias=1), "lm_head_bias", "true | false"),
+    (dict(sliding_window=0), "sliding_window", "integer >= 1, or null"),
+    (dict(causal=False, sliding_window=8), "sliding_window", "null"),
 ])
 def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
     with pytest.raises(ConfigError) as error:

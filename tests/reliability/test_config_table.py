@@ -52,7 +52,7 @@ TABLE = [
     (["model.pos=xpos"], "model.pos", "learned | sinusoidal | rope | alibi | none"),
     (["model.norm=batchnorm"], "model.norm", "layernorm | rmsnorm"),
     (["model.norm_position=sandwich"], "model.norm_position", "pre | post"),
-    (["model.mlp=mish"], "model.mlp", "gelu | relu | swiglu"),
+    (["model.mlp=mish"], "model.mlp", "gelu | gelu_tanh | relu | swiglu"),
     (["model.d_model=100", "model.n_heads=3"], "model.d_model", "a multiple of n_heads=3"),
     (["model.n_kv_heads=3"], "model.n_kv_heads", "a divisor of n_heads"),
     (["model.dropout=1.0"], "model.dropout", "0 <= dropout < 1"),
