@@ -22,6 +22,8 @@ import numpy as np
 from biotf.errors import BiotfError, ConfigError
 
 TOKENIZER_FILE = "tokenizer.json"
+# The roles a special token plays (`Tokenizer.<role>_id`).
+ROLES = ("pad", "unk", "mask", "cls", "bos", "eos")
 
 
 class PolicyStats(Counter):

@@ -11,6 +11,9 @@ the pad/unk/mask/cls/bos/eos roles and the chat template.
 - `BPETokenizer.from_file(".../tokenizer.json")` and `load_tokenizer(directory)` read ANY Hugging
   Face tokenizer (e.g. Qwen2.5's), with roles and chat template from `tokenizer_config.json` and
   `chat_template.jinja` beside it when present.
+- `hf_directory.read_hf_tokenizer(directory)` reads a checkpoint's tokenizer as `transformers`' AutoTokenizer
+  does (GPT-2, BERT, RoBERTa, BLOOM, Llama, Mistral: tokenizer.json, vocab.txt, vocab.json + merges.txt) into
+  this class: WordPiece and SentencePiece-style BPE too, not only byte-level BPE.
 - `save(directory)` writes Hugging Face's own files (`tokenizer.json`, `tokenizer_config.json`),
   so `transformers.AutoTokenizer.from_pretrained(directory)` loads it too; biotf recognises it as
   `bpe` because it is a Hugging Face `tokenizer.json` (biotf's other kinds write a
@@ -28,13 +31,12 @@ from typing import Any
 import numpy as np
 
 from biotf.errors import ConfigError, InputError, TokenizationError, check_int
-from biotf.tokenizers.base import TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
+from biotf.tokenizers.base import ROLES, TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
+from biotf.tokenizers.hf_directory import TOKENIZER_CONFIG_FILE, clean_up_tokenization, cleans_up_spaces
 from biotf.tokenizers.loading import load_tokenizer
 from biotf.untrusted import read_json_object, read_text
 
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-ROLES = ("pad", "unk", "mask", "cls", "bos", "eos")
 DEFAULT_SPECIAL_TOKENS = {"pad": "<pad>", "unk": "<unk>", "cls": "<cls>", "eos": "<eos>", "mask": "<mask>"}
 # Roles of well-known special-token spellings, for `special_tokens` given as a plain list.
 _KNOWN_ROLES = {
@@ -72,7 +74,8 @@ def _token_content(value: Any) -> str | None:
 class BPETokenizer(Tokenizer):
     """A Hugging Face `tokenizers.Tokenizer` (byte-level BPE, or any other) behind biotf's interface."""
 
-    def __init__(self, tokenizer, special_tokens: Mapping[str, str] | None = None, chat_template: str | None = None):
+    def __init__(self, tokenizer, special_tokens: Mapping[str, str] | None = None, chat_template: str | None = None,
+                 clean_up_tokenization_spaces: bool = False):
         from tokenizers import Tokenizer as HFTokenizer
 
         if isinstance(tokenizer, str):
@@ -81,6 +84,7 @@ class BPETokenizer(Tokenizer):
             tokenizer = HFTokenizer.from_str(json.dumps(tokenizer))
         self._tk = tokenizer
         self.chat_template = chat_template
+        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
         self.special_tokens = dict(special_tokens or {})
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         for role, token in self.special_tokens.items():
@@ -179,7 +183,8 @@ class BPETokenizer(Tokenizer):
         if isinstance(chat_template, list):  # several named templates: keep the default one
             chat_template = next((t.get("template") for t in chat_template
                                   if isinstance(t, Mapping) and t.get("name") == "default"), None)
-        return cls(backend, special_tokens=roles, chat_template=chat_template)
+        return cls(backend, special_tokens=roles, chat_template=chat_template,
+                   clean_up_tokenization_spaces=cleans_up_spaces(backend, config))
 
     @classmethod
     def check_config(cls, options: dict[str, Any]) -> None:
@@ -214,12 +219,19 @@ class BPETokenizer(Tokenizer):
 
     def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
                stats: PolicyStats | None = None) -> list[int]:
-        return self._encodings([text], add_special_tokens, None if record is None else [record])[0].ids
+        return self.encode_batch([text], add_special_tokens, None if record is None else [record], stats)[0].tolist()
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
-        """HF's parallel batch encoder (byte-level: every valid string is representable, no policy applies)."""
-        return [np.array(e.ids, dtype=np.int32) for e in self._encodings(texts, add_special_tokens, records)]
+        """HF's parallel batch encoder. Byte-level BPE represents every valid string; a vocabulary with an unknown
+        token (WordPiece: BERT, ProtBert, DNABERT) gives it for a word it cannot cut, as `transformers` does, counted
+        in `stats` as `unknown_to_unk`."""
+        arrays = [np.array(e.ids, dtype=np.int32) for e in self._encodings(texts, add_special_tokens, records)]
+        if stats is not None and self.unk_id is not None:
+            unknown = sum(int(np.count_nonzero(ids == self.unk_id)) for ids in arrays)
+            if unknown:
+                stats["unknown_to_unk"] += unknown
+        return arrays
 
     def _encodings(self, texts: Sequence[str], add_special_tokens: bool, records: Sequence[str] | None) -> list:
         """HF encodings of `texts`. The one string byte-level BPE cannot encode holds a lone surrogate (no
@@ -238,7 +250,8 @@ class BPETokenizer(Tokenizer):
             raise
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        return self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        text = self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
 
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
                             tokenize: bool = True, **kwargs: Any):
@@ -270,7 +283,7 @@ class BPETokenizer(Tokenizer):
     # --- persistence ----------------------------------------------------------------------
     def to_config(self) -> dict[str, Any]:
         return {"tokenizer": json.loads(self._tk.to_str()), "special_tokens": dict(self.special_tokens),
-                "chat_template": self.chat_template}
+                "chat_template": self.chat_template, "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "BPETokenizer":
@@ -293,6 +306,7 @@ class BPETokenizer(Tokenizer):
             config[f"{role}_token"] = self.special_tokens.get(role)
         if self.chat_template:
             config["chat_template"] = self.chat_template
+        config["clean_up_tokenization_spaces"] = self.clean_up_tokenization_spaces
         return config
 
     def save(self, directory: str | Path) -> Path:

@@ -131,13 +131,19 @@ def unpacked_copy(source: str | Path, target: str | Path) -> Path:
 
 
 def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
-    """The tokenizer saved at `path` (a directory holding `tokenizer.json`, or the file itself)."""
+    """The tokenizer saved at `path` (a directory holding `tokenizer.json`, or the file itself). A Hugging Face
+    directory without tokenizer.json (vocab.txt, vocab.json + merges.txt, tokenizer.model) is read as
+    `transformers` reads it (`hf_directory.read_hf_tokenizer`)."""
     if isinstance(path, Tokenizer):
         return path
     path = Path(path)
     if path.is_dir():
         file = path / TOKENIZER_FILE
         if not file.is_file():
+            from biotf.tokenizers.hf_directory import VOCABULARY_FILES, read_hf_tokenizer
+
+            if any((path / name).is_file() for name in VOCABULARY_FILES):  # a hub directory without tokenizer.json
+                return read_hf_tokenizer(path)
             raise InputError(f"{path} has no {TOKENIZER_FILE}: not a biotf or Hugging Face tokenizer directory")
     elif path.is_file():
         file = path

@@ -48,8 +48,8 @@ RUN_FILES = (RESOLVED_CONFIG, METRICS_FILE, CHECKPOINT_DIR, "summary.json", "ten
 # validation cadence) changes what is trained or which checkpoint is best, and must equal the run's config.yaml.
 RESUMABLE = frozenset({
     "ckpt_path", "trainer.max_steps", "trainer.checkpoint_every_n_steps", "trainer.checkpoint_every_minutes",
-    "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.accelerator", "trainer.devices",
-    "trainer.num_nodes", "trainer.strategy", "trainer.gradient_checkpointing", "data.cache_dir", "data.num_workers"})
+    "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.progress", "trainer.accelerator",
+    "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.gradient_checkpointing", "data.cache_dir", "data.num_workers"})
 # A fine-tuning run's config.yaml holds init_from's model and tokenizer, not the composed groups: init_from is compared.
 FROM_INIT_FROM = ("model.", "tokenizer.")
 

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-from biotf.model.hf import bloom, esm, gpt2, llama
+from biotf.model.hf.bloom import FAMILY as BLOOM
+from biotf.model.hf.esm import FAMILY as ESM
 from biotf.model.hf.family import Family
+from biotf.model.hf.gpt2 import FAMILY as GPT2
+from biotf.model.hf.llama import FAMILIES as LLAMA_STYLE  # qwen2, llama, mistral
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (*llama.FAMILIES, esm.FAMILY, gpt2.FAMILY,
-                                                                         bloom.FAMILY)}
+FAMILIES: dict[str, Family] = {family.model_type: family for family in (*LLAMA_STYLE, ESM, GPT2, BLOOM)}
