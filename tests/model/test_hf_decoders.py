@@ -47,8 +47,9 @@ CASES = {
 
 
 def random_model(case: Case, seed: int = 0, std: float = 0.02):
-    """A tiny random HF model, weights of standard deviation `std` (HF's initializer_range; 0.2 for generation, so that
-    greedy decoding has no near-ties), biases and norm parameters (0 and 1 at HF's init) randomised so that they count."""
+    """A tiny random HF model, weights of standard deviation `std` (HF's initializer_range; 0.2 for generation, so
+    that greedy decoding has no near-ties), biases and norm parameters (0 and 1 at HF's init) randomised so that they
+    count."""
     torch.manual_seed(seed)
     config = getattr(transformers, case.config_class)(vocab_size=VOCAB, initializer_range=std, **case.settings)
     model = getattr(transformers, case.model_class)._from_config(config, dtype=torch.float32)  # sdpa where it has it
