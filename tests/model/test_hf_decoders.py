@@ -204,3 +204,20 @@ def test_to_hf_refuses_configs_the_family_cannot_hold(tmp_path, model_type, chan
     model = Transformer(TransformerConfig.preset("tiny", **changes))
     with pytest.raises(CheckpointError, match=f"cannot write a .* checkpoint: config {field}"):
         model.to_hf(tmp_path, model_type=model_type)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bloom"])
+def test_tensors_without_the_transformer_prefix_load_the_same(tmp_path, name):
+    """openai-community/gpt2's and bigscience's BLOOM files name their tensors as the bare model does (`h.0...`, no
+    `transformer.`, no tied lm_head) although config.json says *LMHeadModel / *ForCausalLM."""
+    from safetensors.torch import load_file, save_file
+
+    hf = random_model(CASES[name], seed=8)
+    hf.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    bare = {key.removeprefix("transformer."): tensor for key, tensor in weights.items() if key != "lm_head.weight"}
+    assert not any(key.startswith(("transformer.", "lm_head.")) for key in bare)
+    save_file(bare, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        assert max_diff(Transformer.from_hf(tmp_path)(ids).logits, hf(ids).logits) <= TOLERANCE
