@@ -1,5 +1,5 @@
-"""`biotf generate`: continue a prompt, or draw N new sequences, with a causal model (a Hugging Face Qwen2
-directory or a causal biotf run: protein, DNA, SMILES, text).
+"""`biotf generate`: continue a prompt, or draw N new sequences, with a causal model (a Hugging Face
+Qwen2 / Llama / Mistral / GPT-2 / BLOOM directory or a causal biotf run: protein, DNA, SMILES, text).
 
     biotf generate --model Qwen2.5-0.5B-Instruct --chat --prompt "Name three amino acids."
     biotf generate --model Qwen2.5-0.5B --prompt "The ribosome" --max-new-tokens 40 --dtype bfloat16
@@ -54,7 +54,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a prompt with a causal model",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, metavar="DIR",
-                        help="a Hugging Face Qwen2 checkpoint directory, or a biotf run / exported directory")
+                        help="a causal Hugging Face checkpoint directory (Qwen2, Llama, Mistral, GPT-2, BLOOM), or a "
+                             "biotf run / exported directory")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--prompt", help="the prompt text (with --num-samples: the start of every sample)")
     source.add_argument("--prompt-file", type=Path, metavar="FILE", help="one prompt per line, run as one batch")

@@ -134,7 +134,7 @@ def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[s
 
 
 def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
-    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a Qwen2 checkpoint directory, for
+    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a causal checkpoint directory, for
     generation: its matrices are read straight into their decoding layout (`biotf.inference.fast`; one copy per
     tensor, where converting first and arranging later would hold two of the largest), so that
     `optimize_for_decoding` then copies nothing."""

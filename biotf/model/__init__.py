@@ -6,8 +6,9 @@
 
 Modules: config (TransformerConfig; its presets are conf/model/*.yaml), positions, norms, attention, mlp,
 block, head (the masked-LM head transform), transformer, cache (KVCache), loss (plain and fused LM loss),
-hf (Qwen2 weight mapping both ways, ESM into biotf), tasks (classification / regression / per-token heads on
-the trunk, for fine-tuning), lora (low-rank adapters), contacts (contact prediction from attention maps).
+hf (weight mappings of Hugging Face families: Qwen2, Llama, Mistral, GPT-2, BLOOM both ways, ESM into biotf),
+tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora (low-rank adapters),
+contacts (contact prediction from attention maps).
 """
 
 from biotf.model.cache import KVCache

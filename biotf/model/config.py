@@ -51,8 +51,8 @@ class TransformerConfig:
     norm            layernorm | rmsnorm; norm_eps is its epsilon.
     norm_position   pre (normalise each branch's input, plus a final norm; GPT-2, Qwen, ESM-2) |
                     post (normalise after each residual add, no final norm; Vaswani et al. 2017).
-    mlp             gelu | gelu_tanh | relu (two projections; gelu_tanh: GELU's tanh approximation) | swiglu (gate,
-                    up, down; Shazeer 2020).
+    mlp             gelu | gelu_tanh | relu (two projections) | swiglu (gate, up, down; Shazeer 2020). gelu is the exact
+                    erf form (BERT, ESM), gelu_tanh its tanh approximation (GPT-2's `gelu_new`, BLOOM).
     qkv_bias        bias on the query/key/value projections (Qwen2: yes).
     bias            bias on every other linear layer (attention output, MLP) and on LayerNorm.
     tie_embeddings  the LM head reuses the token embedding matrix.
@@ -80,6 +80,8 @@ class TransformerConfig:
                     `make_positions`; the rows below serve HF's padding positions only).
     lm_head_activation the activation of lm_head_transform: gelu (ESM, RoBERTa, BERT's `gelu`) | gelu_tanh | relu
                     (BERT's head uses its hidden_act).
+    sliding_window  causal attention sees only the last `sliding_window` positions, the query's own included (Mistral,
+                    HF `sliding_window`; Beltagy et al. 2020); None: every earlier position.
     """
 
     vocab_size: int = 32
@@ -112,6 +114,7 @@ class TransformerConfig:
     type_vocab_size: int = 0
     position_offset: int = 0
     lm_head_activation: str = "gelu"
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -131,6 +134,7 @@ class TransformerConfig:
         check_int("max_seq_len", self.max_seq_len, optional=True)
         for name in ("type_vocab_size", "position_offset"):
             check_int(name, getattr(self, name), minimum=0)
+        check_int("sliding_window", self.sliding_window, optional=True)
         for name, allowed in self.choices().items():
             check_choice(name, getattr(self, name), allowed)
         check_choice("lm_head_activation", self.lm_head_activation, ACTIVATIONS)
@@ -168,6 +172,9 @@ class TransformerConfig:
         if self.position_offset and self.pos != "learned":
             raise ConfigError("position_offset", self.position_offset, "0",
                               reason=f"only a learned position table is offset, and pos is {self.pos}")
+        if self.sliding_window is not None and not self.causal:
+            raise ConfigError("sliding_window", self.sliding_window, "null",
+                              reason="a sliding window limits a causal model's look-back; this model is bidirectional")
         for name in ("lm_head_transform", "lm_head_bias"):
             if getattr(self, name) and not self.lm_head:
                 raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")

@@ -100,7 +100,7 @@ def _targeted(model: nn.Module, targets: list[str]) -> list[tuple[nn.Module, str
     if missing:
         raise ConfigError("finetune.lora.targets", list(targets), "the linear layers this model has: " + ", ".join(
             sorted({n for p in model.modules() for n, c in p.named_children() if n in TARGETS})),
-            reason=f"this model has no layer named {missing[0]!r} (swiglu MLPs have gate_up, gelu/relu MLPs up)")
+            reason=f"this model has no layer named {missing[0]!r} (swiglu MLPs have gate_up, the other MLPs up)")
     return found
 
 

@@ -1,8 +1,8 @@
 """The position-wise feed-forward network, one class per `mlp` value.
 
-- gelu / gelu_tanh / relu: d_model -> d_ff -> activation -> d_model (`ACTIVATIONS`: GELU is the exact erf form of
-  BERT and ESM-2, HF's `gelu`; gelu_tanh is its tanh approximation, HF's `gelu_new` / `gelu_pytorch_tanh`; ReLU is
-  Vaswani et al. 2017).
+- gelu / gelu_tanh / relu: d_model -> d_ff -> activation -> d_model (gelu is the exact erf form of BERT and ESM-2;
+  gelu_tanh the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) of GPT-2 and BLOOM, HF `gelu_new`;
+  ReLU is Vaswani et al. 2017).
 - swiglu (Shazeer 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) * up(x)), as Llama and
   Qwen2. Gate and up are one fused matrix `gate_up` of 2 * d_ff rows (gate first); `hf.py` splits it.
 """

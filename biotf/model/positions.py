@@ -204,9 +204,15 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """Head slopes of ALiBi (Press et al. 2022), float32: see `alibi_slope_values`."""
+    return torch.tensor(alibi_slope_values(n_heads), dtype=torch.float32)
+
+
+def alibi_slope_values(n_heads: int) -> list[float]:
     """Head slopes of ALiBi (Press et al. 2022): for n a power of two, the geometric sequence starting at
     and multiplied by 2^(-8/n); otherwise the slopes of the closest smaller power of two n', followed by
-    every other slope of 2n' (the authors' rule, as in their reference code)."""
+    every other slope of 2n' (the authors' rule, as in their reference code and HF BLOOM's `_get_alibi_slopes`).
+    Plain floats, so that a model built on the meta device (as checkpoints are loaded) has them."""
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
@@ -217,7 +223,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     else:
         closest = 2 ** math.floor(math.log2(n_heads))
         slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float32)
+    return slopes
 
 
 @register_position("alibi")
@@ -230,7 +236,7 @@ class AlibiPositions(PositionEncoding):
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
-        self.slopes = alibi_slopes(config.n_heads).tolist()  # plain floats: no buffer to move or save
+        self.slopes = alibi_slope_values(config.n_heads)  # plain floats: no buffer to move or save
 
     def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
                        causal: bool) -> torch.Tensor:

@@ -3,7 +3,8 @@
     token embedding (ESM token dropout if token_dropout; x sqrt(d_model) if scale_embeddings; + token type 0's
       vector if type_vocab_size)
       -> positions (learned / sinusoidal added here; rope rotates q, k; alibi biases scores; none)
-      -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position)
+      -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position;
+         attention causal, or bidirectional, and limited to the last sliding_window positions if set)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
       -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
          [+ lm_head_bias])
@@ -26,7 +27,8 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   instead of SDPA for that forward only (as HF's eager attention); `attention_maps` yields them one layer at a time.
   Rows of padded queries are unspecified but finite, as their outputs are.
 - A `KVCache` (`use_cache=True`, or pass one as `past_key_values`) serves incremental decoding of causal
-  models; it is updated in place and returned as `past_key_values`.
+  models; it is updated in place and returned as `past_key_values`. It keeps every position, also with a sliding
+  window: the mask hides those outside the window, so decoding equals a full forward exactly.
 
 Plain PyTorch throughout (`nn.Linear`, SDPA). Three choices for speed, invisible in the weights' meaning:
 q/k/v are one fused projection and the SwiGLU gate/up another (`hf.py` maps them explicitly), the mask is
@@ -37,6 +39,7 @@ Decoding's own optimisations (weight layout, last-position prefill) live in `bio
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from os import PathLike
@@ -117,6 +120,8 @@ class Transformer(nn.Module):
         self.embed_norm = build_norm(config) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        # How many keys a query may see: the sliding window, or unbounded (one integer comparison per forward).
+        self.window_span = config.sliding_window or sys.maxsize
         self.final_norm = build_norm(config) if config.norm_position == "pre" else None
         self.head_transform = HeadTransform(config) if config.lm_head_transform else None
         own_head = config.lm_head and not config.tie_embeddings
@@ -300,21 +305,27 @@ class Transformer(nn.Module):
                         key_positions: torch.Tensor, past: int, length: int) -> tuple[torch.Tensor | None, bool]:
         """One mask for every layer: (mask, is_causal) for scaled_dot_product_attention.
 
-        None + is_causal where SDPA can apply causality itself (no padding, no bias, no cache offset);
+        None + is_causal where SDPA can apply causality itself (no padding, no bias, no cache offset, no key outside
+        the sliding window);
         otherwise a boolean 'may attend' mask, turned into an additive float mask when ALiBi adds a bias.
         A query row with no visible key (a left pad in a causal model) is allowed every key instead, so that
         softmax stays finite; such rows are padding and no real token attends to them.
         """
         causal = self.config.causal
-        bias = self.positions.attention_bias(query_positions, key_positions, causal)
-        if attention_mask is None and bias is None and (not causal or past == 0 or length == 1):
-            return None, causal and past == 0 and length > 1
         total = past + length
+        windowed = total > self.window_span  # some key lies outside a query's sliding window
+        bias = self.positions.attention_bias(query_positions, key_positions, causal)
+        if attention_mask is None and bias is None and not windowed and (not causal or past == 0 or length == 1):
+            return None, causal and past == 0 and length > 1
         device = query_positions.device
         allowed = None
-        if causal and length > 1:
+        if causal and (length > 1 or windowed):
             query_index = torch.arange(past, total, device=device)[:, None]
-            allowed = (torch.arange(total, device=device)[None, :] <= query_index)[None, None]  # (1, 1, T, K)
+            key_index = torch.arange(total, device=device)[None, :]
+            allowed = key_index <= query_index
+            if windowed:  # by index, as HF: among real tokens (left or right padding) the same as by position
+                allowed = allowed & (key_index > query_index - self.window_span)
+            allowed = allowed[None, None]  # (1, 1, T, K)
         if attention_mask is not None:
             keys = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, K)
             allowed = keys if allowed is None else allowed & keys

@@ -105,3 +105,51 @@ def test_another_architecture_is_refused_by_name(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
     assert main(["generate", "--model", str(tmp_path), "--prompt", "Hi"]) == 2
     assert "model_type 'bert'" in capsys.readouterr().err
+
+
+# A tiny random model of each causal family of #26, sized for the tokenizer written beside it.
+CAUSAL_FAMILIES = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=32, n_layer=2, n_head=4, n_positions=128)),
+    "bloom": ("BloomConfig", "BloomForCausalLM", dict(hidden_size=48, n_layer=2, n_head=6)),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                      num_attention_heads=4, num_key_value_heads=2,
+                                                      max_position_embeddings=128)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                            num_attention_heads=4, num_key_value_heads=2,
+                                                            max_position_embeddings=128, sliding_window=4)),
+}
+
+
+@pytest.mark.parametrize("kind", list(CAUSAL_FAMILIES))
+def test_a_directory_of_each_causal_family_generates_the_text_of_transformers(kind, tmp_path, shared_data, capsys):
+    """End to end on a directory as `save_pretrained` writes it, with the family's tokenizer files: a prompt file is
+    one left-padded batch whose greedy completions are those of `transformers`' tokenizer + `generate` (eos
+    included: a row stops where HF's does)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from hf_tokenizer_dirs import write_tokenizer
+
+    texts = (shared_data / "text/tinyshakespeare_input.txt").read_text(encoding="utf-8").split("\n\n")[:200]
+    write_tokenizer(kind, tmp_path, texts)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    config_class, model_class, settings = CAUSAL_FAMILIES[kind]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(
+        vocab_size=len(tokenizer), initializer_range=0.5, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **settings)
+    hf = getattr(transformers, model_class)._from_config(config).eval()
+    hf.save_pretrained(tmp_path)  # its config.json replaces the tokenizer's stub
+    prompts = ["To be, or not to be", "My lord, the king is come to Westminster", "Romeo"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n")
+    assert main(["generate", "--model", str(tmp_path), "--prompt-file", str(tmp_path / "prompts.txt"),
+                 "--max-new-tokens", "8", "--temperature", "0"]) == 0
+    completions = [json.loads(line)["completion"] for line in capsys.readouterr().out.splitlines()]
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tokenizer.padding_side, tokenizer.pad_token_id = "left", pad
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        ids = hf.generate(**batch, max_new_tokens=8, do_sample=False, pad_token_id=pad,
+                          eos_token_id=tokenizer.eos_token_id)[:, batch["input_ids"].shape[1]:]
+    assert completions == [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
+    assert any(completions)

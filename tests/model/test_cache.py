@@ -84,6 +84,25 @@ def test_chunked_prefill_with_padding(pos):
     check(model, ids, mask, chunks=3)
 
 
+@pytest.mark.parametrize("pos", ["rope", "alibi", "learned"])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_sliding_window_decodes_like_full_recompute(pos, chunks):
+    """A window of 4 positions, exceeded by the 10-token prompt and by every step: the cache keeps every position and
+    the mask hides those outside the window, in prefill (whole or chunked) and in decoding alike."""
+    model = model_for(pos=pos, sliding_window=4)
+    ids = torch.randint(0, 64, (3, 10))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    check(model, ids, mask, chunks=chunks)
+    check(model, ids[1:], chunks=chunks)
+    with torch.no_grad():  # the window changes the outputs (so the check above is not the unwindowed model's)
+        unwindowed = model.state_dict()
+        plain = Transformer(model.config.replace(sliding_window=None)).eval()
+        plain.load_state_dict(unwindowed)
+        assert (plain(ids[1:]).logits[:, 4:] - model(ids[1:]).logits[:, 4:]).abs().max() > 1e-3
+        torch.testing.assert_close(plain(ids[1:]).logits[:, :4], model(ids[1:]).logits[:, :4], rtol=0, atol=1e-6)
+
+
 def test_post_ln_model_with_biases_decodes_like_full_recompute():
     model = model_for(norm="layernorm", norm_position="post", mlp="gelu", bias=True)
     check(model, torch.randint(0, 64, (2, 7)))

@@ -40,6 +40,8 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(type_vocab_size=-1), "type_vocab_size", "integer >= 0"),
     (dict(pos="rope", position_offset=2), "position_offset", "0"),
     (dict(lm_head_activation="swish"), "lm_head_activation", "gelu | gelu_tanh | relu"),
+    (dict(sliding_window=0), "sliding_window", "integer >= 1, or null"),
+    (dict(causal=False, sliding_window=8), "sliding_window", "null"),
 ])
 def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
     with pytest.raises(ConfigError) as error:

@@ -1,7 +1,10 @@
 """Hugging Face checkpoints <-> biotf: one explicit weight-mapping function per direction and family.
 
-Families (one module each, registered in `families.FAMILIES` by config.json's `model_type`):
-- `qwen2`: `Qwen2ForCausalLM`, read and written;
+Families (one module per recipe, registered in `families.FAMILIES` by config.json's `model_type`):
+- `qwen2`, `llama`, `mistral` (`llama.py`, one recipe): `Qwen2ForCausalLM`, `LlamaForCausalLM`, `MistralForCausalLM`,
+  read and written;
+- `gpt2`: `GPT2LMHeadModel`, read and written;
+- `bloom`: `BloomForCausalLM`, read and written;
 - `esm`: `EsmForMaskedLM` (ESM-2 rotary, ESM-1b absolute positions) and the ESM encoders without LM head, read;
   `EsmForMaskedLM` / `EsmModel` written;
 - `bert`, `roberta` (`bert.py`, one mapping with a layout parameter): the masked LMs and the encoders without LM head,

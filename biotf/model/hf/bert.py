@@ -30,7 +30,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family
+from biotf.model.hf.family import Family, check_holds
 
 # HF hidden_act -> biotf's mlp (and BERT's lm_head_activation); the first name of each is the one written.
 HIDDEN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -145,28 +145,29 @@ def bert_to_biotf(layout: Layout, weights: Mapping[str, torch.Tensor],
     return read(weights, names, layout.name)
 
 
-def check_holds(layout: Layout, config: TransformerConfig) -> None:
-    """Refuse, naming the field, a biotf config that this layout cannot hold."""
+# Fields a BERT / RoBERTa config.json writes (or that mean nothing to it: rope_theta, mask_token_id).
+BERT_FREE = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "dropout", "rope_theta", "norm_eps",
+             "tie_embeddings", "mask_token_id", "init_std", "type_vocab_size", "lm_head", "lm_head_bias")
+
+
+def check_layout_holds(layout: Layout, config: TransformerConfig) -> None:
+    """Refuse, naming the field, a biotf config that this layout cannot hold (`family.check_holds`)."""
     head_activation = layout.head_activation or config.mlp
-    needed: dict[str, tuple[Any, ...]] = {
+    shape: dict[str, tuple[Any, ...]] = {
         "pos": ("learned",), "norm": ("layernorm",), "norm_position": ("post",), "mlp": tuple(WRITTEN_ACTS),
         "n_kv_heads": (config.n_heads,), "qkv_bias": (True,), "bias": (True,), "causal": (False,),
-        "scale_embeddings": (False,), "token_dropout": (False,), "embed_norm": (True,), "contact_head": (False,),
+        "embed_norm": (True,),
         "lm_head_transform": (config.lm_head,),
         "lm_head_activation": (head_activation if config.lm_head else config.lm_head_activation,)}
-    if not layout.positions_from_pad:
-        needed["position_offset"] = (0,)
-    elif config.position_offset < 1:
+    if layout.positions_from_pad and config.position_offset < 1:
         raise CheckpointError(f"cannot write a {layout.name} checkpoint: config position_offset=0, {layout.name} "
                               "numbers positions from pad id + 1, so position_offset must be >= 1")
-    for key, allowed in needed.items():
-        if getattr(config, key) not in allowed:
-            raise CheckpointError(f"cannot write a {layout.name} checkpoint: config {key}={getattr(config, key)!r}, "
-                                  f"{layout.name} needs {key}={' | '.join(repr(v) for v in allowed)}")
+    free = (*BERT_FREE, "position_offset") if layout.positions_from_pad else BERT_FREE
+    check_holds(config, layout.name, shape, free)
 
 
 def biotf_to_bert_config(layout: Layout, config: TransformerConfig) -> dict[str, Any]:
-    check_holds(layout, config)
+    check_layout_holds(layout, config)
     hf = {
         "architectures": [layout.masked_lm[0] if config.lm_head else layout.encoders[0]],
         "model_type": layout.model_type, "vocab_size": config.vocab_size, "hidden_size": config.d_model,

@@ -28,8 +28,8 @@ Materialise = Callable[[nn.Module, str, torch.Tensor, torch.dtype], torch.Tensor
 def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32,
             materialise: Materialise | None = None) -> Transformer:
     """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see
-    `biotf.model.hf`). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one at a
-    time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
+    `biotf.model.hf`). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one
+    at a time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
     if isinstance(model_or_directory, (str, PathLike)):
         directory = Path(model_or_directory)
         if not directory.is_dir():

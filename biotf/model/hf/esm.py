@@ -16,7 +16,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family
+from biotf.model.hf.family import Family, check_holds
 from biotf.model.hf.weights import stored_inverse_frequency
 from biotf.model.positions import rope_inverse_frequency
 
@@ -115,19 +115,22 @@ def esm_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig)
 
 
 # --- biotf -> ESM -----------------------------------------------------------------------------
+# Fields ESM's config.json writes (or that mean nothing to it: rope_theta with absolute positions).
+ESM_FREE = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "dropout", "rope_theta", "norm_eps",
+            "tie_embeddings", "token_dropout", "mask_token_id", "embed_norm", "lm_head", "contact_head", "init_std",
+            "position_offset")
+
+
 def biotf_to_esm_config(config: TransformerConfig) -> dict[str, Any]:
     """The config.json of an `EsmForMaskedLM` (`EsmModel` without LM head) that computes what `config` does; what ESM
     cannot hold is refused naming the field. Absolute positions are written with pad_token_id = position_offset - 1,
     the pad id HF numbers real tokens after; rotary ones with ESM-2's pad id, 1 (HF then uses it for nothing)."""
-    needed: dict[str, tuple[Any, ...]] = {
+    shape: dict[str, tuple[Any, ...]] = {
         "pos": tuple(ESM_POSITIONS.values()), "norm": ("layernorm",), "norm_position": ("pre",), "mlp": ("gelu",),
         "n_kv_heads": (config.n_heads,), "qkv_bias": (True,), "bias": (True,), "causal": (False,),
-        "scale_embeddings": (False,), "type_vocab_size": (0,), "lm_head_transform": (config.lm_head,),
-        "lm_head_bias": (config.lm_head,), "lm_head_activation": ("gelu",)}
-    for key, allowed in needed.items():
-        if getattr(config, key) not in allowed:
-            raise CheckpointError(f"cannot write an ESM checkpoint: config {key}={getattr(config, key)!r}, ESM needs "
-                                  f"{key}={' | '.join(repr(v) for v in allowed)}")
+        "lm_head_transform": (config.lm_head,),
+        "lm_head_bias": (config.lm_head,)}
+    check_holds(config, "ESM", shape, ESM_FREE)
     absolute = config.pos == "learned"
     if absolute and config.position_offset < 1:
         raise CheckpointError("cannot write an ESM checkpoint: config position_offset=0, ESM numbers absolute "

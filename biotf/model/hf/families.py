@@ -1,11 +1,14 @@
 """The families biotf reads and writes, by config.json's `model_type`: a new family is one module defining a
-`Family` and one entry here."""
+`Family` and one entry here. `save_hf` without a model_type writes the first, in this order, that holds a model."""
 
 from __future__ import annotations
 
 from biotf.model.hf.bert import BERT_FAMILY, ROBERTA_FAMILY
+from biotf.model.hf.bloom import FAMILY as BLOOM
 from biotf.model.hf.esm import FAMILY as ESM
 from biotf.model.hf.family import Family
-from biotf.model.hf.qwen2 import FAMILY as QWEN2
+from biotf.model.hf.gpt2 import FAMILY as GPT2
+from biotf.model.hf.llama import FAMILIES as LLAMA_STYLE  # qwen2, llama, mistral
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (QWEN2, ESM, BERT_FAMILY, ROBERTA_FAMILY)}
+FAMILIES: dict[str, Family] = {family.model_type: family for family in
+                               (*LLAMA_STYLE, ESM, BERT_FAMILY, ROBERTA_FAMILY, GPT2, BLOOM)}

@@ -1,13 +1,15 @@
 """What biotf knows of one Hugging Face model family (one `model_type`): the architectures it reads, which of them
-are causal language models, and the functions that translate its config.json and tensors to biotf's and back."""
+are causal language models, and the functions that translate its config.json and tensors to biotf's and back; and
+the helpers those functions share (refusing a field, looking tensors up, checking that a family holds a config)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
 import torch
 
+from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 
 ConfigReader = Callable[[Mapping[str, Any]], TransformerConfig]
@@ -27,3 +29,46 @@ class Family(NamedTuple):
     to_biotf: TensorMap
     export_config: Callable[[TransformerConfig], dict[str, Any]] | None = None
     from_biotf: TensorMap | None = None
+
+
+def refuser(name: str) -> Callable[[str, Any, str], CheckpointError]:
+    """`refuse(key, value, reason)`: the error for a config.json field of family `name` biotf cannot express."""
+
+    def refuse(key: str, value: Any, reason: str) -> CheckpointError:
+        return CheckpointError(f"{name} config {key}={value!r} is not supported: {reason}")
+
+    return refuse
+
+
+def tensor_reader(weights: Mapping[str, torch.Tensor], name: str, prefixes: tuple[str, ...],
+                  anchor: str) -> tuple[Callable[[str], torch.Tensor], str]:
+    """(take, prefix): `take(full name)` looks one tensor up (a lazy mapping then frees each source as it goes),
+    naming a missing one; `prefix` is the first of `prefixes` under which the checkpoint holds `anchor` (the
+    architecture's or a torch.compile'd model's "_orig_mod." before the names)."""
+    prefix = next((p for p in prefixes if p + anchor in weights), None)
+    if prefix is None:
+        raise CheckpointError(f"not a {name} checkpoint: no tensor {anchor!r} (under any of the prefixes "
+                              f"{', '.join(repr(p) for p in prefixes)})")
+
+    def take(tensor_name: str) -> torch.Tensor:
+        if tensor_name not in weights:
+            raise CheckpointError(f"{name} checkpoint lacks tensor {tensor_name!r}")
+        return weights[tensor_name]
+
+    return take, prefix
+
+
+def check_holds(config: TransformerConfig, name: str, shape: Mapping[str, tuple[Any, ...]],
+                free: Collection[str]) -> None:
+    """Refuse (CheckpointError naming the field) a biotf config family `name` cannot hold: each field of `shape` must
+    have one of its values, and every field neither in `shape` nor `free` (those the family writes or ignores) its
+    TransformerConfig default, the default of every optional feature being "off"."""
+    defaults = TransformerConfig.__dataclass_fields__
+    for key in TransformerConfig.field_names():
+        allowed = shape.get(key, () if key in free else (defaults[key].default,))
+        value = getattr(config, key)
+        if allowed and value not in allowed:
+            needed = " | ".join(repr(v) for v in allowed)
+            article = "an" if name[0] in "AEIOU" else "a"
+            raise CheckpointError(f"cannot write {article} {name} checkpoint: config {key}={value!r}, {name} needs "
+                                  f"{key}={needed}")
