@@ -4,7 +4,8 @@ Below training, fine-tuning, inference and export (which all import it) and abov
 - `format`: what `checkpoint["biotf"]` and an exported config.json hold; `ensure_same_tokenizer`, the
   one fingerprint comparison;
 - `digest`: the CRC-32 of a checkpoint's content;
-- `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`;
+- `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`
+  (`save_hf_pretrained`: a Hugging Face directory of a model family);
 - `task_export`: a fine-tuned export's files beside the trunk (head, adapter, task.json), each with its CRC-32;
 - `task_model`: a fine-tuned model (the exported trunk with its head), written and read as one;
 - `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer;
@@ -17,9 +18,9 @@ from biotf.checkpoint.format import (CHECKPOINT_DIR, CHECKPOINT_KEY, FINETUNED_M
                                      STATE_PREFIX, TASK_FILE, WEIGHTS_FILE, checkpoint_payload, ensure_same_tokenizer,
                                      payload_fingerprint, tokenizer_from_payload, tokenizer_payload)
 from biotf.checkpoint.store import (CONFIG_FILE, read_checkpoint, read_exported, read_payload, save_checkpoint,
-                                    save_pretrained)
+                                    save_hf_pretrained, save_pretrained)
 
 __all__ = ["CHECKPOINT_DIR", "CHECKPOINT_KEY", "CONFIG_FILE", "DIGEST_KEY", "FINETUNED_MODEL_DIR", "FORMAT_VERSION",
            "STATE_PREFIX", "TASK_FILE", "WEIGHTS_FILE", "checkpoint_payload", "content_crc32", "ensure_same_tokenizer",
            "payload_fingerprint", "read_checkpoint", "read_exported", "read_payload", "save_checkpoint",
-           "save_pretrained", "tokenizer_from_payload", "tokenizer_payload"]
+           "save_hf_pretrained", "save_pretrained", "tokenizer_from_payload", "tokenizer_payload"]

@@ -103,6 +103,20 @@ def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | P
     return directory
 
 
+def save_hf_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | Path,
+                       model_type: str | None = None) -> Path:
+    """Write `model` as a Hugging Face checkpoint of family `model_type` (`Transformer.to_hf`; None: the first family
+    that holds it) with its tokenizer's `transformers` files into a new `directory`, all or nothing: what
+    `AutoModel*` / `AutoTokenizer.from_pretrained` load. A model or tokenizer that family cannot hold is refused
+    before the directory appears."""
+    directory = check_export_directory(directory)
+    hf_tokenizer = tokenizer.to_hf()  # refuses a scheme without a transformers equivalent before anything is written
+    with atomic_directory(directory) as staging:
+        model.to_hf(staging, model_type)
+        hf_tokenizer.save_pretrained(str(staging))
+    return directory
+
+
 def read_exported(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """An exported directory's config.json and weights (checked against the recorded CRC-32)."""
     from safetensors.torch import load_file

@@ -1,4 +1,5 @@
-"""`biotf export-model <run | .ckpt> <dir>`: model.safetensors + config.json + tokenizer.json, loadable anywhere."""
+"""`biotf export-model <source> <dir>`: model.safetensors + config.json + tokenizer.json, loadable anywhere; with
+`--hf [MODEL_TYPE]` a Hugging Face checkpoint of that family (`transformers`' Auto classes load it)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "export-model", help="export a trained model to a directory (safetensors, config, tokenizer)",
         description="Write model.safetensors, config.json and tokenizer.json for a run directory (its best "
                     "checkpoint), a .ckpt file or an exported directory. Load it with biotf.load_pretrained(dir).")
-    parser.add_argument("source", help="run directory, .ckpt file or exported directory")
+    parser.add_argument("source", help="run directory, .ckpt file, exported or Hugging Face directory")
     parser.add_argument("directory", help="new output directory (must not exist or be empty)")
+    parser.add_argument("--hf", nargs="?", const="auto", metavar="MODEL_TYPE",
+                        help="write a Hugging Face checkpoint (config.json, model.safetensors, the tokenizer's "
+                             "transformers files) of family MODEL_TYPE (config.json's model_type: qwen2, llama, "
+                             "gpt2, bert, esm, ...; without one: the first family that holds the model)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.checkpoint import save_pretrained
+    from biotf.checkpoint import save_hf_pretrained, save_pretrained
     from biotf.checkpoint.loading import load_pretrained
+    from biotf.errors import ConfigError
+    from biotf.model.hf import FAMILIES
 
+    writers = [name for name, family in FAMILIES.items() if family.export_config is not None]
+    if args.hf not in (None, "auto", *writers):  # before the model is read
+        raise ConfigError("--hf", args.hf, allowed=" | ".join(writers))
     model, tokenizer = load_pretrained(args.source)
-    path = save_pretrained(model, tokenizer, args.directory)
+    if args.hf is None:
+        path = save_pretrained(model, tokenizer, args.directory)
+    else:
+        path = save_hf_pretrained(model, tokenizer, args.directory, None if args.hf == "auto" else args.hf)
     print(f"exported {args.source} to {path} ({model.num_parameters():,} parameters, "
           f"tokenizer {tokenizer.kind} {tokenizer.fingerprint})")
     return 0
