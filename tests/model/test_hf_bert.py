@@ -16,26 +16,13 @@ from safetensors.torch import load_file
 
 from biotf.errors import CheckpointError
 from biotf.model import Transformer, TransformerConfig
+from protein_batches import MASK, PAD
+from protein_batches import masked_protein_batch as batch
 
 transformers = pytest.importorskip("transformers")
 
 TOLERANCE = 1e-5  # max abs difference of float32 logits and hidden states
-VOCAB, PAD, MASK = 33, 1, 32  # biotf's protein tokenizer (ESM's vocabulary): <cls> 0, <pad> 1, <eos> 2, <mask> 32
-
-
-def batch(left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """<cls> residues <eos> <pad>..., right-padded as biotf and HF tokenizers pad (left-padded with `left`), with
-    <mask> tokens in two rows."""
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(4, 29, (3, 14), generator=generator)
-    ids[:, 0] = 0
-    for row, length in enumerate((14, 10, 6)):
-        ids[row, length - 1] = 2
-        ids[row, length:] = PAD
-        if left:
-            ids[row] = ids[row].roll(14 - length)
-    ids[0, 3] = ids[0, 7] = ids[1, 2] = MASK
-    return ids, (ids != PAD).long()
+VOCAB = 33  # biotf's protein tokenizer (ESM's vocabulary): <cls> 0, <pad> 1, <eos> 2, <mask> 32
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:

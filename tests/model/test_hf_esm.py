@@ -16,23 +16,12 @@ from safetensors.torch import load_file, save_file
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer, TransformerConfig
+from protein_batches import MASK, PAD
+from protein_batches import masked_protein_batch as batch
 
 pytest.importorskip("transformers")
 
 TOLERANCE = 1e-4  # max abs difference of float32 logits and hidden states
-PAD, MASK = 1, 32  # ESM-2's <pad> and <mask> ids (as in `build_random_esm`, tests/conftest.py)
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """<cls> residues <eos> <pad>..., right-padded as EsmTokenizer pads, with <mask> tokens in two rows."""
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(4, 29, (3, 14), generator=generator)
-    ids[:, 0] = 0
-    for row, length in enumerate((14, 10, 6)):
-        ids[row, length - 1] = 2
-        ids[row, length:] = PAD
-    ids[0, 3] = ids[0, 7] = ids[1, 2] = MASK
-    return ids, (ids != PAD).long()
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
