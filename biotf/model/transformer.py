@@ -342,7 +342,8 @@ class Transformer(nn.Module):
                 materialise: Any = None) -> Transformer:
         """Load a Hugging Face model of a family biotf reads (a model object such as `Qwen2ForCausalLM` /
         `EsmForMaskedLM`, or a directory with config.json and safetensors, sharded or not, or pytorch_model.bin) into
-        a biotf Transformer; see `biotf.model.hf` (`materialise`: how each parameter is made from its source, `hf.Materialise`)."""
+        a biotf Transformer; see `biotf.model.hf` (`materialise`: how each parameter is made from its source,
+        `hf.Materialise`)."""
         from biotf.model.hf import load_hf
 
         return load_hf(cls, model_or_directory, dtype=dtype, materialise=materialise)
