@@ -30,7 +30,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family, check_holds
+from biotf.model.hf.family import Family, check_holds, refuser
 
 # HF hidden_act -> biotf's mlp (and BERT's lm_head_activation); the first name of each is the one written.
 HIDDEN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -66,8 +66,7 @@ def bert_config(layout: Layout, hf: Mapping[str, Any]) -> TransformerConfig:
     """A TransformerConfig that computes what this BERT / RoBERTa config.json describes; what the transformer cannot
     express (relative positions, a decoder, another activation) is refused naming the field."""
 
-    def refuse(key: str, value: Any, reason: str) -> CheckpointError:
-        return CheckpointError(f"{layout.name} config {key}={value!r} is not supported: {reason}")
+    refuse = refuser(layout.name)
 
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type != "absolute":

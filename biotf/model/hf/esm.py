@@ -16,7 +16,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family, check_holds
+from biotf.model.hf.family import Family, check_holds, refuser
 from biotf.model.hf.weights import stored_inverse_frequency
 from biotf.model.positions import rope_inverse_frequency
 
@@ -45,8 +45,7 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
     those of the attention mask, the same on every real token when the mask is (ids != pad).
     """
 
-    def refuse(key: str, value: Any, reason: str) -> CheckpointError:
-        return CheckpointError(f"ESM config {key}={value!r} is not supported: {reason}")
+    refuse = refuser("ESM")
 
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type not in ESM_POSITIONS:
