@@ -4,11 +4,16 @@ which last.ckpt was written."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
 import torch
+
+# Decoding's fixed plan, in this process and the commands it starts: results must not depend on how fast each
+# product ran (tests/inference/test_fast_decoding.py covers the measured plans).
+os.environ.setdefault("BIOTF_DECODE_PLAN", "fixed")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -80,6 +80,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="random seed for sampling (same seed, same text)")
     parser.add_argument("--dtype", default="float32",
                         help="weights and compute dtype: float32 (default) or bfloat16 (checked when loading)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="say on stderr which decoding paths this machine takes and the timings they rest on")
     parser.add_argument("--truncate-prompt", action="store_true",
                         help="cut too long prompts from the left (with a warning) instead of refusing them")
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
@@ -154,7 +156,6 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.generation import TextStreamer, encode_prompts, fit_prompts, generate_ids
     from biotf.inference.pretrained import load_for_generation
     from biotf.tokenizers.base import PolicyStats
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         ids = fit_prompts(ids, max_new_tokens, model.config.max_seq_len, args.truncate_prompt)
     finally:
         logger.removeHandler(handler)
-    decoder = optimize_for_decoding(model)
+    decoder = fast_decoder(model, args.verbose)
     streamer = None
     if len(prompts) == 1:
         streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
@@ -215,9 +216,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def fast_decoder(model, verbose: bool):
+    """`optimize_for_decoding(model)`; with `verbose`, its plan (which paths, measured how) on stderr."""
+    from biotf.inference.fast import optimize_for_decoding
+
+    decoder = optimize_for_decoding(model)
+    if verbose:
+        print(decoder.plan.describe(), file=sys.stderr)
+    return decoder
+
+
 def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
     """`--num-samples N --output FILE`: draw, write all or nothing, and say what was drawn on stderr."""
-    from biotf.inference.fast import optimize_for_decoding
     from biotf.inference.sampling import sample_sequences, write_samples
 
     valid = None
@@ -231,7 +241,7 @@ def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
         valid = is_valid
     sampling = sampling_settings(args, defaults, defaults.temperature or 1.0)  # drawing samples: never greedy
     start = time.perf_counter()
-    drawn = sample_sequences(optimize_for_decoding(model), tokenizer, defaults, args.num_samples, prompt=args.prompt,
+    drawn = sample_sequences(fast_decoder(model, args.verbose), tokenizer, defaults, args.num_samples, prompt=args.prompt,
                              sampling=sampling, seed=args.seed, batch_size=args.batch_size,
                              max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws)
     seconds = time.perf_counter() - start

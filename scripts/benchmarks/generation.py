@@ -176,6 +176,7 @@ def speed(bench, directory: Path, dtype: torch.dtype, label: str, prompt_length:
     # as biotf generate: loaded into the decoding layout (load_hf_checkpoint), then optimize_for_decoding
     ours = Transformer.from_hf(directory, dtype=dtype, materialise=loaded_in_decode_layout).to(bench.device)
     ours = optimize_for_decoding(ours)
+    print(f"{label}: {ours.plan.describe()}", flush=True)  # which paths this CPU takes (biotf generate --verbose)
     theirs = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
     theirs = theirs.to(bench.device).eval()
     vocab = ours.config.vocab_size

@@ -178,3 +178,73 @@ def test_a_streamed_model_prefills_and_decodes_as_before(two_threads, monkeypatc
     torch.testing.assert_close(streamed_step, plain_step, rtol=0, atol=1e-5)
     torch.testing.assert_close(decoded, plain.logits[:, -1], rtol=0, atol=1e-5)
     torch.testing.assert_close(decoded_step, plain_step[:, -1], rtol=0, atol=1e-5)
+
+
+# --- the decoding plan: measured per machine, every plan gives the same values -----------------------------------
+import biotf.inference.fast as fast  # noqa: E402
+from biotf.inference.fast import plan as plan_module  # noqa: E402
+
+DECODE_TIMES = {"1 row row-major": 100.0, "1 row transposed": 50.0, "1 row split": 30.0,
+                "prefill row-major": 100.0, "prefill transposed": 120.0, "prefill weight-first": 80.0}
+
+
+@pytest.mark.parametrize("dtype, changes, expected", [
+    (torch.float32, {}, (True, True, True)),  # the EPYC the fast path was tuned on: every choice pays
+    (torch.float32, {"1 row split": 48.0}, (True, True, True)),  # a tuned choice stays within the margin
+    (torch.float32, {"1 row split": 60.0}, (True, False, True)),  # ... and goes when beaten by it
+    (torch.float32, {"prefill weight-first": 140.0}, (True, True, False)),
+    (torch.float32, {"1 row row-major": 20.0}, (False, False, False)),  # a CPU whose BLAS streams row-major best
+    (torch.bfloat16, {"1 row transposed": 95.0, "1 row split": 92.0}, (False, False, False)),  # new: needs the margin
+    (torch.bfloat16, {}, (True, True, True)),  # ... and is taken with it
+])
+def test_the_plan_flips_a_choice_only_where_measured_faster_by_the_margin(dtype, changes, expected):
+    plan = plan_module.choose(dtype, {**DECODE_TIMES, **changes}, "test")
+    assert (plan.transposed, plan.split, plan.weight_first) == expected
+
+
+def test_without_threads_to_split_over_the_plan_never_splits():
+    timings = {name: value for name, value in DECODE_TIMES.items() if name != "1 row split"}
+    assert plan_module.choose(torch.float32, timings, "test").split is False
+    assert plan_module.choose(torch.bfloat16, timings, "test").split is False
+
+
+def test_a_measured_plan_times_every_candidate_and_says_what_it_chose(two_threads):
+    plan = plan_module.measured_plan(torch.float32, 256, 128, 2**20, 2)
+    assert set(plan.timings) == set(DECODE_TIMES) and all(t > 0 for t in plan.timings.values())
+    assert "measured on 8 matrices of 256x128" in plan.how
+    line = plan.describe()
+    assert line.startswith("decoding plan (float32, 2 threads, ") and "matrices " in line
+    assert plan_module.cpu_description().split(",")[0] in line
+
+
+def test_the_plan_mode_is_checked_and_fixed_means_the_tuned_choices(monkeypatch):
+    monkeypatch.setenv("BIOTF_DECODE_PLAN", "fast")
+    with pytest.raises(ConfigError, match="BIOTF_DECODE_PLAN.*measure \\| fixed"):
+        plan_module.decode_plan(torch.float32, torch.device("cpu"), 8, 8, 256)
+    monkeypatch.setenv("BIOTF_DECODE_PLAN", "fixed")
+    fixed = plan_module.decode_plan(torch.float32, torch.device("cpu"), 8, 8, 256)
+    assert (fixed.transposed, fixed.split, fixed.weight_first, fixed.timings) == (True, True, True, {})
+    bf16 = plan_module.decode_plan(torch.bfloat16, torch.device("cpu"), 8, 8, 256)
+    assert not (bf16.transposed or bf16.split or bf16.weight_first)
+
+
+@pytest.mark.parametrize("transposed, split, weight_first", [(False, False, False), (True, False, False),
+                                                             (True, True, False), (True, False, True)])
+def test_every_plan_prefills_and_decodes_to_the_same_logits(two_threads, monkeypatch, transposed, split, weight_first):
+    """Whatever this machine measures, the decoder computes the same values (float32 rounding only)."""
+    model = tiny(tied=True)
+    ids = torch.randint(0, 97, (3, 40))
+    step = torch.randint(0, 97, (3, 1))
+    with torch.inference_mode():
+        cache = KVCache(model.config.n_layers)
+        plain = DecodingModel(model)(ids, None, cache), DecodingModel(model)(step, None, cache)
+        chosen = plan_module.DecodePlan(torch.float32, transposed, split, weight_first, "test")
+        monkeypatch.setattr(layout, "last_level_cache_bytes", lambda: 1024)
+        monkeypatch.setattr(fast, "model_plan", lambda *_: chosen)
+        decoder = optimize_for_decoding(model)
+        assert decoder.plan is chosen and decoder.streamed_head is transposed
+        assert all(is_transposed(p) is transposed for p in (model.embed.weight, model.blocks[0].mlp.down.weight))
+        cache = KVCache(model.config.n_layers)
+        fast_logits = decoder(ids, None, cache), decoder(step, None, cache)
+    for got, expected in zip(fast_logits, plain):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)

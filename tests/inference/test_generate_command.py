@@ -153,3 +153,12 @@ def test_a_directory_of_each_causal_family_generates_the_text_of_transformers(ki
                           eos_token_id=tokenizer.eos_token_id)[:, batch["input_ids"].shape[1]:]
     assert completions == [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
     assert any(completions)
+
+
+@pytest.mark.parametrize("mode", ["fixed", "measure"])
+def test_verbose_says_which_decoding_plan_this_machine_takes(loaded, capsys, monkeypatch, mode):
+    monkeypatch.setenv("BIOTF_DECODE_PLAN", mode)
+    assert main(["generate", "--model", "x", "--prompt", "Hi", "--max-new-tokens", "2", "--verbose"]) == 0
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line.startswith("decoding plan (float32, ") and "matrices " in line
+    assert ("; fixed)" in line) is (mode == "fixed") and ("us]" in line) is (mode == "measure")

@@ -13,19 +13,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from biotf.errors import ConfigError
+from biotf.inference.fast.plan import DecodePlan
 from biotf.inference.fast.linear import streamed_linear
 from biotf.model import KVCache, Transformer
 
 
 class DecodingModel(nn.Module):
     """Shares the weights of `model` (no copy). `streamed_head`: the LM head's matrix streams from memory and
-    is multiplied by `streamed_linear` (set by `optimize_for_decoding`)."""
+    is multiplied by `streamed_linear` under `plan` (both set by `optimize_for_decoding`, which says which paths
+    this machine decodes fastest by; None for a plain wrap)."""
 
-    def __init__(self, model: Transformer, streamed_head: bool = False):
+    def __init__(self, model: Transformer, streamed_head: bool = False, plan: DecodePlan | None = None):
         super().__init__()
         if not model.config.causal:
             raise ConfigError("causal", False, "true", reason="generation needs a causal (decoder) model")
-        self.model, self.streamed_head = model, streamed_head
+        self.model, self.streamed_head, self.plan = model, streamed_head, plan
 
     @property
     def config(self):
@@ -49,5 +51,6 @@ class DecodingModel(nn.Module):
         x = last.feed_forward(x[:, -1])
         if model.final_norm is not None:
             x = model.final_norm(x)
-        product = streamed_linear if self.streamed_head else F.linear
-        return product(model.head_input(x), model.head_weight, model.lm_head_bias)
+        if self.streamed_head:
+            return streamed_linear(model.head_input(x), model.head_weight, model.lm_head_bias, self.plan)
+        return F.linear(model.head_input(x), model.head_weight, model.lm_head_bias)

@@ -7,8 +7,8 @@ usual row-major layout the CPU's BLAS runs it as a transposed matrix-vector prod
 bandwidth. Batches of hundreds of rows run about as fast either way (a training step slightly slower
 transposed), so models are built and trained row-major and arranged by `optimize_for_decoding`.
 
-Only where it was measured faster: float32 on CPU (bfloat16 matrices are much slower transposed on CPUs
-without native bf16, oneDNN's reference path). The matrices are every linear layer's weight and the token
+Only where the decoding plan measured it faster on this machine (`plan.py`; its fixed choice: float32 on CPU, as
+bfloat16 matrices are much slower transposed on CPUs without native bf16, oneDNN's reference path). The matrices are every linear layer's weight and the token
 embedding when it is also the LM head (a lookup reads the transposed table fine). Only strides change:
 values, parameter identities and state-dict keys do not, and files are written `.contiguous()`.
 Figures: docs/benchmarks.md.
@@ -17,22 +17,23 @@ Figures: docs/benchmarks.md.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from pathlib import Path
 
 import torch
 from torch import nn
 
-
-def transposed_is_faster(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether matrices of `dtype` on `device` decode faster stored transposed (see the module docstring)."""
-    return device.type == "cpu" and dtype == torch.float32
+from biotf.inference.fast.plan import DecodePlan, decode_plan, fixed_plan
 
 
-def decode_layout(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """`weight` (out, in) converted to `dtype` in the layout its device decodes fastest: itself when it already
-    is, else one copy (a loader converts dtype and layout in that single pass: `loaded_in_decode_layout`)."""
+def decode_layout(weight: torch.Tensor, dtype: torch.dtype | None = None,
+                  transposed: bool | None = None) -> torch.Tensor:
+    """`weight` (out, in) converted to `dtype`, stored transposed or not as the plan says (`transposed`; None: the
+    fixed plan's choice on a CPU): itself when it already is, else one copy (a loader converts dtype and layout in
+    that single pass: `loaded_in_decode_layout`)."""
     dtype = dtype or weight.dtype
-    transposed = transposed_is_faster(weight.device, dtype)
+    if transposed is None:
+        transposed = weight.device.type == "cpu" and fixed_plan(dtype).transposed
     in_layout = weight.t().is_contiguous() if transposed else weight.is_contiguous()
     if in_layout and weight.dtype == dtype:
         return weight
@@ -44,7 +45,23 @@ def decode_layout(weight: torch.Tensor, dtype: torch.dtype | None = None) -> tor
 def loaded_in_decode_layout(model: nn.Module, name: str, source: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A `Transformer.from_hf(materialise=...)` that reads each decode matrix straight into `decode_layout`: converting
     the dtype (a bf16 checkpoint read as float32) and then the layout would hold two copies of the largest."""
-    return decode_layout(source, dtype) if name in decode_matrix_names(model) else source.to(dtype)
+    if name not in decode_matrix_names(model):
+        return source.to(dtype)
+    return decode_layout(source, dtype, model_plan(model, dtype, source.device).transposed)
+
+
+def model_plan(model: nn.Module, dtype: torch.dtype | None = None, device: torch.device | None = None) -> DecodePlan:
+    """The decoding plan (`plan.py`) for `model`'s decode matrices in `dtype` on `device` (default: theirs), timed on
+    the shape that holds most of their bytes (a decoder's MLP matrices, usually)."""
+    parameters = dict(model.named_parameters())
+    matrices = [parameters[name] for name in decode_matrix_names(model)]
+    dtype, device = dtype or matrices[0].dtype, device or matrices[0].device
+    itemsize = torch.finfo(dtype).bits // 8
+    bytes_by_shape = Counter()
+    for matrix in matrices:
+        bytes_by_shape[tuple(matrix.shape)] += matrix.numel() * itemsize
+    (out_features, in_features), _ = bytes_by_shape.most_common(1)[0]
+    return decode_plan(dtype, device, out_features, in_features, sum(bytes_by_shape.values()))
 
 
 def decode_matrix_names(model: nn.Module) -> set[str]:
@@ -70,14 +87,16 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=32 * 2**20)
 
 
-def arrange_for_decoding(model: nn.Module) -> bool:
-    """Put `model`'s decode matrices into `decode_layout` in place (values unchanged; a no-op when they are);
-    returns whether they outgrow the last-level cache, i.e. stream from memory on every token."""
+def arrange_for_decoding(model: nn.Module, plan: DecodePlan | None = None) -> bool:
+    """Put `model`'s decode matrices into the layout of `plan` (default: `model_plan(model)`) in place (values
+    unchanged; a no-op when they are); returns whether they outgrow the last-level cache, i.e. stream from memory
+    on every token."""
+    plan = plan or model_plan(model)
     parameters = dict(model.named_parameters())
     matrices = [parameters[name] for name in decode_matrix_names(model)]
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, trainable afterwards
         for parameter in matrices:
-            arranged = decode_layout(parameter.data)
+            arranged = decode_layout(parameter.data, transposed=plan.transposed and parameter.device.type == "cpu")
             if arranged is not parameter.data:
                 parameter.data = arranged
     return sum(p.nbytes for p in matrices) > last_level_cache_bytes()

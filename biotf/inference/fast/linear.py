@@ -1,16 +1,16 @@
 """`StreamedLinear`: nn.Linear with faster inference products for a weight matrix that streams from memory.
 
-Installed by `optimize_for_decoding` when a model's decode matrices outgrow the last-level cache; its
-weight is then stored transposed (`layout.py`), a (in, out) row-major block. Inference without gradients
-takes one of three paths by row count:
+Installed by `optimize_for_decoding` when a model's decode matrices outgrow the last-level cache and its plan
+(`plan.py`) stores them transposed, a (in, out) row-major block. Inference without gradients takes one of three
+paths by row count, each where the plan measured it faster:
 
 - up to `SPLIT_MAX_ROWS` rows (decoding): a BLAS multiplies few rows on one thread, and one core cannot
   draw a matrix from memory at the rate the machine can. The block is cut along its input dimension into
   `threads` contiguous views (no copy); `torch.bmm` multiplies each by its share of the input on its own
-  thread and the partial products are summed.
+  thread and the partial products are summed (`split_product`).
 - up to `WEIGHT_FIRST_MAX_ROWS` rows (the prefill of a short prompt): (weight @ x.T).T, the large matrix as
-  the BLAS's left operand, returned as that transposed view.
-- more rows, gradients, autocast, other devices or layouts: F.linear.
+  the BLAS's left operand, returned as that transposed view (`weight_first_product`).
+- more rows, gradients, autocast, other devices or layouts, or a path the plan rejected: F.linear.
 
 Each output is the same dot product summed in another order (float32 rounding, about 1e-7 relative).
 The row limits were measured on a 2-core CPU (docs/benchmarks.md).
@@ -22,39 +22,61 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from biotf.inference.fast.plan import DecodePlan
+
 SPLIT_MAX_ROWS = 16
 WEIGHT_FIRST_MAX_ROWS = 256
 
 
-def streamed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias, as F.linear computes it, by the path its row count calls for (module docstring)."""
+def streamed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                    plan: DecodePlan | None = None) -> torch.Tensor:
+    """x @ weight.T + bias, as F.linear computes it, by the path its row count calls for (module docstring);
+    None: every path allowed (the fixed float32 plan)."""
     out_features, in_features = weight.shape
     rows = x.numel() // in_features if in_features else 0
-    if (rows > WEIGHT_FIRST_MAX_ROWS or x.device.type != "cpu" or weight.stride() != (1, out_features)
+    split_rows = SPLIT_MAX_ROWS if plan is None or plan.split else 0
+    weight_first_rows = WEIGHT_FIRST_MAX_ROWS if plan is None or plan.weight_first else split_rows
+    if (rows > weight_first_rows or x.device.type != "cpu" or weight.stride() != (1, out_features)
             or x.dtype != weight.dtype or torch.is_autocast_enabled("cpu")
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         return F.linear(x, weight, bias)
-    if rows > SPLIT_MAX_ROWS:
-        flat = x.reshape(rows, in_features).t()
-        y = torch.mm(weight, flat) if bias is None else torch.addmm(bias[:, None], weight, flat)
-        return y.t().view(*x.shape[:-1], out_features)
+    if rows > split_rows:
+        return weight_first_product(x, weight, bias)
     parts = torch.get_num_threads()
     if parts < 2 or in_features % parts:
         return F.linear(x, weight, bias)
+    return split_product(x, weight, bias)
+
+
+def weight_first_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) as (weight @ x.T).T, returned as that transposed view."""
+    out_features, in_features = weight.shape
+    flat = x.reshape(-1, in_features).t()
+    y = torch.mm(weight, flat) if bias is None else torch.addmm(bias[:, None], weight, flat)
+    return y.t().view(*x.shape[:-1], out_features)
+
+
+def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for a transposed `weight` cut into one block of input rows per thread (the number
+    of threads must divide in_features)."""
+    out_features, in_features = weight.shape
+    parts = torch.get_num_threads()
     depth = in_features // parts
     blocks = weight.t().view(parts, depth, out_features)  # consecutive input rows of the (in, out) block
-    shares = x.reshape(rows, parts, depth).transpose(0, 1)  # (parts, rows, depth): each block's input
+    shares = x.reshape(-1, parts, depth).transpose(0, 1)  # (parts, rows, depth): each block's input
     y = torch.bmm(shares, blocks).sum(0).view(*x.shape[:-1], out_features)
     return y if bias is None else y.add_(bias)
 
 
 class StreamedLinear(nn.Linear):
-    """The same Parameters as the nn.Linear it replaces (same state-dict keys); forward is `streamed_linear`."""
+    """The same Parameters as the nn.Linear it replaces (same state-dict keys); forward is `streamed_linear` with
+    the decoding plan it was installed with."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, plan: DecodePlan | None = None):
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
+        self.plan = plan
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return streamed_linear(x, self.weight, self.bias)
+        return streamed_linear(x, self.weight, self.bias, self.plan)
