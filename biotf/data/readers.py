@@ -1,8 +1,8 @@
 """Streaming readers: every input format becomes an iterator of `Record`s, one at a time.
 
-Formats: FASTA and GenBank (Biopython), CSV/TSV (a sequence column, an id column: the one named by
-`id_column`, else a column named `id` (any case), else the row number; every other column carried as
-metadata), `.smi` (SMILES, then an optional name, per line) and plain text
+Formats: FASTA (`fasta.py`, records equal to Biopython's) and GenBank (Biopython), CSV/TSV (a sequence column,
+an id column: the one named by `id_column`, else a column named `id` (any case), else the row number; every other
+column carried as metadata), `.smi` (SMILES, then an optional name, per line) and plain text
 (one record per line). gzip is detected from the file's magic bytes, so `x.fa.gz` and a gzipped
 file without the suffix both work. The format comes from the extension (`.gz` ignored) unless
 `ReaderOptions.format` overrides it.
@@ -12,7 +12,8 @@ missing column is one `InputError` naming the file and the line or record.
 
 Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace are counted in the
 `PolicyStats` the caller passes in, and so are records whose id an earlier record already had
-(`duplicate_ids`): both are kept, never merged. A leading UTF-8 byte-order mark is dropped (so it never
+(`duplicate_ids`, counted once the last record is read, in bounded memory: `duplicates.py`): both are kept,
+never merged. A leading UTF-8 byte-order mark is dropped (so it never
 hides in a first id or column name) and counted as `byte_order_mark_stripped`. A FASTA id ends at the
 first whitespace of any kind, as in Biopython.
 """
@@ -26,11 +27,12 @@ import io
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import chain, islice
+from itertools import islice
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
+from biotf.data.duplicates import DuplicateCounter
 from biotf.errors import InputError, TokenizationError
 from biotf.tokenizers.base import PolicyStats
 
@@ -185,26 +187,27 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
     reader = {"fasta": _read_fasta, "genbank": _read_genbank, "csv": _read_table, "tsv": _read_table,
               "smi": _read_smi, "text": _read_text}[fmt]
     count = 0
-    # Hashes of the ids seen so far (an int each, not the id strings): duplicates are counted in one pass.
-    seen_ids: set[int] = set()
-    with open_binary(path) as handle, _read_errors(path):
-        if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
-            stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
-        for record in reader(handle, path, options, stats, fmt):
-            count += 1
-            id_hash = hash(record.id)
-            if id_hash in seen_ids:
-                stats["duplicate_ids"] += 1
-            else:
-                seen_ids.add(id_hash)
-            yield record
+    # Hashes of the ids, counted in memory that does not grow with the file: known once the last record is read.
+    ids = DuplicateCounter()
+    try:
+        with open_binary(path) as handle, _read_errors(path):
+            if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
+                stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
+            for record in reader(handle, path, options, stats, fmt):
+                count += 1
+                ids.add(hash(record.id))
+                yield record
+        if duplicates := ids.count():
+            stats["duplicate_ids"] += duplicates
+    finally:
+        ids.close()
     if count == 0:
         raise InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
 
 def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
                 fmt: str) -> Iterator[Record]:
-    from Bio.SeqIO.FastaIO import SimpleFastaParser
+    from biotf.data.fasta import fasta_records
 
     stream = _text(handle)
     for number, first in enumerate(stream, 1):
@@ -216,7 +219,7 @@ def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
         raise InputError(f"{path}: line {number}: expected a FASTA header starting with '>', "
                          f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
 
-    for index, (title, sequence) in enumerate(SimpleFastaParser(chain([first], stream))):
+    for index, (title, sequence) in enumerate(fasta_records(stream, first)):
         # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
         identifier, description = (title.split(None, 1) + ["", ""])[:2]
         if not sequence and not options.keep_empty:
