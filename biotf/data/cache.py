@@ -138,9 +138,10 @@ class _SplitWriter:
         if len(flat) and (flat.min() < 0 or flat.max() >= len(self.counts)):
             raise InputError(f"tokenizer produced an id outside 0..{len(self.counts) - 1}; its vocab_size is wrong")
         self.counts += np.bincount(flat, minlength=len(self.counts))
-        self.handles["tokens"].write(flat.astype(self.dtype, copy=False).tobytes())
-        self.handles["offsets"].write((self.n_tokens + np.cumsum(lengths)).tobytes())
-        self.handles["records"].write(np.asarray(indices, np.int64).tobytes())
+        # memoryviews: the arrays' own bytes are written, not a bytes copy of each
+        self.handles["tokens"].write(memoryview(np.ascontiguousarray(flat.astype(self.dtype, copy=False))))
+        self.handles["offsets"].write(memoryview(self.n_tokens + np.cumsum(lengths)))
+        self.handles["records"].write(memoryview(np.asarray(indices, np.int64)))
         self.n_tokens += int(lengths.sum())
 
     def close(self) -> dict[str, dict[str, int]]:
