@@ -95,11 +95,11 @@ class TaskModule(L.LightningModule):
         self.training_time.start()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        save_rng_state(checkpoint)  # head and trunk dropout after a resume repeat the uninterrupted run
+        save_rng_state(checkpoint, self)  # head and trunk dropout after a resume repeat the uninterrupted run
         checkpoint[PROGRESS_KEY] = {"train_seconds": self.training_time.seconds()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        restore_rng_state(checkpoint)
+        restore_rng_state(checkpoint, self)
         self.training_time.before = checkpoint.get(PROGRESS_KEY, {}).get("train_seconds", 0.0)
 
     def configure_optimizers(self) -> dict[str, Any]:

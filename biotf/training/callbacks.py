@@ -48,19 +48,33 @@ class VerifiedCheckpointIO(TorchCheckpointIO):
         return read_checkpoint(path, map_location=map_location or "cpu")  # always weights_only
 
 
-def save_rng_state(checkpoint: dict[str, Any]) -> None:
-    """The torch (and CUDA) RNG state into `checkpoint`, so that dropout after a resume repeats the uninterrupted run."""
-    checkpoint[RNG_KEY] = {"torch": torch.get_rng_state()}
+def save_rng_state(checkpoint: dict[str, Any], module: L.LightningModule) -> None:
+    """The torch (and CUDA) RNG state into `checkpoint`, so that dropout after a resume repeats the uninterrupted run:
+    every rank's CPU state under DDP (each rank draws its own dropout masks; rank 0 alone writes the file), gathered
+    by the one collective every rank reaches when Lightning builds the checkpoint on each of them."""
+    state = torch.get_rng_state()
+    checkpoint[RNG_KEY] = {"torch": state}
+    if module.trainer.world_size > 1:
+        # as int32 words: every backend gathers those (the state is 5,056 bytes)
+        words = [torch.empty(len(state) // 4, dtype=torch.int32) for _ in range(module.trainer.world_size)]
+        torch.distributed.all_gather(words, state.view(torch.int32))
+        checkpoint[RNG_KEY]["torch_by_rank"] = torch.stack(words).view(torch.uint8)
     if torch.cuda.is_available():
         checkpoint[RNG_KEY]["cuda"] = torch.cuda.get_rng_state_all()
 
 
-def restore_rng_state(checkpoint: dict[str, Any]) -> None:
+def restore_rng_state(checkpoint: dict[str, Any], module: L.LightningModule) -> None:
+    """This rank's state from `save_rng_state`; rank 0's when the checkpoint was written by another number of
+    processes (a resume may change devices and nodes, and then runs other batches on each rank anyway)."""
     state = checkpoint.get(RNG_KEY)
-    if state is not None:
-        torch.set_rng_state(state["torch"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+    if state is None:
+        return
+    by_rank = state.get("torch_by_rank")
+    same_world = by_rank is not None and len(by_rank) == module.trainer.world_size
+    # a clone: set_rng_state reads a row of the stacked states from its storage's start (and crashes)
+    torch.set_rng_state(by_rank[module.global_rank].clone() if same_world else state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class TrainingTime:

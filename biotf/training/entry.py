@@ -11,10 +11,15 @@ this script in each worker process).
 Resuming (`ckpt_path=<run>/checkpoints/last.ckpt`) continues that run's directory unless
 `hydra.run.dir` names another. A run stopped by SIGTERM exits with status 143 after saving
 last.ckpt, printing the command that resumes it.
+
+Launched by torchrun or srun (several nodes: `trainer.num_nodes`), every process runs this script itself, so each
+would name a run directory by its own clock: such a launch must give `hydra.run.dir` (`check_launch`), and only
+rank 0 writes Hydra's .hydra/ there.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -104,6 +109,31 @@ def resume_in_place(overrides: list[str]) -> list[str]:
     return overrides
 
 
+def launched_processes() -> int:
+    """How many processes a torchrun or Slurm launch started (1 without one; Lightning's own DDP workers carry
+    the run directory rank 0 chose, so they pass `check_launch` whatever this says)."""
+    for name in ("WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):  # torchrun; srun (a batch script alone: 1 task)
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 1
+
+
+def check_launch(overrides: list[str]) -> list[str]:
+    """The overrides of one process of a launch over several: a run directory is required (one for all processes,
+    see the module docstring); ranks other than 0 leave Hydra's .hydra/ to rank 0."""
+    processes = launched_processes()
+    if processes < 2:
+        return overrides
+    keys = {o.key_or_group for o in _parsed(overrides)}
+    if "hydra.run.dir" not in keys:
+        raise ConfigError("hydra.run.dir", None, reason=f"this process is one of {processes} that torchrun or srun "
+                          "started, and each would name its own run directory by the clock: give "
+                          "hydra.run.dir=DIR, the same on every node")
+    if is_launch_rank_zero() or "hydra.output_subdir" in keys:
+        return overrides
+    return [*overrides, "hydra.output_subdir=null"]
+
+
 def preflight(overrides: list[str], multirun: bool = False) -> None:
     """Compose and validate every job the overrides describe, and check a single run's directory; raises on
     the first problem."""
@@ -158,7 +188,7 @@ def main(argv: list[str] | None = None, script: str | None = None, prog: str | N
     if not (args.help or args.hydra_help or args.info or args.cfg or args.shell_completion):
         try:
             if not args.multirun:
-                overrides = resume_in_place(args.overrides)
+                overrides = check_launch(resume_in_place(args.overrides))
                 argv += overrides[len(args.overrides):]
                 args.overrides = overrides
             preflight(args.overrides, multirun=args.multirun)

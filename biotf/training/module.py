@@ -128,7 +128,7 @@ class LanguageModelTask(L.LightningModule):
     # --- checkpoints -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = checkpoint_payload(self.model.config, self.tokenizer, self.train_config)
-        save_rng_state(checkpoint)
+        save_rng_state(checkpoint, self)
         checkpoint[SKIPPED_KEY] = self.nonfinite_skipped
         checkpoint[PROGRESS_KEY] = {"tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds()}
 
@@ -139,5 +139,5 @@ class LanguageModelTask(L.LightningModule):
         progress = checkpoint.get(PROGRESS_KEY, {})
         self.tokens_seen = progress.get("tokens_seen", 0)
         self.training_time.before = progress.get("train_seconds", 0.0)
-        restore_rng_state(checkpoint)
+        restore_rng_state(checkpoint, self)
 
