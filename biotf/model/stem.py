@@ -74,19 +74,24 @@ class BinLayout(NamedTuple):
         return self.unpack(self.repeat(bins))
 
     def bin_labels(self, labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token class labels (B, L), -100 = none, in the input's layout -> (bin labels (B, n_bins), the number of
-        labelled tokens whose label differs from their bin's). A bin's label is the most frequent among its labelled
-        tokens, a tie going to the smallest class id; a bin without a labelled token gets -100."""
-        packed = self.pack(labels)
-        n_bins = -(-self.length // self.factor)
-        packed = F.pad(packed, (0, n_bins * self.factor - self.length), value=IGNORE_INDEX)
-        labelled = packed != IGNORE_INDEX
-        votes = F.one_hot(packed.clamp(min=0), n_classes) * labelled.unsqueeze(-1)
-        counts = votes.view(packed.shape[0], n_bins, self.factor, n_classes).sum(2)
-        winners = counts.argmax(-1)  # the first maximum: ties go to the smallest class id
-        bins = winners.masked_fill(counts.sum(-1) == 0, IGNORE_INDEX)
-        outvoted = (labelled & (packed != bins.repeat_interleave(self.factor, dim=1))).sum()
-        return bins, outvoted
+        """`majority_bins` of per-token labels (B, L) in the input's layout."""
+        return majority_bins(self.pack(labels), self.factor, n_classes)
+
+
+def majority_bins(labels: torch.Tensor, factor: int, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token class labels (B, L), -100 = none, real tokens first in each row -> (bin labels (B, ceil(L /
+    factor)), the number of labelled tokens whose label differs from their bin's). A bin's label is the most frequent
+    among its labelled tokens, a tie going to the smallest class id; a bin without a labelled token gets -100."""
+    length = labels.shape[1]
+    n_bins = -(-length // factor)
+    labels = F.pad(labels, (0, n_bins * factor - length), value=IGNORE_INDEX)
+    labelled = labels != IGNORE_INDEX
+    votes = F.one_hot(labels.clamp(min=0), n_classes) * labelled.unsqueeze(-1)
+    counts = votes.view(labels.shape[0], n_bins, factor, n_classes).sum(2)
+    winners = counts.argmax(-1)  # the first maximum: ties go to the smallest class id
+    bins = winners.masked_fill(counts.sum(-1) == 0, IGNORE_INDEX)
+    outvoted = (labelled & (labels != bins.repeat_interleave(factor, dim=1))).sum()
+    return bins, outvoted
 
 
 def _expand(order: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
