@@ -183,3 +183,20 @@ def test_hugging_face_export_refuses_a_stem_naming_model_stem(tmp_path):
     with pytest.raises(ConfigError, match="model.stem"):
         save_hf_pretrained(model, build_tokenizer({"kind": "dna", "k": 1}), tmp_path / "hf2")
     assert not (tmp_path / "hf").exists() and not (tmp_path / "hf2").exists()
+
+
+def test_export_model_writes_a_stem_model_and_refuses_hf_in_one_line(tmp_path, capsys):
+    from biotf.cli import main
+
+    tokenizer = build_tokenizer({"kind": "dna", "k": 1})
+    model = stem_model(vocab_size=tokenizer.vocab_size)
+    source = save_pretrained(model, tokenizer, tmp_path / "source")
+    assert main(["export-model", str(source), str(tmp_path / "again")]) == 0
+    loaded, _ = load_pretrained(tmp_path / "again")
+    ids = torch.randint(4, tokenizer.vocab_size, (1, 23))
+    torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits, rtol=0, atol=0)
+    capsys.readouterr()
+    assert main(["export-model", str(source), str(tmp_path / "hf"), "--hf"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "invalid config model.stem='conv'" in error and "(allowed: none)" in error
+    assert not (tmp_path / "hf").exists()
