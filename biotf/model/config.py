@@ -152,7 +152,7 @@ class TransformerConfig:
     def choices() -> dict[str, tuple[str, ...]]:
         """The allowed values of each choice field, from the registries (so a registered class is allowed)."""
         return {"pos": tuple(POSITION_CLASSES), "norm": tuple(NORM_CLASSES), "norm_position": NORM_POSITIONS,
-                "mlp": tuple(MLP_CLASSES), "stem": STEMS}
+                "mlp": tuple(MLP_CLASSES)}
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
@@ -212,6 +212,7 @@ class TransformerConfig:
                 check(self)
 
     def _validate_stem(self) -> None:
+        check_choice("stem", self.stem, STEMS)  # not among `choices`: those of the block, which every stem composes with
         settings = ("stem_widths", "stem_kernel", "stem_pool")
         if self.stem == "none":
             for name in settings:
