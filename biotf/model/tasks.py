@@ -167,6 +167,7 @@ class TaskModel(nn.Module):
         logits = self.head(bins if self.dropout is None else self.dropout(bins))
         loss = None
         if labels is not None:
+            check_token_labels(labels, (bins.shape[0], length))
             loss = self.loss(logits, majority_bins(labels, self.factor, logits.shape[-1])[0])
         per_token = logits.repeat_interleave(self.factor, dim=1)[:, :length]
         return TaskOutput(per_token, per_token.detach().argmax(-1), loss)
@@ -175,10 +176,13 @@ class TaskModel(nn.Module):
         if self.task == "regression":
             return F.mse_loss(logits.float(), ((labels - self.target_mean) / self.target_std).float())
         if self.task == "token":
-            if labels.shape != logits.shape[:-1]:
-                raise InputError(f"token labels must have the shape of input_ids {tuple(logits.shape[:-1])}, "
-                                 f"got {tuple(labels.shape)}")
+            check_token_labels(labels, logits.shape[:-1])
             if not bool((labels != IGNORE_INDEX).any()):
                 return logits.sum() * 0.0  # no labelled token in this batch: a zero that keeps the graph
             return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
         return F.cross_entropy(logits.float(), labels)
+
+
+def check_token_labels(labels: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if labels.shape != shape:
+        raise InputError(f"token labels must have the shape of input_ids {tuple(shape)}, got {tuple(labels.shape)}")
