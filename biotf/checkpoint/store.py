@@ -20,7 +20,7 @@ import torch
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.atomic import atomic_directory, atomic_write
 from biotf.checkpoint.format import CHECKPOINT_KEY, FORMAT_VERSION, WEIGHTS_FILE
-from biotf.model.hf import CONFIG_FILE  # an export's config.json is named as a Hugging Face directory's
+from biotf.model.hf import CONFIG_FILE, check_hf_writable  # an export's config.json is named as a HF directory's
 from biotf.errors import CheckpointError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from biotf.untrusted import load_tensors, read_json_object
@@ -110,6 +110,7 @@ def save_hf_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str 
     `AutoModel*` / `AutoTokenizer.from_pretrained` load. A model or tokenizer that family cannot hold is refused
     before the directory appears."""
     directory = check_export_directory(directory)
+    check_hf_writable(model.config)  # the model's refusal first: no tokenizer makes a stem model writable
     hf_tokenizer = tokenizer.to_hf()  # refuses a scheme without a transformers equivalent before anything is written
     with atomic_directory(directory) as staging:
         model.to_hf(staging, model_type)

@@ -29,7 +29,7 @@ from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.checkpoint.format import TASK_FILE
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import CheckpointError
-from biotf.model.tasks import SEQUENCE_POOLS, TASKS
+from biotf.model.tasks import RESOLUTIONS, SEQUENCE_POOLS, TASKS
 from biotf.untrusted import file_crc32
 
 HEAD_FILE = "task_head.safetensors"
@@ -49,6 +49,7 @@ class TaskInfo:
     max_length: int
     long_policy: str
     label_column: str | None = None
+    resolution: str = "base"  # a token head's: base | bin (one prediction per bin of a stem model)
 
     @property
     def n_outputs(self) -> int:
@@ -137,6 +138,8 @@ def _task_info(values: dict[str, Any], path: Path) -> TaskInfo:
         raise refuse("long_policy", " | ".join(TRAINING_LONG_POLICIES))
     if not isinstance(values.get("label_column"), (str, type(None))):
         raise refuse("label_column", "a column name, or null")
+    if values.get("resolution", "base") not in RESOLUTIONS:
+        raise refuse("resolution", " | ".join(RESOLUTIONS))
     return TaskInfo(**values)
 
 

@@ -51,8 +51,8 @@ def load_task_model(source: str | Path,
     trunk, tokenizer = load_exported(directory)
     tokenizer = with_options(tokenizer, tokenizer_options or {})
     try:
-        model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool)
-    except ConfigError as error:  # a pooling this trunk cannot use (cls on a causal model)
+        model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool, resolution=info.resolution)
+    except ConfigError as error:  # a pooling or resolution this trunk cannot use (cls on a causal model)
         raise CheckpointError(f"{directory / TASK_FILE}: {error}") from None
     try:
         model.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})

@@ -16,6 +16,10 @@ block's small long-lived arrays fragment it, and RSS would grow with the file (R
 probes", measures both). A record's vectors do not depend on its batch mates: padding is masked out of
 attention and out of pooling (tests check <= 1e-5).
 
+A model with a convolutional stem (`stem: conv`) computes bins; each token (base) carries the vector of its bin
+(`TrunkOutput.per_token`), so per-token output (pool "none") is one vector per base, the bases of one bin sharing it,
+and mean / max pooling weigh each bin by its content bases. Bins are counted from each window's first token.
+
 Records longer than the model (`max_length`, default the model's `max_seq_len`, special tokens
 included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.data.windows`),
 "truncate" (the first tokens only) or "error". `EmbedStats` counts chunked and truncated records.
@@ -201,7 +205,8 @@ class Embedder:
 
     # --- the model --------------------------------------------------------------------------------
     def _run(self, batch: list[_Piece]) -> np.ndarray:
-        """Hidden states of the selected layers, (layers, batch, longest, D) float32."""
+        """Hidden states of the selected layers, one per token (with a stem: its bin's), (layers, batch, longest, D)
+        float32."""
         longest = max(len(p.ids) for p in batch)
         ids = np.full((len(batch), longest), self.pad_id, np.int64)
         mask = np.zeros((len(batch), longest), np.int64)
@@ -212,7 +217,7 @@ class Embedder:
         attention_mask = None if mask.all() else torch.from_numpy(mask).to(device)  # unpadded: SDPA's fast path
         with torch.inference_mode():
             out = self.model.encode(torch.from_numpy(ids).to(device), attention_mask, output_hidden_states=True)
-            hidden = torch.stack([out.hidden_states[i] for i in self.layers])
+            hidden = torch.stack([out.per_token(out.hidden_states[i]) for i in self.layers])
         return hidden.float().cpu().numpy()
 
     def _batches(self, pieces: list[_Piece]) -> Iterator[list[_Piece]]:

@@ -15,7 +15,7 @@ from biotf.data.splits import METHODS
 from biotf.errors import ConfigError
 from biotf.finetune.modes import MODES
 from biotf.model.lora import LoRAConfig
-from biotf.model.tasks import SEQUENCE_POOLS
+from biotf.model.tasks import RESOLUTIONS, SEQUENCE_POOLS
 from biotf.tokenizers import POLICY_OPTIONS
 
 MONITORS = ("loss", "accuracy", "f1", "mcc", "rmse", "spearman")
@@ -55,6 +55,8 @@ class FinetuneConfig:
     (`biotf.finetune.modes`). cache_features: frozen mode computes the trunk's features of every record once and
     caches them under data.cache_dir (`biotf.finetune.features`); false runs the trunk at every step.
     pool: how a sequence head pools token vectors (mean | cls | max over content tokens, as `biotf embed`).
+    resolution: of a token head on a model with a conv stem: base (each token's vector, the bins upsampled) | bin
+    (one prediction per bin, trained on the majority label of its tokens; counted in finetune.json), `biotf.model.tasks`.
     head_dropout: dropout on the head's input. trunk_lr: learning rate of the trunk's weights (full, lora);
     null means optim.lr. patience: validations without improvement of `monitor` before training stops early.
     monitor: the validation metric that picks the best checkpoint (loss, or a metric of the task).
@@ -64,6 +66,7 @@ class FinetuneConfig:
     mode: str = "full"
     cache_features: bool = True
     pool: str = "mean"
+    resolution: str = "base"
     head_dropout: float = 0.1
     trunk_lr: Optional[float] = None
     patience: int = 5
@@ -79,6 +82,8 @@ class FinetuneConfig:
             raise ConfigError("finetune.cache_features", self.cache_features, "true | false")
         if self.pool not in SEQUENCE_POOLS:
             raise ConfigError("finetune.pool", self.pool, " | ".join(SEQUENCE_POOLS))
+        if self.resolution not in RESOLUTIONS:
+            raise ConfigError("finetune.resolution", self.resolution, " | ".join(RESOLUTIONS))
         if not 0.0 <= self.head_dropout < 1.0:
             raise ConfigError("finetune.head_dropout", self.head_dropout, "0 <= dropout < 1")
         if self.trunk_lr is not None and not self.trunk_lr > 0:

@@ -2,12 +2,13 @@
 
 With `finetune.mode=frozen` the trunk never changes and runs as in inference (eval mode, no dropout), so what it
 gives a record is fixed: the pooled vector (classification, regression) or each token's vector (token). Computing
-them once and training the head on them gives the same head as running the trunk at every step, at the cost of one
+them once (`TaskModel.features`; at a token head's bin resolution each token holds its bin's vector) and training the
+head on them gives the same head as running the trunk at every step, at the cost of one
 pass over the data instead of one per step and epoch.
 
 They are kept under `<data.cache_dir>/trunk_features/<key>/` (values.npy, float32, one row per record or per token;
 offsets.npy; a CRC-32 checked on every load), where the key hashes everything that decides them: the trunk's weights
-and config, the tokenizer, every record's token ids, the pooling and the format. Another run over the same data and
+and config, the tokenizer, every record's token ids, the pooling, the resolution and the format. Another run over the same data and
 trunk (a resume, another head, another seed) reads them instead of recomputing.
 """
 
@@ -26,7 +27,7 @@ from biotf.atomic import atomic_directory
 from biotf.checkpoint.digest import content_crc32
 from biotf.data.collators import content_mask, pad_batch
 from biotf.errors import InputError
-from biotf.model.tasks import TaskModel, pool_tokens
+from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
 
 FORMAT = 1
@@ -51,7 +52,7 @@ def features_key(model: TaskModel, tokenizer: Tokenizer, token_ids: list[np.ndar
     digest = hashlib.blake2b(digest_size=16)
     trunk = model.trunk
     digest.update(json.dumps([FORMAT, trunk.config.to_dict(), tokenizer.fingerprint, model.task == "token",
-                              model.pool], sort_keys=True, default=str).encode())
+                              model.pool, model.resolution], sort_keys=True, default=str).encode())
     digest.update(content_crc32(trunk.state_dict()).to_bytes(4, "little"))
     lengths = np.array([len(ids) for ids in token_ids], np.int64)
     digest.update(lengths.tobytes())
@@ -80,9 +81,7 @@ def compute_features(model: TaskModel, tokenizer: Tokenizer, token_ids: list[np.
         rows = order[start:stop]
         ids, attention = (torch.from_numpy(a).to(device) for a in pad_batch([token_ids[r] for r in rows],
                                                                             tokenizer.pad_id))
-        hidden = trunk.encode(ids, attention).last_hidden_state.float()
-        if not per_token:
-            hidden = pool_tokens(hidden, content_mask(ids, attention, tokenizer), model.pool)
+        hidden = model.features(ids, attention, content_mask(ids, attention, tokenizer)).float()
         for i, row in enumerate(rows):
             values[offsets[row]:offsets[row + 1]] = (hidden[i, :lengths[row]] if per_token else hidden[i]).cpu()
         start = stop

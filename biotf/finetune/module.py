@@ -119,7 +119,8 @@ def build_task_model(config: TrainConfig, trunk, n_outputs: int, mode: Mode) -> 
     finetune = config.finetune
     trunk.train()
     trunk.gradient_checkpointing = config.trainer.gradient_checkpointing
-    model = TaskModel(trunk, config.task, n_outputs, pool=finetune.pool, dropout=finetune.head_dropout)
+    model = TaskModel(trunk, config.task, n_outputs, pool=finetune.pool, dropout=finetune.head_dropout,
+                      resolution=finetune.resolution)
     mode.prepare(trunk)
     return model, sum(p.numel() for p in model.parameters() if p.requires_grad)
 

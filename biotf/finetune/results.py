@@ -74,6 +74,8 @@ class FinetuneSummary:
     test: dict[str, float]
     classes: list[str] | None
     policies: dict[str, int] = dataclasses.field(default_factory=dict)  # what reader and tokenizer policies changed
+    resolution: str = "base"  # of a token head: base | bin (finetune.resolution)
+    bin_labels: dict[str, int] | None = None  # at bin resolution: what the majority rule did (`count_bin_labels`)
 
     @property
     def final_val_loss(self) -> float:  # what a Hydra sweeper minimises, as for language-model runs
@@ -99,6 +101,10 @@ class FinetuneSummary:
             lines.append(f"  kept but cut: {self.cropped} {CROPPED}")
         if self.policies:
             lines.append("  policies: " + ", ".join(f"{key}={n}" for key, n in self.policies.items()))
+        if self.bin_labels is not None:
+            b = self.bin_labels
+            lines.append(f"  bin labels (majority of each bin's tokens): {b['labelled_bins']} of {b['bins']} bins "
+                         f"labelled; {b['outvoted_tokens']} of {b['labelled_tokens']} labelled tokens outvoted")
         return "\n".join(lines)
 
     def write(self, run_dir: Path) -> None:

@@ -30,9 +30,11 @@ from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_
 from biotf.data.readers import detect_format
 from biotf.data.split_file import SPLIT_FILE, write_split
 from biotf.data.splits import assign, split_groups
+from biotf.conventions import IGNORE_INDEX
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
-from biotf.model.tasks import TaskModel, check_pool
+from biotf.model.stem import majority_bins
+from biotf.model.tasks import TaskModel, check_pool, check_resolution
 from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.loading import option_errors
 from biotf.training.callbacks import RunControl
@@ -75,6 +77,7 @@ def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Toke
     if tokenizer.pad_id is None:
         raise InputError(f"the tokenizer of {source} has no pad token; batches need one")
     check_pool(finetune.pool, config.task, trunk.config.causal)
+    check_resolution(finetune.resolution, config.task, trunk.config.stem_factor)
     mode.check(trunk)
     if finetune.split.method == "identity" and (
             tokenizer.kind == "smiles" or detect_format(Path(config.data.path), config.data.format) == "smi"):
@@ -93,6 +96,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     mode = build_mode(config.finetune.mode, config.finetune.lora)
     max_length = check_against_model(config, trunk, tokenizer, mode)
     data = read_labelled(config, tokenizer, max_length)
+    bin_labels = count_bin_labels(data, trunk.config.stem_factor) if config.finetune.resolution == "bin" else None
     split = config.finetune.split
     groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer)
     sides = assign(groups, split.validation, split.test, config.seed)
@@ -143,13 +147,27 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
                "records": {k: int(len(v)) for k, v in rows.items()}, "seed": config.seed},
         dropped=data.dropped, cropped=data.cropped, best_checkpoint=best, best_step=int(best_checkpoint["global_step"]),
         validation=results["validation"][0], test=results["test"][0], classes=data.classes,
-        policies=dict(sorted(data.policies.items())))
+        policies=dict(sorted(data.policies.items())), resolution=config.finetune.resolution, bin_labels=bin_labels)
     summary.write(run_dir)
     print(summary.text())
     print("predict with it: " + command_line("biotf", "predict", "--model", run_dir, "--input", config.data.path,
                                              *reader_words(config.data.column, config.data.id_column),
                                              "--output", run_dir / "predictions.tsv"))
     return summary
+
+
+def count_bin_labels(data: LabelledSet, factor: int) -> dict[str, int]:
+    """What the majority rule of a bin-resolution token head did to every labelled record's token labels: bins,
+    labelled bins, and labelled tokens outvoted (their label differs from their bin's; `stem.majority_bins`)."""
+    counts = {"bins": 0, "labelled_bins": 0, "labelled_tokens": 0, "outvoted_tokens": 0}
+    for labels in data.labels:
+        tokens = torch.from_numpy(labels)[None]
+        bins, outvoted = majority_bins(tokens, factor, len(data.classes))
+        counts["bins"] += bins.shape[1]
+        counts["labelled_bins"] += int((bins != IGNORE_INDEX).sum())
+        counts["labelled_tokens"] += int((tokens != IGNORE_INDEX).sum())
+        counts["outvoted_tokens"] += int(outvoted)
+    return counts
 
 
 def _collator(config: TrainConfig, mode: Mode, model: TaskModel, tokenizer: Tokenizer,
@@ -170,7 +188,7 @@ def _export(model: TaskModel, mode: Mode, tokenizer: Tokenizer, config: TrainCon
     """<run>/model: the trunk (LoRA merged) and the head; with LoRA also the adapter alone."""
     directory = run_dir / MODEL_DIR
     info = TaskInfo(config.task, classes, config.finetune.pool, max_length, config.data.long_policy,
-                    config.data.label_column)
+                    config.data.label_column, config.finetune.resolution)
     adapter = mode.before_export(model.trunk, run_dir / f".{ADAPTER_FILE}.tmp")  # moved into the export's staging
     model.trunk.gradient_checkpointing = False
     save_task_model(model.eval(), tokenizer, info, directory, run_config, adapter=adapter)

@@ -1,7 +1,7 @@
 """`TransformerConfig`: one flat dataclass of plain values that describes every biotf transformer.
 
-Every field is a str, int, float, bool or None, so `dataclasses.asdict(config)` is YAML- and
-JSON-clean. The config is validated at construction: a bad value or an incompatible combination
+Every field is a str, int, float, bool, None or a list of ints (the stem's per-stage settings), so
+`dataclasses.asdict(config)` is YAML- and JSON-clean. The config is validated at construction: a bad value or an incompatible combination
 raises `biotf.errors.ConfigError` naming the field and the allowed values. `pos`, `norm` and `mlp`
 allow the names registered in `positions.py`, `norms.py` and `mlp.py`, and the chosen classes check
 the fields they need (`check_config`).
@@ -15,6 +15,7 @@ tokenizer's at build time (`config.for_tokenizer(...)`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -28,6 +29,11 @@ from biotf.model.positions import POSITION_CLASSES
 from biotf.resources import CONF_DIR
 
 NORM_POSITIONS = ("pre", "post")
+STEMS = ("none", "conv")
+# What `stem: conv` means when its settings are left null: two stages of d_model channels, each pooling by 2 (4 bases
+# per bin), behind a first convolution as wide as Enformer's (15 bases).
+STEM_DEFAULT_POOL = (2, 2)
+STEM_DEFAULT_KERNEL = 15
 PRESET_DIR = CONF_DIR / "model"
 
 
@@ -82,6 +88,15 @@ class TransformerConfig:
                     (BERT's head uses its hidden_act).
     sliding_window  causal attention sees only the last `sliding_window` positions, the query's own included (Mistral,
                     HF `sliding_window`; Beltagy et al. 2020); None: every earlier position.
+    stem            none | conv: convolutions and pooling turn the embedded tokens (bases) into bins before the blocks,
+                    ceil(L / stem_factor) of them, and a learned upsampling turns the bins back into one vector per
+                    token for the LM head (`stem.py`; an Enformer-like stem, bidirectional models only). max_seq_len
+                    still counts tokens; positions count bins.
+    stem_widths     channels of each conv stage (a list, one per stage; the last is projected to d_model when it
+                    differs). Null with stem=conv: d_model at every stage. Null with stem=none.
+    stem_kernel     width of every stage's convolution, odd (Enformer's first: 15). Null with stem=conv: 15.
+    stem_pool       pooling factor of each stage (a list); their product, `stem_factor`, is the bases per bin. Null
+                    with stem=conv: [2, 2].
     """
 
     vocab_size: int = 32
@@ -115,10 +130,21 @@ class TransformerConfig:
     position_offset: int = 0
     lm_head_activation: str = "gelu"
     sliding_window: int | None = None
+    stem: str = "none"
+    stem_widths: list[int] | None = None
+    stem_kernel: int | None = None
+    stem_pool: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+        if self.stem == "conv":  # the stem's null settings mean its defaults (see the field list)
+            if self.stem_pool is None:
+                self.stem_pool = list(STEM_DEFAULT_POOL)
+            if self.stem_widths is None and isinstance(self.stem_pool, list):
+                self.stem_widths = [self.d_model] * len(self.stem_pool)
+            if self.stem_kernel is None:
+                self.stem_kernel = STEM_DEFAULT_KERNEL
         self._validate()
 
     # --- validation --------------------------------------------------------------------------
@@ -178,16 +204,50 @@ class TransformerConfig:
         for name in ("lm_head_transform", "lm_head_bias"):
             if getattr(self, name) and not self.lm_head:
                 raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")
+        self._validate_stem()
         # What the chosen position, norm and MLP classes need of the other fields.
         for cls in (POSITION_CLASSES[self.pos], NORM_CLASSES[self.norm], MLP_CLASSES[self.mlp]):
             check = getattr(cls, "check_config", None)
             if check is not None:
                 check(self)
 
+    def _validate_stem(self) -> None:
+        check_choice("stem", self.stem, STEMS)  # not among `choices`: those of the block, which every stem composes with
+        settings = ("stem_widths", "stem_kernel", "stem_pool")
+        if self.stem == "none":
+            for name in settings:
+                if getattr(self, name) is not None:
+                    raise ConfigError(name, getattr(self, name), "null",
+                                      reason="stem is none; the stem's settings take effect with stem: conv")
+            return
+        for name in ("stem_pool", "stem_widths"):
+            value = getattr(self, name)
+            if not (isinstance(value, list) and value and all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+                raise ConfigError(name, value, "a non-empty list of integers >= 1, one per stage (e.g. [2, 2])")
+        if len(self.stem_widths) != len(self.stem_pool):
+            raise ConfigError("stem_widths", self.stem_widths, f"a list of {len(self.stem_pool)} widths",
+                              reason=f"one width per stage, and stem_pool={self.stem_pool} has {len(self.stem_pool)}")
+        check_int("stem_kernel", self.stem_kernel)
+        if self.stem_kernel % 2 == 0:
+            raise ConfigError("stem_kernel", self.stem_kernel, "an odd integer >= 1",
+                              reason="an odd kernel is centred on its base, so the convolution shifts nothing")
+        if self.causal:
+            raise ConfigError("stem", self.stem, "none", reason="a bin mixes its bases, so a causal model would see "
+                                                                "the tokens it predicts; the stem is for encoders")
+        if self.contact_head:
+            raise ConfigError("contact_head", True, "false", reason="contacts are per token, and a stem's attention "
+                                                                    "runs over bins")
+
     # --- derived -----------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def stem_factor(self) -> int:
+        """Tokens (bases) per bin: the product of stem_pool; 1 without a stem."""
+        return math.prod(self.stem_pool) if self.stem == "conv" else 1
 
     # --- (de)serialisation -------------------------------------------------------------------
     @classmethod

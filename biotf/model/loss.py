@@ -167,7 +167,7 @@ def language_model_loss(model: Transformer, input_ids: torch.Tensor, labels: tor
         out = model(input_ids, attention_mask=attention_mask, labels=labels)
         return HeadLoss(out.logits, out.loss, out.scored, out.correct)
     check_labels(labels, input_ids.shape)  # before the trunk runs, as forward checks
-    hidden = model.head_input(model.encode(input_ids, attention_mask).last_hidden_state)
+    hidden = model.head_input(model.token_states(model.encode(input_ids, attention_mask)))
     targets = lm_targets(labels, model.config.causal)
     return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.head_weight, targets.reshape(-1),
                                 model.lm_head_bias, keep_logits=False)

@@ -63,7 +63,8 @@ class PositionEncoding(nn.Module):
 @register_position("learned")
 class LearnedPositions(PositionEncoding):
     """A trained table of `max_seq_len` vectors added to the token embeddings (GPT-2, BERT), after `position_offset`
-    rows that only HF's padding positions use (RoBERTa, ESM-1b: real tokens are numbered from pad id + 1)."""
+    rows that only HF's padding positions use (RoBERTa, ESM-1b: real tokens are numbered from pad id + 1). With a
+    stem, positions count bins: ceil(max_seq_len / stem_factor) rows."""
 
     @classmethod
     def check_config(cls, config: TransformerConfig) -> None:
@@ -73,7 +74,8 @@ class LearnedPositions(PositionEncoding):
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
-        self.table = nn.Embedding(config.max_seq_len + config.position_offset, config.d_model)
+        rows = -(-config.max_seq_len // config.stem_factor)
+        self.table = nn.Embedding(rows + config.position_offset, config.d_model)
         self.offset = config.position_offset
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,14 @@ extract.py excludes BOS/EOS), cls takes the first token (the tokenizer's <cls>/<
 attends to nothing after it, so its vector is the same for every record: cls is refused on causal models
 (`check_pool`), whose sequence heads pool mean (the default) or max.
 
+With a convolutional stem (`stem: conv`) the trunk computes bins. Sequence heads pool each token's bin vector
+(`TrunkOutput.per_token`, as `biotf embed`); a token head works at one of two resolutions (`RESOLUTIONS`):
+- base: each token's own vector, the bins upsampled (`Transformer.token_states`, what the LM head reads);
+- bin: one logit vector per bin, trained on bin labels made from the token labels by majority (`stem.majority_bins`:
+  the most frequent label among a bin's labelled tokens, ties to the smallest class id; a bin with none is
+  unlabelled); its logits and predictions are handed back per token (each token its bin's), so metrics and
+  prediction files stay per token.
+
 Regression targets are standardised with the training split's mean and standard deviation, which the head keeps
 as buffers: the loss is MSE in standard units (so its scale does not depend on the unit of the label), and
 `predict` returns values in the label's own unit. The head is a single linear layer on purpose: with the trunk
@@ -26,9 +34,11 @@ from torch import nn
 
 from biotf.errors import ConfigError, InputError
 from biotf.conventions import IGNORE_INDEX
-from biotf.model.transformer import Transformer
+from biotf.model.stem import majority_bins
+from biotf.model.transformer import Transformer, TrunkOutput
 
 TASKS = ("classification", "regression", "token")
+RESOLUTIONS = ("base", "bin")  # of a token head: each token's vector, or each bin's (a stem's)
 SEQUENCE_POOLS = ("mean", "cls", "max")  # `biotf.export.pooling.POOLS` less "none" (one vector per record)
 
 
@@ -41,6 +51,18 @@ def check_pool(pool: str, task: str, causal: bool) -> None:
         reason = ("the model is causal: its first token sees no later token, so every record would get the same "
                   "vector" if pool == "cls" and causal else None)
         raise ConfigError("finetune.pool", pool, " | ".join(allowed), reason=reason)
+
+
+def check_resolution(resolution: str, task: str, factor: int) -> None:
+    """ConfigError for a token-head resolution that `task` on a trunk of `factor` tokens per bin cannot mean."""
+    if resolution not in RESOLUTIONS:
+        raise ConfigError("finetune.resolution", resolution, " | ".join(RESOLUTIONS))
+    if resolution == "bin" and task != "token":
+        raise ConfigError("finetune.resolution", resolution, "base", reason=f"task={task} predicts one value per "
+                          "record; only task=token has a resolution")
+    if resolution == "bin" and factor == 1:
+        raise ConfigError("finetune.resolution", resolution, "base", reason="the model has no stem (model.stem: "
+                          "none), so its tokens are its bins")
 
 
 def pool_tokens(hidden: torch.Tensor, content_mask: torch.Tensor, pool: str) -> torch.Tensor:
@@ -72,13 +94,17 @@ class TaskOutput:
 class TaskModel(nn.Module):
     """A trunk (`Transformer`, its LM head unused) and one task head.
 
-    n_outputs: the number of classes (classification, token) or of regression targets."""
+    n_outputs: the number of classes (classification, token) or of regression targets. resolution: of a token head
+    (see the module docstring); bin needs a trunk with a stem."""
 
-    def __init__(self, trunk: Transformer, task: str, n_outputs: int, pool: str = "mean", dropout: float = 0.0):
+    def __init__(self, trunk: Transformer, task: str, n_outputs: int, pool: str = "mean", dropout: float = 0.0,
+                 resolution: str = "base"):
         super().__init__()
         if task not in TASKS:
             raise ConfigError("task", task, " | ".join(TASKS))
         check_pool(pool, task, trunk.config.causal)
+        check_resolution(resolution, task, trunk.config.stem_factor)
+        self.resolution, self.factor = resolution, trunk.config.stem_factor
         minimum = 1 if task == "regression" else 2
         if isinstance(n_outputs, bool) or not isinstance(n_outputs, int) or n_outputs < minimum:
             raise ConfigError("n_outputs", n_outputs, f"an integer >= {minimum}",
@@ -103,13 +129,32 @@ class TaskModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, content_mask: torch.Tensor,
                 labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B,) class ids, (B, n_outputs) values in the label's unit, or (B, T) token classes (-100: none)."""
-        hidden = self.trunk.encode(input_ids, attention_mask).last_hidden_state
-        return self.from_features(hidden if self.task == "token" else pool_tokens(hidden, content_mask, self.pool),
-                                  labels)
+        trunk = self.trunk.encode(input_ids, attention_mask)
+        bins = trunk.bins if self.resolution == "bin" else None
+        if bins is not None:  # from_features reads bins from real tokens packed to the front of each row
+            labels = None if labels is None else bins.pack(labels)
+        out = self.from_features(self._features(trunk, content_mask), labels)
+        return out if bins is None else TaskOutput(bins.unpack(out.logits), bins.unpack(out.predictions), out.loss)
+
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 content_mask: torch.Tensor) -> torch.Tensor:
+        """What `from_features` takes, of a right-padded batch (as biotf's collators pad): (B, D) pooled vectors, or
+        (B, T, D) per token (token task; at bin resolution each token its bin's vector)."""
+        return self._features(self.trunk.encode(input_ids, attention_mask), content_mask)
+
+    def _features(self, trunk: TrunkOutput, content_mask: torch.Tensor) -> torch.Tensor:
+        if self.task != "token":
+            return pool_tokens(trunk.per_token(), content_mask, self.pool)
+        if self.resolution == "bin":
+            return trunk.bins.repeat(trunk.last_hidden_state)  # packed: real tokens first in each row
+        return self.trunk.token_states(trunk)
 
     def from_features(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
-        """The head on the trunk's features: (B, D) pooled vectors, or (B, T, D) token vectors (token task); what
-        `forward` computes after the trunk, and what a frozen trunk's cached features train."""
+        """The head on the trunk's features: (B, D) pooled vectors, or (B, T, D) token vectors (token task; at bin
+        resolution each token carries its bin's vector, the real tokens of each row first); what `forward` computes
+        after the trunk, and what a frozen trunk's cached features train."""
+        if self.resolution == "bin":
+            return self._from_bins(x[:, ::self.factor], x.shape[1], labels)
         logits = self.head(x if self.dropout is None else self.dropout(x))
         if self.task == "regression":
             predictions = logits.detach() * self.target_std + self.target_mean
@@ -117,14 +162,27 @@ class TaskModel(nn.Module):
             predictions = logits.detach().argmax(-1)
         return TaskOutput(logits, predictions, None if labels is None else self.loss(logits, labels))
 
+    def _from_bins(self, bins: torch.Tensor, length: int, labels: torch.Tensor | None) -> TaskOutput:
+        """The head on each bin, its loss against the bins' majority labels; logits and predictions per token."""
+        logits = self.head(bins if self.dropout is None else self.dropout(bins))
+        loss = None
+        if labels is not None:
+            check_token_labels(labels, (bins.shape[0], length))
+            loss = self.loss(logits, majority_bins(labels, self.factor, logits.shape[-1])[0])
+        per_token = logits.repeat_interleave(self.factor, dim=1)[:, :length]
+        return TaskOutput(per_token, per_token.detach().argmax(-1), loss)
+
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.task == "regression":
             return F.mse_loss(logits.float(), ((labels - self.target_mean) / self.target_std).float())
         if self.task == "token":
-            if labels.shape != logits.shape[:-1]:
-                raise InputError(f"token labels must have the shape of input_ids {tuple(logits.shape[:-1])}, "
-                                 f"got {tuple(labels.shape)}")
+            check_token_labels(labels, logits.shape[:-1])
             if not bool((labels != IGNORE_INDEX).any()):
                 return logits.sum() * 0.0  # no labelled token in this batch: a zero that keeps the graph
             return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
         return F.cross_entropy(logits.float(), labels)
+
+
+def check_token_labels(labels: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if labels.shape != shape:
+        raise InputError(f"token labels must have the shape of input_ids {tuple(shape)}, got {tuple(labels.shape)}")

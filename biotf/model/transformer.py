@@ -2,10 +2,12 @@
 
     token embedding (ESM token dropout if token_dropout; x sqrt(d_model) if scale_embeddings; + token type 0's
       vector if type_vocab_size)
+      -> conv stem (if stem=conv: tokens -> bins, `stem.py`; everything below until the LM head runs over bins)
       -> positions (learned / sinusoidal added here; rope rotates q, k; alibi biases scores; none)
       -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position;
          attention causal, or bidirectional, and limited to the last sliding_window positions if set)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
+      -> upsampling to one vector per token (if stem=conv; `token_states`)
       -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
          [+ lm_head_bias])
     contact head (if contact_head): a regression over every layer's attention maps, applied by
@@ -26,6 +28,10 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   layer's attention probabilities, masks and padding applied (a padded key gets 0), computed by an explicit softmax
   instead of SDPA for that forward only (as HF's eager attention); `attention_maps` yields them one layer at a time.
   Rows of padded queries are unspecified but finite, as their outputs are.
+- With a stem (`stem=conv`), `encode` returns bins: `last_hidden_state`, `hidden_states` and `attentions` have
+  ceil(L / stem_factor) positions, `TrunkOutput.bins` says how tokens became bins (its `mask` is the bins' attention
+  mask: a bin is real if any of its tokens is) and maps bin values back to tokens (`bins.to_tokens`: each token its
+  bin's). Logits, losses and `token_states` are per token, as without a stem: labels keep the shape of input_ids.
 - A `KVCache` (`use_cache=True`, or pass one as `past_key_values`) serves incremental decoding of causal
   models; it is updated in place and returned as `past_key_values`. It keeps every position, also with a sliding
   window: the mask hides those outside the window, so decoding equals a full forward exactly.
@@ -59,6 +65,7 @@ from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
+from biotf.model.stem import BinLayout, Stem
 
 # The share of tokens ESM's training replaced by <mask> (15% selected x 80% masked), hard-coded in every ESM
 # training run and in HF EsmEmbeddings; token dropout rescales by it.
@@ -80,25 +87,34 @@ class TransformerOutput:
 
 
 class BlockInputs(NamedTuple):
-    """What every block takes, prepared once per forward by `Transformer.block_inputs`: the embedded tokens, the
-    rotary (cos, sin) or None, the attention mask (or None with `is_causal`) and the KV cache or None."""
+    """What every block takes, prepared once per forward by `Transformer.block_inputs`: the embedded tokens (bins
+    with a stem), the rotary (cos, sin) or None, the attention mask (or None with `is_causal`), the KV cache or None,
+    and with a stem how the tokens became bins."""
 
     hidden: torch.Tensor
     rotary: tuple[torch.Tensor, torch.Tensor] | None
     mask: torch.Tensor | None
     is_causal: bool
     cache: KVCache | None
+    bins: BinLayout | None = None
 
 
 @dataclass
 class TrunkOutput:
-    """What `Transformer.encode` returns: the input of the LM head, and optionally every layer's output and
-    attention probabilities."""
+    """What `Transformer.encode` returns: the final hidden states (bins with a stem: `bins` says how tokens became
+    them), and optionally every layer's output and attention probabilities."""
 
     last_hidden_state: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None
     past_key_values: KVCache | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    bins: BinLayout | None = None
+
+    def per_token(self, states: torch.Tensor | None = None) -> torch.Tensor:
+        """`states` (default last_hidden_state; or any of hidden_states) as one vector per input token: themselves
+        without a stem, each token its bin's vector with one (what embeddings and pooled task heads read)."""
+        states = self.last_hidden_state if states is None else states
+        return states if self.bins is None else self.bins.to_tokens(states)
 
 
 class Transformer(nn.Module):
@@ -113,6 +129,7 @@ class Transformer(nn.Module):
             raise TypeError(f"Transformer needs a TransformerConfig, got {type(config).__name__}")
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.stem = Stem(config) if config.stem == "conv" else None
         self.positions = build_positions(config)
         # Optional stages are None when absent (not Identity): decoding one token runs this forward hundreds of
         # times, and each skipped module call saves a few microseconds of Python.
@@ -137,7 +154,7 @@ class Transformer(nn.Module):
         residual stream (attention output, MLP down) get init_std / sqrt(2 n_layers) (GPT-2, section 2.3)."""
         std = self.config.init_std
         for name, module in self.named_modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, (nn.Linear, nn.Conv1d)):
                 scale = 1 / math.sqrt(2 * self.config.n_layers) if name.endswith((".out", ".down")) else 1.0
                 nn.init.normal_(module.weight, 0.0, std * scale)
                 if module.bias is not None:
@@ -174,7 +191,7 @@ class Transformer(nn.Module):
             check_labels(labels, input_ids.shape)
         trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache,
                             output_attentions)
-        logits = self.logits(trunk.last_hidden_state)
+        logits = self.logits(self.token_states(trunk))
         if labels is None:
             return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values,
                                      attentions=trunk.attentions)
@@ -207,7 +224,15 @@ class Transformer(nn.Module):
         if hidden_states is not None:
             hidden_states[-1] = x
         return TrunkOutput(x, tuple(hidden_states) if hidden_states is not None else None,
-                           inputs.cache if use_cache else None, tuple(attentions) if attentions is not None else None)
+                           inputs.cache if use_cache else None, tuple(attentions) if attentions is not None else None,
+                           inputs.bins)
+
+    def token_states(self, trunk: TrunkOutput) -> torch.Tensor:
+        """One vector per input token from `encode`'s output: what the LM head reads (logits, losses, scores) and a
+        base-resolution task head. Without a stem, last_hidden_state; with one, the bins upsampled (`Stem.upsample`)."""
+        if trunk.bins is None:
+            return trunk.last_hidden_state
+        return self.stem.upsample(trunk.last_hidden_state, trunk.bins)
 
     def attention_maps(self, input_ids: torch.Tensor,
                        attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
@@ -225,8 +250,9 @@ class Transformer(nn.Module):
 
     def block_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      past_key_values: KVCache | None = None, use_cache: bool = False) -> BlockInputs:
-        """The checked inputs embedded (token dropout, scaling, token type, positions, embedding norm, dropout), with
-        the rotary tables, the attention mask and the cache (a new one with `use_cache` and none passed)."""
+        """The checked inputs embedded (token dropout, scaling, token type, the stem's bins, positions, embedding norm,
+        dropout), with the rotary tables, the attention mask and the cache (a new one with `use_cache` and none
+        passed). With a stem, the positions and the mask are the bins' (`stem.py`)."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -245,7 +271,6 @@ class Transformer(nn.Module):
             raise InputError(f"attention_mask must have shape (batch, past + length) = {(batch, total)}, "
                              f"got {tuple(attention_mask.shape)}")
 
-        key_positions, query_positions = self._position_ids(attention_mask, past, total, input_ids.device)
         x = self.embed(input_ids)
         if config.token_dropout:
             x = self._token_dropout(x, input_ids, attention_mask)
@@ -253,6 +278,12 @@ class Transformer(nn.Module):
             x = x * math.sqrt(config.d_model)
         if self.token_type_embed is not None:  # one segment: type 0 everywhere, as HF without token_type_ids
             x = x + self.token_type_embed.weight[0]
+        bins = None
+        if self.stem is not None:  # no cache here: the stem is for bidirectional models
+            x, bins = self.stem(x, attention_mask)
+            attention_mask, length = bins.mask, x.shape[1]
+            total = length
+        key_positions, query_positions = self._position_ids(attention_mask, past, total, input_ids.device)
         x = self.positions.embed(x, query_positions)
         if self.embed_norm is not None:
             x = self.embed_norm(x)
@@ -260,7 +291,7 @@ class Transformer(nn.Module):
             x = self.dropout(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
-        return BlockInputs(x, rotary, mask, is_causal, cache)
+        return BlockInputs(x, rotary, mask, is_causal, cache, bins)
 
     # --- LM head -------------------------------------------------------------------------------
     @property

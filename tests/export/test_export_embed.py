@@ -125,3 +125,33 @@ def test_model_limits_and_cls(tiny_encoder, monkeypatch):
     monkeypatch.setattr(tokenizer, "cls_id", None)
     with pytest.raises(ConfigError, match="no <cls> token"):
         Embedder(model, tokenizer, EmbedOptions(pool="cls"))
+
+
+def test_a_stem_model_embeds_bases_each_carrying_its_bin(tmp_path):
+    """With a conv stem the pipeline's tokens are bases: per-token output is one vector per base, the bases of one
+    bin (counted from the record's <cls>) sharing it; pooling weighs each bin by its content bases; batch mates
+    and padding change nothing (1e-5)."""
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "dna", "k": 1})
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**{**TINY_DNA_STEM, "vocab_size": tokenizer.vocab_size})).eval()
+    rng = np.random.default_rng(1)
+    items = [Record(f"d{i}", "".join(rng.choice(list("ACGT"), n)), {}, i) for i, n in enumerate([9, 30, 4, 17])]
+    per_base, _ = embed((model, tokenizer), items, pool="none", batch_tokens=200)
+    pooled, _ = embed((model, tokenizer), items, pool="mean", batch_tokens=200)
+    for item, bases, mean in zip(items, per_base, pooled):
+        ids = torch.tensor([tokenizer.encode(item.sequence, True)])
+        with torch.no_grad():
+            bins = model.encode(ids).last_hidden_state[0].numpy()
+        expected = bins[np.arange(1, len(item.sequence) + 1) // 4]  # content token t (after <cls>) is in bin t // 4
+        assert bases.vectors.shape == (1, len(item.sequence), 16)  # one layer (the last)
+        np.testing.assert_allclose(bases.vectors[0], expected, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(mean.vectors[0], expected.mean(0), rtol=0, atol=1e-5)
+        (alone,), _ = embed((model, tokenizer), [item], pool="none")
+        np.testing.assert_allclose(bases.vectors, alone.vectors, rtol=0, atol=1e-5)
+
+
+TINY_DNA_STEM = dict(d_model=16, n_layers=2, n_heads=2, d_ff=32, max_seq_len=64, causal=False, pos="rope",
+                     norm="layernorm", mlp="gelu", stem="conv", stem_widths=[8, 16], stem_kernel=5, stem_pool=[2, 2])

@@ -304,6 +304,12 @@ def test_settings_the_model_cannot_use_are_refused_before_any_data_is_read(pretr
         ([f"init_from={smiles_model(tmp_path)}", "finetune.split.method=identity"],
          "invalid config finetune.split.method='identity': sequence identity is for proteins and DNA"),
         (["data.max_length=1024"], f"data.max_length=1024 exceeds the max_seq_len 128 of {pretrained / 'base'}"),
+        # a token head's bin resolution needs bins: a model with a conv stem
+        (["task=token", "finetune.resolution=bin"],
+         "invalid config finetune.resolution='bin': the model has no stem (model.stem: none), so its tokens are its "
+         "bins (allowed: base)"),
+        ([f"init_from={stem_model(tmp_path)}", "finetune.resolution=bin"],
+         "invalid config finetune.resolution='bin': task=classification predicts one value per record"),
     ]
     for position, (overrides, expected) in enumerate(cases):
         run = tmp_path / f"run{position}"
@@ -335,3 +341,68 @@ def test_max_length_defaults_to_the_models_and_the_summary_says_where_the_run_is
     out = capsys.readouterr().out
     assert f"  run directory: {tmp_path}\n" in out
     assert f"  best checkpoint: step {written['best_step']} ({tmp_path / 'checkpoints' / 'best.ckpt'})\n" in out
+
+
+def stem_model(tmp_path: Path) -> Path:
+    """The tiny bidirectional model with a conv stem of 4 tokens per bin, and the protein tokenizer."""
+    from biotf.checkpoint import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "protein"})
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("tiny", causal=False, vocab_size=tokenizer.vocab_size, stem="conv",
+                                                 stem_widths=[16, 32], stem_kernel=5, stem_pool=[2, 2]))
+    return save_pretrained(model, tokenizer, tmp_path / "stem")
+
+
+def majority_counts(labels: list[str], factor: int) -> dict[str, int]:
+    """The bin-label counts, by hand: tokens are <cls> + one per residue + <eos>, bins of `factor` tokens from <cls>;
+    a bin's label is the most frequent of its residues' (a tie to the first class)."""
+    from collections import Counter
+
+    counts = {"bins": 0, "labelled_bins": 0, "labelled_tokens": 0, "outvoted_tokens": 0}
+    for label in labels:
+        tokens = [None, *label, None]
+        for start in range(0, len(tokens), factor):
+            votes = Counter(c for c in tokens[start:start + factor] if c is not None)
+            counts["bins"] += 1
+            counts["labelled_tokens"] += sum(votes.values())
+            if votes:
+                best = max(votes.values())
+                counts["labelled_bins"] += 1
+                counts["outvoted_tokens"] += sum(votes.values()) - best
+    return counts
+
+
+@pytest.mark.parametrize("resolution, mode", [("base", "full"), ("bin", "full"), ("bin", "frozen")])
+def test_a_stem_model_fine_tunes_a_token_head_at_either_resolution(pretrained, tmp_path, resolution, mode):
+    from biotf.checkpoint.task_model import load_task_model
+    from biotf.data.readers import ReaderOptions
+    from biotf.finetune.run import train_task
+    from biotf.inference.predict import predict_file
+
+    run = tmp_path / "run"
+    summary = train_task(finetune_config(pretrained, "data.label_column=ss", "task=token",
+                                         f"init_from={stem_model(tmp_path)}", f"finetune.resolution={resolution}",
+                                         f"finetune.mode={mode}", "finetune.monitor=accuracy", "trainer.max_steps=6",
+                                         "trainer.val_check_interval=3"), run)
+    assert (summary.resolution, summary.steps) == (resolution, 6)
+    with open(pretrained / "labelled.csv") as handle:
+        labels = {row["id"]: row["ss"] for row in csv.DictReader(handle)}
+    if resolution == "bin":
+        assert summary.bin_labels == majority_counts(list(labels.values()), 4)
+        assert "bin labels (majority of each bin's tokens)" in summary.text()
+    else:
+        assert summary.bin_labels is None
+    expected = {row["id"]: row["prediction"] for row in read_tsv(run / "predictions_test.tsv")}
+    for record, prediction in expected.items():
+        assert len(prediction) == len(labels[record])  # per residue at either resolution
+        if resolution == "bin":  # residue p is token p + 1, in bin (p + 1) // 4: one prediction per bin
+            bins = {}
+            assert all(bins.setdefault((p + 1) // 4, c) == c for p, c in enumerate(prediction))
+    _, _, info = load_task_model(run)
+    assert info.resolution == resolution
+    predict_file(run, pretrained / "labelled.csv", tmp_path / "predicted.tsv", ReaderOptions(id_column="id"))
+    predicted = {row["id"]: row["prediction"] for row in read_tsv(tmp_path / "predicted.tsv")}
+    assert all(predicted[record] == prediction for record, prediction in expected.items())

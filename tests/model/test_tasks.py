@@ -96,3 +96,54 @@ def test_bad_heads_are_refused():
         TaskModel(trunk(), "classification", 1)
     with pytest.raises(InputError, match="do not vary"):
         TaskModel(trunk(), "regression", 1).set_target_scale(torch.zeros(1), torch.zeros(1))
+
+
+def stem_trunk() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, d_ff=64, causal=False,
+                                         lm_head=False, init_std=0.1, stem="conv", stem_widths=[16, 32],
+                                         stem_kernel=3, stem_pool=[2, 2]))
+
+
+@pytest.mark.parametrize("resolution", ["base", "bin"])
+def test_a_stem_token_head_is_per_token_at_either_resolution_and_padding_side_changes_nothing(resolution):
+    model = TaskModel(stem_trunk(), "token", 2, resolution=resolution).eval()
+    ids, attention, content, labels = batch(3)
+    right = model(ids, attention, content, labels["token"])
+    assert right.logits.shape == (16, 12, 2) and right.predictions.shape == (16, 12)
+    # the frozen-trunk path (cached features of right-padded rows, then the head) is the same computation
+    cached = model.from_features(model.features(ids, attention, content), labels["token"])
+    torch.testing.assert_close(cached.logits, right.logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(cached.loss, right.loss, rtol=0, atol=1e-6)
+    # left padding: the same rows, real tokens last; every real token's output and the loss stay
+    order = torch.argsort(attention, dim=1, stable=True)
+    left = model(ids.gather(1, order), attention.gather(1, order), content.gather(1, order),
+                 labels["token"].gather(1, order))
+    real = attention.bool()
+    torch.testing.assert_close(left.logits[attention.gather(1, order).bool()], right.logits[real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(left.loss, right.loss, rtol=0, atol=1e-6)
+    if resolution == "bin":  # one prediction per bin of 4 tokens, counted from <cls>
+        assert torch.equal(right.predictions, right.predictions[:, ::4].repeat_interleave(4, 1)[:, :12])
+
+
+def test_a_bin_head_trains_on_majority_labels_and_its_loss_falls():
+    model = TaskModel(stem_trunk(), "token", 2, resolution="bin")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(30):
+        ids, attention, content, labels = batch(step % 4)
+        loss = model(ids, attention, content, labels["token"]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    assert sum(losses[-4:]) < 0.9 * sum(losses[:4]), losses
+
+
+def test_a_bin_resolution_is_refused_without_a_stem_or_a_token_task():
+    with pytest.raises(ConfigError, match=r"finetune.resolution='bin': the model has no stem"):
+        TaskModel(trunk(), "token", 2, resolution="bin")
+    with pytest.raises(ConfigError, match=r"finetune.resolution='bin': task=classification predicts one value"):
+        TaskModel(stem_trunk(), "classification", 2, resolution="bin")
+    with pytest.raises(ConfigError, match=r"\(allowed: base \| bin\)"):
+        TaskModel(stem_trunk(), "token", 2, resolution="residue")

@@ -32,6 +32,24 @@ def test_pll_equals_one_masked_copy_per_forward(protein_mlm):
         assert math.isclose(score.perplexity, math.exp(-expected / len(sequence)), rel_tol=1e-6)
 
 
+def test_pll_of_a_stem_model_is_per_base_and_equals_the_reference_loop():
+    """A conv stem pools bases into bins of 4; its logits are per base (the upsampling), so PLL masks and scores
+    each base, batched and padded as for any masked model, and equals one unpadded forward per masked copy."""
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "dna", "k": 1})
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, max_seq_len=64, causal=False, stem="conv",
+                                          stem_widths=[16, 32], stem_kernel=5, stem_pool=[2, 2],
+                                          **reference.SHAPE)).eval()
+    dna = ["ACGTTGCAAGCTTACG", "GATTACA", "CCGGAATTCCGGAATTACGTA"]
+    scores = Scorer(model, tokenizer, ScoreOptions(batch_tokens=64)).sequence_scores(dna, "pll")
+    for sequence, score in zip(dna, scores):
+        assert score.scored_tokens == len(sequence)
+        assert abs(score.log_likelihood - reference.pseudo_log_likelihood(model, tokenizer, sequence)) <= TOLERANCE
+
+
 def test_causal_log_likelihood_equals_one_forward(protein_clm):
     model, tokenizer = protein_clm
     scores = Scorer(model, tokenizer).sequence_scores(PROTEINS)  # auto: causal for a decoder

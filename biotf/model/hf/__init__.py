@@ -10,17 +10,19 @@ Families (one module per recipe, registered in `families.FAMILIES` by config.jso
 - `bert`, `roberta` (`bert.py`, one mapping with a layout parameter): the masked LMs and the encoders without LM head,
   read; `BertForMaskedLM` / `BertModel`, `RobertaForMaskedLM` / `RobertaModel` written. The tensor names the three
   encoder families share are one table (`encoder.py`).
-Other model types are refused with a `CheckpointError`. A model is read from a `transformers` model object or from a
+Other model types are refused with a `CheckpointError`; a model with a convolutional stem (`stem: conv`) is refused
+for writing with a `ConfigError` naming model.stem (no family has one). A model is read from a `transformers` model object or from a
 directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json, or a
 pytorch_model.bin read with `torch.load(weights_only=True)`): `weights`. The tests compare logits with `transformers`
 for each family.
 """
 
-from biotf.model.hf.convert import Materialise, load_hf, save_hf
+from biotf.model.hf.convert import Materialise, check_hf_writable, load_hf, save_hf
 from biotf.model.hf.esm import ESM_ARCHITECTURES
 from biotf.model.hf.families import FAMILIES
 from biotf.model.hf.family import Family
 from biotf.model.hf.weights import CONFIG_FILE, WEIGHTS_FILE, read_hf_config, read_weights
 
-__all__ = ["CONFIG_FILE", "ESM_ARCHITECTURES", "FAMILIES", "WEIGHTS_FILE", "Family", "Materialise", "load_hf",
+__all__ = ["CONFIG_FILE", "ESM_ARCHITECTURES", "FAMILIES", "WEIGHTS_FILE", "Family", "Materialise", "check_hf_writable",
+           "load_hf",
            "read_hf_config", "read_weights", "save_hf"]

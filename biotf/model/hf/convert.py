@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from biotf.errors import CheckpointError
+from biotf.errors import CheckpointError, ConfigError
 from biotf.model.hf.families import FAMILIES
 from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
                                    read_weights)
 
 if TYPE_CHECKING:  # the model class is passed in by `Transformer.from_hf`: this package does not import it
+    from biotf.model.config import TransformerConfig
     from biotf.model.transformer import Transformer
 
 
@@ -82,12 +83,21 @@ def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torc
     return model.eval()
 
 
+def check_hf_writable(config: TransformerConfig) -> None:
+    """Refuse (ConfigError) what no family can hold, before any family is tried: a convolutional stem has no Hugging
+    Face equivalent (every family's `check_holds` would refuse it too, one family at a time)."""
+    if config.stem != "none":
+        raise ConfigError("model.stem", config.stem, "none", reason="no Hugging Face architecture has a convolutional "
+                          "stem; save the model in biotf's own format (biotf export-model without --hf)")
+
+
 def save_hf(model: Transformer, directory: str | PathLike, model_type: str | None = None) -> None:
     """Write `model` as a checkpoint of family `model_type` (config.json + model.safetensors, float tensors as they
     are) that `transformers` loads. None: the first family, in `FAMILIES` order, that can hold the model's config;
     a named family that cannot is refused, naming the field."""
     from safetensors.torch import save_file
 
+    check_hf_writable(model.config)
     writers = {name: family for name, family in FAMILIES.items() if family.export_config is not None}
     if model_type is not None and model_type not in writers:
         raise CheckpointError(f"biotf cannot write model_type {model_type!r} (it writes: {', '.join(writers)})")
