@@ -10,7 +10,7 @@ are, and the merge appends them in order to one writer, which writes the file as
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ class EmbedRun:
         with self._writer(self.output_path, directory) as writer:
             self.embed(records, writer, stats)
             writer.keep()
-        return asdict(stats)
+        return {field.name: getattr(stats, field.name) for field in fields(stats)}
 
     def merge(self, parts: list[Path], output: Path, counts: dict[str, Any]) -> None:
         stats = stats_from_counts(counts)
