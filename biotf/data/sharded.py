@@ -222,7 +222,9 @@ def _prepare(folder: Path, identity: dict[str, Any], overwrite: bool) -> tuple[d
     """Rank 0, before any work: check, clean and (re)write the work folder; returns the plan every rank follows and
     the held lock."""
     if folder.exists() or folder.is_symlink():
-        ours = folder.is_dir() and not folder.is_symlink() and ((folder / MANIFEST).is_file() or not any(folder.iterdir()))
+        # a manifest, or nothing but what rank 0 makes before it (the lock): a start killed before its manifest
+        ours = (folder.is_dir() and not folder.is_symlink()
+                and ((folder / MANIFEST).is_file() or {path.name for path in folder.iterdir()} <= {LOCK}))
         if not ours:
             raise InputError(f"{folder} exists and is not a parts folder of biotf (no {MANIFEST}); move it away, "
                              "biotf never deletes what it did not write")
