@@ -164,7 +164,9 @@ class _Group:
         data = text.encode("utf-8") if self.launch.rank == 0 else b""
         size = torch.tensor([len(data)], dtype=torch.int64)
         dist.broadcast(size, 0)
-        buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(int(size), dtype=torch.uint8)
+        buffer = torch.empty(int(size), dtype=torch.uint8)
+        if data:
+            buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         dist.broadcast(buffer, 0)
         return bytes(buffer.numpy()).decode("utf-8")
 

@@ -181,8 +181,9 @@ class EmbeddingWriter:
         """Leave the spools in `spool_dir` with what `extend` needs to append them to another writer (`state.json`:
         ids, per-token lengths, text sizes and widths, each spool's dtype, shape and rows) instead of writing a file."""
         self._close_spools()
+        spools = {name: [spool.dtype.str, list(spool.shape), spool.rows] for name, spool in self.spools.items()}
         state = {"ids": self.ids, "lengths": self.lengths.tolist(), "sizes": self.sizes, "widths": self.widths,
-                 "spools": {name: [spool.dtype.str, list(spool.shape), spool.rows] for name, spool in self.spools.items()}}
+                 "spools": spools}
         (self.spool_dir / PART_STATE).write_text(json.dumps(state), encoding="utf-8")
 
     def extend(self, part: Path) -> None:

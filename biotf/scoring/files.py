@@ -112,7 +112,8 @@ class ScoreRun:
         output_format(output_path)
         self.input_path, self.output_path, self.progress = input_path, output_path, progress
         self.tokenizer_options = dict(tokenizer_options or {})
-        self.scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
+        model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
+        self.scorer = Scorer(model, tokenizer, options)
         self.method = self.scorer.resolve(method)
 
     def rows(self, records: Iterable[Record], summary: ScoreSummary) -> list[dict[str, object]]:

@@ -123,7 +123,8 @@ def test_two_simulated_nodes_write_the_one_process_file(capsys, tmp_path, model_
     port = str(free_port())
     nodes = [subprocess.Popen(torchrun("--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
                                        "--master-port", port, args=embed_args(model_dir, fasta, tmp_path / "two.npz")),
-                              cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
              for node in (0, 1)]
     outputs = [node.communicate(timeout=120) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs

@@ -125,12 +125,17 @@ def test_a_crash_keeps_finished_parts_and_the_rerun_does_only_the_rest(capsys, t
     with pytest.raises(Crash):
         run(capsys, *embed_args(model_dir, fasta, out, "--part-records", "2", "--batch-tokens", "1"))
     folder = work_folder(out)
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "part-000000", "part-000000.json",
-                                                        "part-000001", "part-000001.json", "part-000002.tmp", "run.lock"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "manifest.json", "part-000000", "part-000000.json", "part-000001", "part-000001.json", "part-000002.tmp",
+        "run.lock"]
     entries = {name: os.stat(folder / name).st_mtime_ns for name in ("part-000000.json", "part-000001.json")}
     done = []
-    monkeypatch.setattr(sharded, "_write_part", lambda work, folder, part, records: (done.append(part),
-                                                                                     write_part(work, folder, part, records)))
+
+    def record_and_write(work, folder, part, records):
+        done.append(part)
+        write_part(work, folder, part, records)
+
+    monkeypatch.setattr(sharded, "_write_part", record_and_write)
     # the kept parts are not rewritten: their entries are those of the first run when the merge reads them
     read = sharded.parse_json_object
 
