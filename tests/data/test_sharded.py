@@ -261,3 +261,22 @@ def test_predict_in_parts_is_the_one_process_table(capsys, tmp_path, fasta, one_
     assert status == 0, single_err
     assert (tmp_path / "parted.tsv").read_bytes() == (tmp_path / "single.tsv").read_bytes()
     assert single_err.splitlines()[-1] == err.splitlines()[-1] and "3 longer than max_length" in err
+
+
+def test_score_parts_of_256_records_batch_as_one_process_does(capsys, tmp_path, model_dir, monkeypatch):
+    # parts of a multiple of the scorer's 256 records per call hold the same calls, so even default batches give
+    # the one-process floats to the bit (parts of 100 records do not: a check that this test can fail)
+    rng = np.random.default_rng(0)
+    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    fasta = tmp_path / "many.fasta"
+    fasta.write_text("".join(f">r{i}\n{''.join(rng.choice(letters, rng.integers(3, 12)))}\n" for i in range(300)))
+    args = ("score", "--model", str(model_dir), "--input", str(fasta))
+    status, err = run(capsys, *args, "--output", str(tmp_path / "single.csv"))
+    assert status == 0, err
+    single = (tmp_path / "single.csv").read_bytes()
+    for part_records, equal in (("256", True), ("100", False)):
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        out = tmp_path / f"{part_records}.csv"
+        status, err = run(capsys, *args, "--output", str(out), "--part-records", part_records)
+        assert status == 0, err
+        assert (out.read_bytes() == single) is equal
