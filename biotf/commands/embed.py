@@ -21,6 +21,7 @@ from pathlib import Path
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 from biotf.errors import ConfigError
 
 
@@ -54,6 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
+    add_part_arguments(parser)
     add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
@@ -68,7 +70,7 @@ def parse_layer(text: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.export import EmbedOptions, embed_file
+    from biotf.export import EmbedOptions, EmbedRun, embed_file, stats_from_counts
 
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
@@ -77,9 +79,21 @@ def run(args: argparse.Namespace) -> int:
                            max_length=args.max_length, long=args.long, overlap=args.overlap)
     reader = reader_options(args)
     tokenizer_options = parse_options(args.option)
+    progress = not args.no_progress and sys.stderr.isatty()
+    launched = launch()
     with as_option_errors(tokenizer_options):
-        stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
-                           progress=not args.no_progress and sys.stderr.isatty(), tokenizer_options=tokenizer_options)
+        if launched is None:
+            note_waiting_parts(args)
+            stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
+                               progress=progress, tokenizer_options=tokenizer_options)
+        else:
+            work = EmbedRun(args.model, args.input, args.output, options, launched.device(args.device),
+                            progress and launched.rank == 0, tokenizer_options)
+            done = run_in_parts(args, work, launched)
+            if done is None:
+                return 0
+            stats = stats_from_counts(done.counts)
+            stats.policies.update(done.reader_policies)
     print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
     if args.plot is not None:
         from biotf.analysis.plot import plot_file

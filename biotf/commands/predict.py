@@ -21,6 +21,7 @@ from pathlib import Path
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,19 +34,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
+    add_part_arguments(parser)
     add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.inference.predict import predict_file
+    from biotf.inference.predict import PredictRun, predict_file
     from biotf.wording import counted
 
     prepare_outputs(args, {"--output": args.output}, [args.input])
     tokenizer_options = parse_options(args.option)
+    launched = launch()
     with as_option_errors(tokenizer_options):
-        summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size,
-                               tokenizer_options)
+        if launched is None:
+            note_waiting_parts(args)
+            summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size,
+                                   tokenizer_options)
+        else:
+            work = PredictRun(args.model, args.output, args.batch_size, tokenizer_options, args.input)
+            done = run_in_parts(args, work, launched)
+            if done is None:
+                return 0
+            summary = work.summary(done.counts)
+            summary.policies.update(done.reader_policies)
     print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
           f"({summary.task}, from {args.model})")
     changed = [f"{n} {why}" for why, n in summary.counts.items()]

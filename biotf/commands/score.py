@@ -27,6 +27,7 @@ from pathlib import Path
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 from biotf.errors import ConfigError
 
 
@@ -62,11 +63,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="tokens shared by consecutive windows of long inputs (default: a quarter window)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_part_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.scoring import ScoreOptions, score_file, score_variants_file
+    from biotf.scoring import ScoreOptions, ScoreRun, score_file, score_variants_file
     from biotf.scoring.files import output_format
 
     if args.input is None and args.variants is None:
@@ -87,10 +89,24 @@ def run(args: argparse.Namespace) -> int:
     prepare_outputs(args, {"--output": args.output}, inputs)
     progress = not args.no_progress and sys.stderr.isatty()
     tokenizer_options = parse_options(args.option)
+    launched = launch()
+    if launched is not None and args.variants is not None:
+        raise ConfigError("--variants", str(args.variants), reason="a run under torchrun scores the records of "
+                          "--input in parts; variants of one reference run in one process", allowed="--input")
     if args.input is not None:
         with as_option_errors(tokenizer_options):
-            summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
-                                 args.device, progress, tokenizer_options)
+            if launched is None:
+                note_waiting_parts(args)
+                summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
+                                     args.device, progress, tokenizer_options)
+            else:
+                work = ScoreRun(args.model, args.input, args.output, args.method, options,
+                                launched.device(args.device), progress and launched.rank == 0, tokenizer_options)
+                done = run_in_parts(args, work, launched)
+                if done is None:
+                    return 0
+                summary = work.summary(done.counts)
+                summary.policies.update(done.reader_policies)
         source = args.input
     else:
         with as_option_errors(tokenizer_options):

@@ -11,7 +11,8 @@ from biotf.lazy import lazy_exports
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
     "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed", "RecordEmbedding": "embed",
-    "embed_file": "files", "EMBEDDING_FORMATS": "choices", "POOLS": "pooling", "EMBED_LONG_POLICIES": "choices",
+    "embed_file": "files", "EmbedRun": "files", "stats_from_counts": "files",
+    "EMBEDDING_FORMATS": "choices", "POOLS": "pooling", "EMBED_LONG_POLICIES": "choices",
     "EmbeddingTable": "writers", "EmbeddingWriter": "writers",
     "read_embeddings": "writers", "npz_text": "writers",
 }

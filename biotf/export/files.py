@@ -3,19 +3,23 @@
 Reads records with biotf's readers (FASTA/GenBank, CSV/TSV with metadata columns, .smi, text), embeds
 them with `Embedder` and streams them into an `EmbeddingWriter`. The output extension is checked before
 the model loads; any error removes every partial file, so the output name holds a complete file or nothing.
+`EmbedRun` is the same work for a sharded run (`biotf.data.sharded`): each part is a writer's spools kept as they
+are, and the merge appends them in order to one writer, which writes the file as `embed_file` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.checkpoint.digest import model_fingerprint
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
 from biotf.checkpoint.loading import load_pretrained
+from biotf.tokenizers.base import PolicyStats
 
 
 def open_embedder(model_source: str | Path, options: EmbedOptions = EmbedOptions(), device: str = "cpu",
@@ -34,28 +38,78 @@ def open_embedder(model_source: str | Path, options: EmbedOptions = EmbedOptions
     return embedder, info
 
 
+class EmbedRun:
+    """One model embedding records into embedding files: a whole file (`embed_file`), or the parts of a sharded run
+    and their merge (`biotf.data.sharded.PartWork`), which writes the file `embed_file` writes for the same records."""
+
+    def __init__(self, model_source: str | Path, input_path: str | Path, output_path: str | Path,
+                 options: EmbedOptions = EmbedOptions(), device: str = "cpu", progress: bool = False,
+                 tokenizer_options: Mapping[str, Any] | None = None):
+        output_format(output_path)
+        self.input_path, self.output_path, self.options, self.progress = input_path, output_path, options, progress
+        self.embedder, self.info = open_embedder(model_source, options, device, tokenizer_options)
+        self.info["input"] = str(input_path)
+
+    def _writer(self, path: str | Path, spool_dir: Path | None = None) -> EmbeddingWriter:
+        return EmbeddingWriter(path, self.embedder.array_names, self.options.pool == "none", self.info, spool_dir)
+
+    def embed(self, records: Iterable[Record], writer: EmbeddingWriter, stats: EmbedStats) -> None:
+        """Embed `records` into `writer`, counting into `stats` (a progress bar if asked for)."""
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(unit="tok", unit_scale=True, desc=f"embedding {Path(self.input_path).name}", leave=False)
+        try:
+            for item in self.embedder.embed(records, stats, self.input_path, bar):
+                writer.add(item)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def write(self, records: Iterable[Record], stats: EmbedStats) -> None:
+        """The whole output file from `records`."""
+        with self._writer(self.output_path) as writer:
+            self.embed(records, writer, stats)
+            self._finish(writer, stats)
+
+    def _finish(self, writer: EmbeddingWriter, stats: EmbedStats) -> None:
+        writer.info.update(chunked=stats.chunked, truncated=stats.truncated, tokens=stats.tokens)
+        writer.close()
+
+    # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        keys = ("model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
+                "long", "overlap")
+        return {"command": "embed", **{key: self.info[key] for key in keys}}
+
+    def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
+        stats = EmbedStats()
+        with self._writer(self.output_path, directory) as writer:
+            self.embed(records, writer, stats)
+            writer.keep()
+        return {field.name: getattr(stats, field.name) for field in fields(stats)}
+
+    def merge(self, parts: list[Path], output: Path, counts: dict[str, Any]) -> None:
+        stats = stats_from_counts(counts)
+        with self._writer(output) as writer:
+            for part in parts:
+                writer.extend(part)
+            self._finish(writer, stats)
+
+
+def stats_from_counts(counts: Mapping[str, Any]) -> EmbedStats:
+    """The `EmbedStats` of counts summed over a sharded run's parts (`write_part` returns each part's)."""
+    return EmbedStats(**{**counts, "policies": PolicyStats(counts.get("policies", {}))})
+
+
 def embed_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
                options: EmbedOptions = EmbedOptions(), reader_options: ReaderOptions = ReaderOptions(),
                device: str = "cpu", progress: bool = False,
                tokenizer_options: Mapping[str, Any] | None = None) -> EmbedStats:
     """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts.
     `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`: same vocabulary)."""
-    output_format(output_path)
-    embedder, info = open_embedder(model_source, options, device, tokenizer_options)
-    info["input"] = str(input_path)
+    run = EmbedRun(model_source, input_path, output_path, options, device, progress, tokenizer_options)
     stats = EmbedStats()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(unit="tok", unit_scale=True, desc=f"embedding {Path(input_path).name}", leave=False)
-    try:
-        with EmbeddingWriter(output_path, embedder.array_names, options.pool == "none", info) as writer:
-            for item in embedder.embed(read_records(input_path, reader_options, stats.policies), stats, input_path, bar):
-                writer.add(item)
-            writer.info.update(chunked=stats.chunked, truncated=stats.truncated, tokens=stats.tokens)
-            writer.close()
-    finally:
-        if bar is not None:
-            bar.close()
+    run.write(read_records(input_path, reader_options, stats.policies), stats)
     return stats

@@ -47,11 +47,12 @@ from biotf.errors import InputError
 from biotf.export.embed import RecordEmbedding
 from biotf.export.choices import EMBEDDING_FORMATS
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
-from biotf.untrusted import parse_json_object
+from biotf.untrusted import parse_json_object, read_json_object
 
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
 RESERVED = {"id", "sequence", "embeddings", *TOKEN_COLUMNS}
 CHUNK_ROWS = 8192
+PART_STATE = "state.json"  # what a kept part's spools hold (`EmbeddingWriter.keep`)
 
 
 def output_format(path: str | Path) -> str:
@@ -76,26 +77,36 @@ class _Spool:
     def chunks(self) -> Iterator[np.ndarray]:
         """The rows, CHUNK_ROWS at a time."""
         self.handle.flush()
-        row_bytes = self.dtype.itemsize * int(np.prod(self.shape))
-        with open(self.path, "rb") as handle:
-            for start in range(0, self.rows, CHUNK_ROWS):
-                count = min(CHUNK_ROWS, self.rows - start)
-                yield np.frombuffer(handle.read(count * row_bytes), self.dtype).reshape(count, *self.shape)
+        return _row_chunks(self.path, self.dtype, self.shape, self.rows)
+
+
+def _row_chunks(path: Path, dtype: np.dtype, shape: tuple[int, ...], rows: int) -> Iterator[np.ndarray]:
+    """`rows` rows of a spool file, CHUNK_ROWS at a time."""
+    row_bytes = dtype.itemsize * int(np.prod(shape))
+    with open(path, "rb") as handle:
+        for start in range(0, rows, CHUNK_ROWS):
+            count = min(CHUNK_ROWS, rows - start)
+            yield np.frombuffer(handle.read(count * row_bytes), dtype).reshape(count, *shape)
 
 
 class EmbeddingWriter:
     """Collects `RecordEmbedding`s in order and writes one embedding file; use as a context manager so that
     an error removes the spools and leaves no output behind."""
 
-    def __init__(self, path: str | Path, array_names: list[str], per_token: bool, info: dict[str, Any]):
+    def __init__(self, path: str | Path, array_names: list[str], per_token: bool, info: dict[str, Any],
+                 spool_dir: Path | None = None):
+        """`spool_dir`: an existing empty directory to spool into (a part of a sharded run, which `keep` leaves
+        there); by default a hidden one beside `path`, removed when the file is written."""
         self.path, self.format = Path(path), output_format(path)
         self.array_names, self.per_token, self.info = array_names, per_token, info
         self.ids: list[str] = []
         self.lengths = array("q")  # per-token: content tokens of each record
         self.sizes: dict[str, int] = {"sequence": 0}  # UTF-8 bytes per text column (the .npz entry's length)
         self.widths: dict[str, int] = {"sequence": 0}  # characters of the longest string per text column
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.spool_dir = Path(tempfile.mkdtemp(prefix=work_prefix(self.path), suffix=SPOOL_SUFFIX, dir=self.path.parent))
+        if spool_dir is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            spool_dir = Path(tempfile.mkdtemp(prefix=work_prefix(self.path), suffix=SPOOL_SUFFIX, dir=self.path.parent))
+        self.spool_dir = spool_dir
         self.spools: dict[str, _Spool] = {}
         self.text = open(self.spool_dir / LOCK_FILE, "w", encoding="utf-8")  # [sequence, metadata] per line
         lock(self.text)  # held while this run lives: `remove_leftovers` of a later run leaves it alone
@@ -157,10 +168,47 @@ class EmbeddingWriter:
             self.abort()
 
     def abort(self) -> None:
+        self._close_spools()
+        shutil.rmtree(self.spool_dir, ignore_errors=True)
+
+    def _close_spools(self) -> None:
         self.text.close()
         for spool in self.spools.values():
             spool.handle.close()
-        shutil.rmtree(self.spool_dir, ignore_errors=True)
+
+    # --- parts of a sharded run (biotf.data.sharded) ------------------------------------------------------
+    def keep(self) -> None:
+        """Leave the spools in `spool_dir` with what `extend` needs to append them to another writer (`state.json`:
+        ids, per-token lengths, text sizes and widths, each spool's dtype, shape and rows) instead of writing a file."""
+        self._close_spools()
+        spools = {name: [spool.dtype.str, list(spool.shape), spool.rows] for name, spool in self.spools.items()}
+        state = {"ids": self.ids, "lengths": self.lengths.tolist(), "sizes": self.sizes, "widths": self.widths,
+                 "spools": spools}
+        (self.spool_dir / PART_STATE).write_text(json.dumps(state), encoding="utf-8")
+
+    def extend(self, part: Path) -> None:
+        """Append the records a writer `keep`s in directory `part`, as if they had been `add`ed here one by one
+        (per-token record indices shifted by the records already here), copying the spools' bytes."""
+        state = read_json_object(part / PART_STATE, "embedding part state")
+        offset = len(self.ids)
+        self.ids.extend(state["ids"])
+        self.lengths.extend(state["lengths"])
+        for column, size in state["sizes"].items():
+            self.sizes[column] = self.sizes.get(column, 0) + size
+            self.widths[column] = max(self.widths.get(column, 0), state["widths"][column])
+        with open(part / LOCK_FILE, encoding="utf-8") as handle:
+            shutil.copyfileobj(handle, self.text)
+        for name, (dtype, shape, rows) in state["spools"].items():
+            if name not in self.spools:
+                self.spools[name] = _Spool(self.spool_dir / name, np.dtype(dtype), tuple(shape))
+            spool = self.spools[name]
+            if name == "record_index":
+                for chunk in _row_chunks(part / name, np.dtype(dtype), tuple(shape), rows):
+                    spool.append(chunk + offset)
+            else:
+                with open(part / name, "rb") as handle:
+                    shutil.copyfileobj(handle, spool.handle)
+                spool.rows += rows
 
     def __enter__(self) -> EmbeddingWriter:
         return self

@@ -3,14 +3,15 @@
 Columns: id, prediction (the class name, the value in the label's unit, or one label character per residue), and
 for classification one probability column per class (p_<class>); tab-separated unless the output ends in .csv.
 Records are encoded as in training (the run's max_length and long_policy, `encode_for_task`); records cut or dropped
-by that policy are counted.
+by that policy are counted. Under torchrun `PredictRun` predicts in parts (`biotf.data.sharded`), merged by rank 0.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,12 @@ from biotf.checkpoint.task_model import TaskInfo, load_task_model
 from biotf.data.collators import content_mask, pad_batch
 from biotf.data.labels import label_text
 from biotf.data.long_policy import encode_for_task
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.errors import ConfigError
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+
+PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON array of strings a line
 
 
 @dataclass
@@ -63,44 +66,92 @@ def prediction_row(record: str, ids: np.ndarray, predicted: np.ndarray, score: n
     return row + [f"{p:.6f}" for p in score] if info.task == "classification" else row
 
 
+class PredictRun:
+    """A fine-tuned model's predictions for records: the whole file (`predict_file`), or the parts of a sharded run
+    and their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines of the output's text fields)."""
+
+    def __init__(self, model_source: str | Path, output: str | Path, batch_size: int = 32,
+                 tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None):
+        if batch_size < 1:
+            raise ConfigError("--batch-size", batch_size, "an integer >= 1")
+        self.output, self.batch_size, self.input_path = output, batch_size, input_path
+        self.tokenizer_options = dict(tokenizer_options or {})
+        self.model, self.tokenizer, self.info = load_task_model(model_source, tokenizer_options)
+        classes = self.info.classes if self.info.task == "classification" else []
+        self.header = ["id", "prediction"] + [f"p_{c}" for c in classes]
+
+    def rows(self, records: Iterable[Record], summary: PredictionSummary) -> list[list[str]]:
+        """One row per record the run's long_policy keeps, in order; counts into `summary`."""
+        rows: list[list[str]] = []
+        batch: list[tuple[str, np.ndarray]] = []
+
+        def flush() -> None:
+            predictions, scores = predict(self.model, self.tokenizer, [ids for _, ids in batch])
+            rows.extend(prediction_row(record, ids, predicted, score, self.info, self.tokenizer)
+                        for (record, ids), predicted, score in zip(batch, predictions, scores))
+            batch.clear()
+
+        for record in records:
+            summary.records += 1
+            ids = encode_for_task(self.tokenizer, record.sequence, record.id, self.info.max_length,
+                                  self.info.long_policy, summary.counts, summary.policies, self.input_path)
+            if ids is not None:
+                batch.append((record.id, ids))
+            if len(batch) == self.batch_size:
+                flush()
+        if batch:
+            flush()
+        summary.rows += len(rows)
+        return rows
+
+    def write(self, rows: Iterable[list[str]]) -> None:
+        """The output file (tab-separated unless its name ends in .csv), atomically."""
+        delimiter = "," if Path(self.output).suffix.lower() == ".csv" else "\t"
+
+        def write(path: Path) -> None:
+            with open(path, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
+                writer.writerow(self.header)
+                writer.writerows(rows)
+
+        atomic_write(self.output, write)
+
+    # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        from biotf.checkpoint.digest import model_fingerprint
+
+        return {"command": "predict", "model_fingerprint": model_fingerprint(self.model),
+                "tokenizer_fingerprint": self.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options}
+
+    def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
+        summary = PredictionSummary(rows=0, records=0, task=self.info.task)
+        rows = self.rows(records, summary)
+        with open(directory / PART_ROWS, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        return {"rows": summary.rows, "records": summary.records, "counts": dict(summary.counts),
+                "policies": dict(summary.policies)}
+
+    def merge(self, parts: list[Path], output: Path, counts: dict[str, Any]) -> None:
+        def rows() -> Iterator[list[str]]:
+            for part in parts:
+                with open(part / PART_ROWS, encoding="utf-8") as handle:
+                    yield from (json.loads(line) for line in handle)
+
+        self.write(rows())
+
+    def summary(self, counts: Mapping[str, Any]) -> PredictionSummary:
+        """The summary of counts summed over a sharded run's parts."""
+        return PredictionSummary(counts["rows"], counts["records"], self.info.task, Counter(counts.get("counts", {})),
+                                 PolicyStats(counts.get("policies", {})))
+
+
 def predict_file(model_source: str | Path, input_path: str | Path, output: str | Path,
                  options: ReaderOptions | None = None, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
     (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
     policies of the model's tokenizer (`load_pretrained`). An error about a record names `input_path`."""
-    if batch_size < 1:
-        raise ConfigError("--batch-size", batch_size, "an integer >= 1")
-    model, tokenizer, info = load_task_model(model_source, tokenizer_options)
-    header = ["id", "prediction"] + ([f"p_{c}" for c in info.classes] if info.task == "classification" else [])
-    summary = PredictionSummary(rows=0, records=0, task=info.task)
-    rows: list[list[str]] = []
-    batch: list[tuple[str, np.ndarray]] = []
-
-    def flush() -> None:
-        predictions, scores = predict(model, tokenizer, [ids for _, ids in batch])
-        rows.extend(prediction_row(record, ids, predicted, score, info, tokenizer)
-                    for (record, ids), predicted, score in zip(batch, predictions, scores))
-        batch.clear()
-
-    for record in read_records(input_path, options or ReaderOptions(), summary.policies):
-        summary.records += 1
-        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy,
-                              summary.counts, summary.policies, input_path)
-        if ids is not None:
-            batch.append((record.id, ids))
-        if len(batch) == batch_size:
-            flush()
-    if batch:
-        flush()
-    summary.rows = len(rows)
-    delimiter = "," if Path(output).suffix.lower() == ".csv" else "\t"
-
-    def write(path: Path) -> None:
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(rows)
-
-    atomic_write(output, write)
+    run = PredictRun(model_source, output, batch_size, tokenizer_options, input_path)
+    summary = PredictionSummary(rows=0, records=0, task=run.info.task)
+    run.write(run.rows(read_records(input_path, options or ReaderOptions(), summary.policies), summary))
     return summary

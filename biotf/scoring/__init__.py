@@ -13,7 +13,7 @@ from biotf.lazy import lazy_exports
 # name -> submodule; each is imported when first used (see biotf/lazy.py), so the command's parser loads no torch.
 _EXPORTS = {
     "substitution_score": "baselines", "SCORE_FORMATS": "choices", "METHODS": "choices", "SEQUENCE_METHODS": "choices",
-    "ScoreSummary": "files", "score_file": "files", "score_variants_file": "files", "write_table": "files",
+    "ScoreSummary": "files", "ScoreRun": "files", "score_file": "files", "score_variants_file": "files", "write_table": "files",
     "Mutation": "mutations", "Variant": "mutations", "apply": "mutations", "difference": "mutations",
     "make_variant": "mutations", "parse_code": "mutations", "parse_pos_ref_alt": "mutations",
     "ScoreOptions": "scorer", "Scorer": "scorer", "SequenceScore": "scorer", "VariantScore": "scorer",

@@ -7,12 +7,14 @@ record's metadata exactly as read (FASTA descriptions, every other CSV column), 
   `tokens`, `scored_tokens`, `residues`, `windows` (nats; means and perplexity over scored tokens);
 - variants: `variant` (the mutations, numbered from `offset`), `mutations`, `method`, `score`, and with
   both strands `score_forward` and `score_reverse` (`score` is their mean).
+Under torchrun `ScoreRun` scores the records in parts (`biotf.data.sharded`) and rank 0 writes the table from them.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -28,6 +30,8 @@ from biotf.tokenizers.base import PolicyStats
 from biotf.wording import counted
 
 RECORDS_PER_CALL = 256  # sequences scored together: their rows share batches
+PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON object a line
+SUMMED = ("records", "tokens", "windows", "chunked", "policies")  # what a part counts
 
 
 @dataclass
@@ -96,41 +100,89 @@ def _progress(progress: bool, description: str):
     return tqdm(unit="pos", unit_scale=True, desc=description, leave=False)
 
 
+class ScoreRun:
+    """One model scoring the records of a file: the whole table (`score_file`), or the parts of a sharded run and
+    their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines, whose floats read back exactly)."""
+
+    def __init__(self, model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
+                 options: ScoreOptions = ScoreOptions(), device: str = "cpu", progress: bool = False,
+                 tokenizer_options: Mapping[str, Any] | None = None):
+        from biotf.checkpoint.loading import load_pretrained
+
+        output_format(output_path)
+        self.input_path, self.output_path, self.progress = input_path, output_path, progress
+        self.tokenizer_options = dict(tokenizer_options or {})
+        model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
+        self.scorer = Scorer(model, tokenizer, options)
+        self.method = self.scorer.resolve(method)
+
+    def rows(self, records: Iterable[Record], summary: ScoreSummary) -> list[dict[str, object]]:
+        """One row per record, in order, RECORDS_PER_CALL records sharing batches; counts into `summary` (its
+        tokenizer policies too)."""
+        self.scorer.policies = PolicyStats()
+        rows = []
+        bar = _progress(self.progress, f"scoring {Path(self.input_path).name}")
+        records = iter(records)
+        try:
+            while chunk := list(islice(records, RECORDS_PER_CALL)):
+                try:
+                    scores = self.scorer.sequence_scores([r.sequence for r in chunk], self.method,
+                                                         [r.id for r in chunk], bar)
+                except TokenizationError as error:
+                    raise with_source(error, self.input_path) from None
+                for record, score in zip(chunk, scores):
+                    summary.records += 1
+                    summary.tokens += score.tokens
+                    summary.windows += score.windows
+                    summary.chunked += score.windows > 1
+                    rows.append(_with_metadata(record, {
+                        "id": record.id, "sequence": record.sequence, "method": self.method,
+                        "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
+                        "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
+                        "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
+                        "windows": score.windows}))
+        finally:
+            if bar is not None:
+                bar.close()
+        summary.policies.update(self.scorer.policies)
+        return rows
+
+    # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        from biotf.checkpoint.digest import model_fingerprint
+
+        return {"command": "score", "model_fingerprint": model_fingerprint(self.scorer.model),
+                "tokenizer_fingerprint": self.scorer.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options,
+                "method": self.method, "max_length": self.scorer.max_length, "overlap": self.scorer.options.overlap}
+
+    def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
+        summary = ScoreSummary(method=self.method)
+        rows = self.rows(records, summary)
+        with open(directory / PART_ROWS, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        return {key: getattr(summary, key) for key in SUMMED}
+
+    def merge(self, parts: list[Path], output: Path, counts: dict[str, Any]) -> None:
+        rows = []
+        for part in parts:
+            with open(part / PART_ROWS, encoding="utf-8") as handle:
+                rows.extend(json.loads(line) for line in handle)
+        write_table(output, rows)
+
+    def summary(self, counts: Mapping[str, Any]) -> ScoreSummary:
+        """The summary of counts summed over a sharded run's parts."""
+        return ScoreSummary(method=self.method, **{**counts, "policies": PolicyStats(counts.get("policies", {}))})
+
+
 def score_file(model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
                options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
                device: str = "cpu", progress: bool = False,
                tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
     """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`; `tokenizer_options` change
     policies of the model's tokenizer (`load_pretrained`)."""
-    from biotf.checkpoint.loading import load_pretrained
-
-    output_format(output_path)
-    scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
-    summary = ScoreSummary(method=scorer.resolve(method))
-    rows = []
-    bar = _progress(progress, f"scoring {Path(input_path).name}")
-    try:
-        records = read_records(input_path, reader_options, summary.policies)
-        while chunk := list(islice(records, RECORDS_PER_CALL)):
-            try:
-                scores = scorer.sequence_scores([r.sequence for r in chunk], summary.method, [r.id for r in chunk], bar)
-            except TokenizationError as error:
-                raise with_source(error, input_path) from None
-            for record, score in zip(chunk, scores):
-                summary.records += 1
-                summary.tokens += score.tokens
-                summary.windows += score.windows
-                summary.chunked += score.windows > 1
-                rows.append(_with_metadata(record, {
-                    "id": record.id, "sequence": record.sequence, "method": summary.method,
-                    "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
-                    "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
-                    "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
-                    "windows": score.windows}))
-    finally:
-        if bar is not None:
-            bar.close()
-    summary.policies.update(scorer.policies)
+    run = ScoreRun(model_source, input_path, output_path, method, options, device, progress, tokenizer_options)
+    summary = ScoreSummary(method=run.method)
+    rows = run.rows(read_records(input_path, reader_options, summary.policies), summary)
     write_table(output_path, rows)
     return summary
 

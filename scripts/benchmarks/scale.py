@@ -1,0 +1,77 @@
+"""Scaling out (issue 29): `biotf embed` over 2 processes under torchrun against 1 process, on the shipped DeepLoc
+test proteins, each run a fresh command from start (imports, model load, reading) to the merged file.
+
+- "2 processes": `torchrun --nproc-per-node 2 -m biotf embed` (gloo), one thread each (OMP_NUM_THREADS=1), parts of
+  `PART_RECORDS` records dealt to the ranks, rank 0 merging them into the .npz;
+- anchor "1 process": the plain `biotf embed` with one thread, the same records and options.
+The ratio is the speed-up of a second process (target: above 1.5 on 2 free cores). A one-process run with two
+threads (torch's default here) is recorded too: what the same 2 cores give without torchrun. The model is small
+(64 wide, 4 layers, random weights) so that a run takes seconds; the figure is what parts and merging cost next to
+the model, on a machine whose other load the printout states (`os.getloadavg`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from itertools import islice
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PART_RECORDS = 128
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(bench, quick: bool) -> None:
+    import torch
+
+    from biotf.checkpoint import save_pretrained
+    from biotf.data.readers import read_records
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.resources import SAMPLES_DIR
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    count = 256 if quick else 512
+    with tempfile.TemporaryDirectory(prefix="biotf-bench-scale-") as tmp:
+        tmp = Path(tmp)
+        torch.manual_seed(0)
+        config = TransformerConfig(vocab_size=33, d_model=64, n_layers=4, n_heads=4, n_kv_heads=4, d_ff=256,
+                                   max_seq_len=512, causal=False, pos="rope", norm="layernorm", mlp="gelu")
+        model = save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp / "model")
+        fasta = tmp / "proteins.fasta"
+        records = list(islice(read_records(SAMPLES_DIR / "deeploc_test_set.fasta"), count))
+        fasta.write_text("".join(f">{r.id}\n{r.sequence}\n" for r in records))
+        residues = sum(len(r.sequence) for r in records)
+        args = ["-m", "biotf", "embed", "--no-progress", "--model", str(model), "--input", str(fasta),
+                "--overwrite", "--part-records", str(PART_RECORDS)]
+
+        def command(processes: int | None, threads: int) -> Callable[[], None]:
+            env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+            env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(threads))
+            launch = [] if processes is None else ["-m", "torch.distributed.run", "--nproc-per-node", str(processes)]
+
+            def go() -> None:
+                port = [] if processes is None else ["--master-port", str(_free_port())]
+                out = tmp / f"out_{processes}_{threads}.npz"
+                subprocess.run([sys.executable, *launch, *port, *args, "--output", str(out)], env=env, check=True,
+                               capture_output=True, cwd=tmp)
+            return go
+
+        load = os.getloadavg()[0]
+        print(f"  load average before: {load:.2f} on {os.cpu_count()} cores; {count} DeepLoc proteins, "
+              f"{residues:,} residues")
+        bench.compare(f"embed {count} DeepLoc proteins, 2 processes (torchrun, 1 thread each) vs 1 (1 thread)",
+                      command(2, 1), command(None, 1), anchor_name="1 process biotf embed", unit="records",
+                      work=count, repeats=3, warmup=1, target=1.5)
+        seconds = bench.time(command(None, 2), repeats=3, warmup=0)
+        bench.record(f"embed {count} DeepLoc proteins, 1 process with 2 threads", count / min(seconds), "records/s",
+                     note=f"best of {len(seconds)}; load average after: {os.getloadavg()[0]:.2f}")
