@@ -18,11 +18,14 @@ The row limits were measured on a 2-core CPU (docs/benchmarks.md).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biotf.inference.fast.plan import DecodePlan
+if TYPE_CHECKING:  # the plan times this module's products
+    from biotf.inference.fast.plan import DecodePlan
 
 SPLIT_MAX_ROWS = 16
 WEIGHT_FIRST_MAX_ROWS = 256
