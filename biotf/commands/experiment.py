@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         if not equals or not name:
             raise ConfigError("--set", item, "NAME=VALUE")
         settings[name.strip()] = value
-    report = run_experiment(args.name, out, seeds, args.quick, settings, tuple(args.overrides))
+    extra = {"settings": settings, "overrides": tuple(args.overrides)} if settings or args.overrides else {}
+    report = run_experiment(args.name, out, seeds, args.quick, **extra)
     print(f"experiment {args.name}: report {report}", file=sys.stderr)
     return 0
