@@ -45,6 +45,10 @@ from biotf.resources import SAMPLES_DIR
 POSITIONS = ("alibi", "rope", "learned", "sinusoidal", "none")
 RESULTS_FILE = "annotation.json"  # per run: scores per genome and context, so a rerun of the report skips evaluation
 TABLE_FILE = "annotation.tsv"
+SETTINGS_FILE = "settings.json"  # what the output directory's windows and cached scores were made with
+# Settings that decide the training windows and what each cached score means: a rerun into the same directory
+# must keep them (contexts, positions and the k-mer settings may change: new runs and scores are added).
+DATA_SETTINGS = ("train_genome", "test_genomes", "held_out_start", "held_out_length")
 PROBABILITY_BATCH_TOKENS = 1 << 16
 
 
@@ -362,6 +366,23 @@ def write_report(out_dir: Path, settings: Settings, evaluations: list[Evaluation
     return write_markdown(out_dir / "report.md", sections), table
 
 
+def check_same_data(out_dir: Path, settings: Settings) -> None:
+    """Record DATA_SETTINGS in out_dir, or refuse a rerun into it with other values (its windows and cached scores
+    were made with those)."""
+    path = out_dir / SETTINGS_FILE
+    wanted = {name: getattr(settings, name) for name in DATA_SETTINGS}
+    wanted["test_genomes"] = list(wanted["test_genomes"])
+    if path.is_file():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        for name in DATA_SETTINGS:
+            if stored.get(name) != wanted[name]:
+                raise ConfigError(f"--set {name}", wanted[name], reason=f"{out_dir} holds an experiment made with "
+                                  f"{stored.get(name)!r}: choose a new --out")
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wanted, indent=1) + "\n", encoding="utf-8")
+
+
 def run(out_dir: Path, seeds: tuple[int, ...], quick: bool = False, settings: dict[str, str] | None = None,
         overrides: tuple[str, ...] = ()) -> Path:
     """Train every model, score it and the anchors, write annotation.tsv and report.md; returns report.md's path."""
@@ -375,6 +396,7 @@ def run(out_dir: Path, seeds: tuple[int, ...], quick: bool = False, settings: di
                           f"that leaves more than train_context={chosen.train_context} bases to train on")
     if not train_genome.circular and chosen.held_out_start + chosen.held_out_length > size:
         raise InputError(f"{chosen.train_genome}: the held-out region runs past the end of a linear genome")
+    check_same_data(out_dir, chosen)
     training = train_genome.piece((chosen.held_out_start + chosen.held_out_length) % size, size - chosen.held_out_length)
     evaluations = [Evaluation(f"{train_genome.id} held-out", train_genome, chosen.held_out_start,
                               chosen.held_out_length)]

@@ -50,6 +50,14 @@ def test_settings_parse_and_refuse():
         run_experiment("extrapolation", "unused", (0,), settings={"train_context": "5"})
 
 
+def test_a_rerun_with_another_held_out_region_is_refused(tmp_path):
+    settings = annotation.Settings()
+    annotation.check_same_data(tmp_path, settings)
+    annotation.check_same_data(tmp_path, annotation.parse_settings({"eval_contexts": "512"}, settings))  # may change
+    with pytest.raises(ConfigError, match="--set held_out_start.*holds an experiment made with 30000"):
+        annotation.check_same_data(tmp_path, annotation.parse_settings({"held_out_start": "0"}, settings))
+
+
 def test_set_without_equals_is_one_line(capsys):
     assert main(["experiment", "genome-annotation", "--set", "train_context"]) == 2
     assert "--set" in capsys.readouterr().err
