@@ -188,7 +188,8 @@ def scores_json(scores: AnnotationScores) -> dict:
 
 def evaluate_run(run_dir: Path, evaluations: list[Evaluation], contexts: list[int]) -> dict[str, dict]:
     """Scores of a fine-tuned run on every evaluation at every context ("cannot extend" for learned positions
-    beyond their table; a context that fails, e.g. out of memory, is recorded as failed), cached in RESULTS_FILE."""
+    beyond their table; a context that fails, e.g. out of memory, is reported as failed and tried again by a rerun),
+    cached in RESULTS_FILE."""
     from biotf.checkpoint.task_model import load_task_model
 
     results_path = run_dir / RESULTS_FILE
@@ -202,7 +203,7 @@ def evaluate_run(run_dir: Path, evaluations: list[Evaluation], contexts: list[in
         truth = evaluation.truth
         for context in sorted({min(c, len(evaluation.genome)) for c in contexts}):
             key = f"{evaluation.name}@{context}"
-            if key in results:
+            if key in results and "error" not in results[key]:
                 continue
             if config.pos == "learned" and context + specials > config.max_seq_len:
                 results[key] = {"cannot_extend": True}
@@ -210,7 +211,7 @@ def evaluate_run(run_dir: Path, evaluations: list[Evaluation], contexts: list[in
             started = time.perf_counter()
             try:
                 probabilities = model_probabilities(model, tokenizer, info.classes, evaluation, context, device)
-            except RuntimeError as error:  # out of memory, above all
+            except RuntimeError as error:  # out of memory, above all: reported, and tried again by a rerun
                 results[key] = {"error": str(error).splitlines()[0][:200]}
                 continue
             scores = score_annotation(truth.labels, probabilities.argmax(1), probabilities, truth.genes)
