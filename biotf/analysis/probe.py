@@ -89,7 +89,7 @@ def select_records(sequences: np.ndarray, values: np.ndarray, deduplicate: bool,
     return np.array(sorted(i for s, i in first.items() if s not in conflicting), np.int64)
 
 
-def _estimators(task: str, seed: int):
+def probe_estimators(task: str, seed: int):
     """(probe, trivial predictor) for the task; features are standardised inside each training fold."""
     from sklearn.dummy import DummyClassifier, DummyRegressor
     from sklearn.linear_model import LogisticRegression, RidgeCV
@@ -172,7 +172,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
         if len(chosen) < folds:
             raise InputError(f"only {len(chosen)} records to probe, fewer than --folds {folds}")
         splits = list(splitter.split(np.zeros(len(chosen)), target))
-    probe, trivial = _estimators(task, seed)
+    probe, trivial = probe_estimators(task, seed)
 
     rows = [ProbeRow(f"{model_name} {name}", array.shape[1], cross_validate(array[chosen], target, splits, probe, task))
             for name, array in arrays.items()]

@@ -3,6 +3,8 @@
     biotf experiment extrapolation                  # train short (128), test long (up to 1024); seeds 0 1 2
     biotf experiment norm-placement --seeds 0       # Pre-LN vs Post-LN x warmup x two learning rates, one seed
     biotf experiment extrapolation --quick          # a few steps per run, one seed: checks the pipeline only
+    biotf experiment genome-annotation --quick      # per-base gene annotation vs Prodigal at 1-4 kb contexts
+    biotf experiment genome-annotation --set eval_contexts=4096,16384 model.d_model=128   # settings, overrides
 
 Finished runs in --out are reused, so an interrupted experiment continues where it stopped.
 """
@@ -30,16 +32,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="one run per seed and setting; reports show the spread over seeds "
                              f"(default: {' '.join(map(str, DEFAULT_SEEDS))}; with --quick: {QUICK_SEEDS[0]})")
     parser.add_argument("--quick", action="store_true", help="a few steps per run (under 3 minutes on a CPU)")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
+                        help="an experiment setting (genome-annotation: contexts, held-out region, genomes, ...; "
+                             "lists comma-separated)")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="Hydra overrides for every run of the experiment (genome-annotation), e.g. model.d_model=128")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="output directory (default: outputs/experiments/NAME/<date_time>)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, forwards_flags=True)  # overrides may follow the options (biotf.cli.main)
 
 
 def run(args: argparse.Namespace) -> int:
+    from biotf.errors import ConfigError
     from biotf.experiments import run_experiment
 
     out = args.out or Path("outputs/experiments") / args.name / time.strftime("%Y-%m-%d_%H-%M-%S")
     seeds = tuple(args.seeds) if args.seeds else QUICK_SEEDS if args.quick else DEFAULT_SEEDS
-    report = run_experiment(args.name, out, seeds, args.quick)
+    settings = {}
+    for item in args.settings:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise ConfigError("--set", item, "NAME=VALUE")
+        settings[name.strip()] = value
+    extra = {"settings": settings, "overrides": tuple(args.overrides)} if settings or args.overrides else {}
+    report = run_experiment(args.name, out, seeds, args.quick, **extra)
     print(f"experiment {args.name}: report {report}", file=sys.stderr)
     return 0

@@ -229,8 +229,9 @@ def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
         yield Record(identifier, sequence, {"description": description.strip()}, index)
 
 
-def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
-                  fmt: str) -> Iterator[Record]:
+def _genbank_entries(handle: IO[bytes], path: Path) -> Iterator[tuple[int, object, str]]:
+    """(index, Biopython SeqRecord, sequence) of each GenBank record; a record without a sequence or a file
+    Biopython cannot parse is an InputError naming the file and the record."""
     from Bio import SeqIO
     from Bio.Seq import UndefinedSequenceError
 
@@ -244,15 +245,38 @@ def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: 
                 sequence = ""
             if not sequence:
                 raise InputError(f"{path}: GenBank record {entry.id!r} (record {index + 1}) has no sequence (no ORIGIN)")
-            metadata = {"description": entry.description}
-            for key in ("organism", "molecule_type", "topology"):
-                if key in entry.annotations:
-                    metadata[key] = str(entry.annotations[key])
-            yield Record(entry.id, sequence, metadata, index)
+            yield index, entry, sequence
     except ValueError as error:
         if isinstance(error, (InputError, UnicodeDecodeError)):
             raise
         raise InputError(f"{path}: not a valid GenBank file near record {index + 1}: {error}") from None
+
+
+def _genbank_record(index: int, entry, sequence: str) -> Record:
+    metadata = {"description": entry.description}
+    for key in ("organism", "molecule_type", "topology"):
+        if key in entry.annotations:
+            metadata[key] = str(entry.annotations[key])
+    return Record(entry.id, sequence, metadata, index)
+
+
+def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+                  fmt: str) -> Iterator[Record]:
+    for index, entry, sequence in _genbank_entries(handle, path):
+        yield _genbank_record(index, entry, sequence)
+
+
+def read_genbank_features(path: str | Path) -> Iterator[tuple[Record, list]]:
+    """Each GenBank record of `path` with its Biopython `SeqFeature`s (what `read_records` leaves out): for tasks
+    that label bases from the annotation. Same errors as `read_records`."""
+    path = Path(path)
+    count = 0
+    with open_binary(path) as handle, _read_errors(path):
+        for index, entry, sequence in _genbank_entries(handle, path):
+            count += 1
+            yield _genbank_record(index, entry, sequence), list(entry.features)
+    if count == 0:
+        raise InputError(f"{path}: no records found (genbank format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
 
 def _column_index(names: list[str], wanted: str | None, role: str, path: Path,

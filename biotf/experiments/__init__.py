@@ -6,6 +6,10 @@ into its output directory. `compare` does the same table + curves for any set of
 
     extrapolation   train short, test long across position encodings (Press et al. 2022)
     norm-placement  Pre-LN vs Post-LN with and without warmup (Xiong et al. 2020)
+    genome-annotation  per-base gene annotation of shipped genomes, train short / test long, against Prodigal
+
+An experiment module may declare `Settings` (a dataclass): it then takes `--set name=value` settings and Hydra
+overrides for every run (`run(out_dir, seeds, quick, settings, overrides)`).
 """
 
 from __future__ import annotations
@@ -15,15 +19,25 @@ from pathlib import Path
 
 # name -> module with `run(out_dir, seeds, quick) -> report path`; imported on use (Lightning is heavy).
 EXPERIMENTS = {"extrapolation": "biotf.experiments.extrapolation",
-               "norm-placement": "biotf.experiments.norm_placement"}
+               "norm-placement": "biotf.experiments.norm_placement",
+               "genome-annotation": "biotf.experiments.genome_annotation"}
 
 
-def run_experiment(name: str, out_dir: str | Path, seeds: tuple[int, ...], quick: bool = False) -> Path:
-    """Run experiment `name` into `out_dir` (finished runs there are reused); returns report.md's path."""
+def run_experiment(name: str, out_dir: str | Path, seeds: tuple[int, ...], quick: bool = False,
+                   settings: dict[str, str] | None = None, overrides: tuple[str, ...] = ()) -> Path:
+    """Run experiment `name` into `out_dir` (finished runs there are reused); returns report.md's path.
+    `settings` and `overrides` go to experiments that declare `Settings`; the others refuse them."""
     from biotf.errors import ConfigError
 
     if name not in EXPERIMENTS:
         raise ConfigError("experiment", name, " | ".join(EXPERIMENTS))
     if not seeds:
         raise ConfigError("--seeds", list(seeds), "one or more integers")
-    return importlib.import_module(EXPERIMENTS[name]).run(Path(out_dir), tuple(seeds), quick)
+    module = importlib.import_module(EXPERIMENTS[name])
+    if not hasattr(module, "Settings"):
+        if settings or overrides:
+            takes = [n for n in EXPERIMENTS if hasattr(importlib.import_module(EXPERIMENTS[n]), "Settings")]
+            raise ConfigError("--set / overrides", " ".join([*(settings or {}), *overrides]),
+                              reason=f"experiment {name} takes none (experiments that do: {', '.join(takes)})")
+        return module.run(Path(out_dir), tuple(seeds), quick)
+    return module.run(Path(out_dir), tuple(seeds), quick, settings or {}, tuple(overrides))

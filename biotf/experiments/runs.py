@@ -193,13 +193,16 @@ def compose_config(overrides: list[str]) -> TrainConfig:
 
 
 def train_job(config: TrainConfig, run_dir: Path) -> Run:
-    """Train `config` into `run_dir` with biotf's training, unless a finished run is already there
-    (an interrupted experiment restarts where it stopped). A run whose training raises is recorded
-    in error.txt and reported as failed instead of ending the whole experiment."""
+    """Train `config` into `run_dir` with biotf's training (a fine-tuning run when it names a `task`, as
+    `python train.py` does), unless a finished run is already there (an interrupted experiment restarts where it
+    stopped). A run whose training raises is recorded in error.txt and reported as failed instead of ending the
+    whole experiment."""
+    from biotf.finetune.results import RESULT_FILE
+    from biotf.finetune.run import train_task
     from biotf.training.config import to_plain
     from biotf.training.run import train
 
-    if (run_dir / SUMMARY_JSON).is_file():
+    if (run_dir / (SUMMARY_JSON if config.task is None else RESULT_FILE)).is_file():
         stored = read_run_config(run_dir / RESOLVED_CONFIG)
         wanted = flatten(to_plain(config))
         changed = changed_settings(stored, wanted)
@@ -210,7 +213,7 @@ def train_job(config: TrainConfig, run_dir: Path) -> Run:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
         try:
-            train(config, run_dir)
+            (train if config.task is None else train_task)(config, run_dir)
         except (BiotfError, RuntimeError, ValueError) as error:  # e.g. a NaN that breaks a kernel
             (run_dir / ERROR_FILE).write_text(f"{type(error).__name__}: {error}".splitlines()[0] + "\n",
                                               encoding="utf-8")

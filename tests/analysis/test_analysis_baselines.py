@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from biotf.analysis.baselines import dna_features, kmer_frequencies, morgan_fingerprints, protein_features
+from biotf.analysis.baselines import (dna_features, kmer_frequencies, kmer_window_frequencies, morgan_fingerprints,
+                                      protein_features)
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.analysis.baselines import baseline
 
@@ -49,3 +50,15 @@ def test_missing_rdkit_is_one_clear_error(monkeypatch):
 def test_unknown_baseline():
     with pytest.raises(ConfigError, match="allowed: protein, dna, smiles, none"):
         baseline("rna")
+
+
+@pytest.mark.parametrize("window", [1, 4, 7, 50])
+def test_kmer_window_frequencies_are_the_frequencies_of_each_window(window):
+    """Every base's row equals `kmer_frequencies` of the window around it, cut at the ends (N breaks k-mers)."""
+    sequence = "ACGTTGCANACCGGTAAAC" * 2
+    features = kmer_window_frequencies(sequence, "ACGT", (1, 2, 3), window)
+    half = window // 2
+    expected = kmer_frequencies([sequence[max(0, i - half):i + half + 1] for i in range(len(sequence))],
+                                "ACGT", (1, 2, 3))
+    assert features.shape == (len(sequence), 4 + 16 + 64)
+    np.testing.assert_allclose(features, expected, atol=1e-6)
