@@ -40,7 +40,10 @@ def build_positions(config: TransformerConfig) -> PositionEncoding:
 
 
 class PositionEncoding(nn.Module):
-    """No positional information (`pos: none`); the base of every scheme."""
+    """No positional information (`pos: none`); the base of every scheme. `biases_attention`: whether
+    `attention_bias` returns a bias (so that the transformer knows before asking for one block of it)."""
+
+    biases_attention = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -233,6 +236,8 @@ class AlibiPositions(PositionEncoding):
     Causal models use the paper's distance i - j (only j <= i is visible); bidirectional models use
     |i - j|, the symmetric form used by encoder adaptations (e.g. MosaicBERT).
     """
+
+    biases_attention = True
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
