@@ -318,7 +318,8 @@ class Transformer(nn.Module):
         None + is_causal where SDPA can apply causality itself (no padding, no bias, no cache offset, no key outside
         the sliding window), so that its fused kernels never build a mask; otherwise `AttentionMask`'s whole block (a
         boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
-        `attention_element_budget`, and the description itself when it does not (attention then runs in chunks).
+        `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
+        the description itself otherwise (attention then runs in chunks).
         """
         causal = self.config.causal
         length, total = query_positions.shape[-1], key_positions.shape[-1]
@@ -337,7 +338,7 @@ class Transformer(nn.Module):
                              key_padding=None if attention_mask is None else attention_mask.bool(),
                              bias=self.positions.attention_bias if biased else None,
                              chunk_rows=max(1, budget // (batch * heads * total)))
-        if dense_scores or mask.elements() > budget:
+        if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
         return mask.block(), False
 
