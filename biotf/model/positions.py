@@ -245,11 +245,15 @@ class AlibiPositions(PositionEncoding):
 
     def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
                        causal: bool) -> torch.Tensor:
-        """Float32 bias of shape (batch or 1, n_heads, query_length, key_length)."""
-        distance = (query_positions[:, :, None] - key_positions[:, None, :]).to(torch.float32)
-        distance = distance if causal else distance.abs()
-        slopes = torch.tensor(self.slopes, dtype=torch.float32, device=distance.device)
-        return -slopes[None, :, None, None] * distance[:, None]
+        """Float32 bias of shape (batch or 1, n_heads, query_length, key_length).
+
+        The distances are subtracted in float32 (exact below 2^24 positions) and made absolute in place: chunked
+        attention builds this bias for every chunk of every layer, and each pass over (queries x keys) counts."""
+        distance = query_positions.to(torch.float32)[:, :, None] - key_positions.to(torch.float32)[:, None, :]
+        if not causal:
+            distance.abs_()
+        slopes = torch.tensor([-slope for slope in self.slopes], dtype=torch.float32, device=distance.device)
+        return distance[:, None] * slopes[None, :, None, None]
 
 
 # Registered last, so that it closes the list of allowed values (learned | sinusoidal | rope | alibi | none).
