@@ -124,7 +124,8 @@ def measure(side: str, mode: str, length: int, threads: int, timeout: int) -> di
     except subprocess.TimeoutExpired:
         return {"failed": f"timeout after {timeout} s"}
     if done.returncode != 0:
-        memory = done.returncode in (-9, 137) or "can't allocate memory" in done.stderr or "out of memory" in done.stderr
+        memory = done.returncode in (-9, 137) or any(sign in done.stderr for sign in ("can't allocate memory",
+                                                                                    "out of memory"))
         return {"failed": "out of memory" if memory else f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -140,10 +141,10 @@ def run(bench, quick: bool) -> None:
         for mode in MODES:
             for side in SIDES:
                 key = (side, mode)
-                done = [(n, r["peak_kib"]) for n, r in results[key].items() if "peak_kib" in r]
-                expected = predicted_kib(done, length)
                 if key in stopped:
                     continue
+                expected = predicted_kib([(n, r["peak_kib"]) for n, r in results[key].items() if "peak_kib" in r],
+                                         length)
                 if expected is not None and expected > 0.9 * available_kib():
                     print(f"{side}, {mode}, {length:,} tokens: skipped, predicted {expected / 2**20:.1f} GiB > "
                           f"available {available_kib() / 2**20:.1f} GiB", flush=True)
@@ -155,13 +156,13 @@ def run(bench, quick: bool) -> None:
                     print(f"{side}, {mode}, {length:,} tokens: {found['failed']}", flush=True)
                     stopped.add(key)
                     continue
+                chunks = ", attention in chunks" if found["chunked"] else ""
                 bench.record(f"long {mode} {length:,} tokens, {side}: time", found["seconds"], "s",
-                             note=f"CPU {found['cpu_seconds']:.1f} s" + (", attention in chunks"
-                                                                          if found["chunked"] else ""))
+                             note=f"CPU {found['cpu_seconds']:.1f} s{chunks}")
                 bench.record(f"long {mode} {length:,} tokens, {side}: peak RSS above the model",
                              found["peak_kib"] / 1024, "MiB")
-            ours, theirs = results[("biotf rope", mode)].get(length, {}), results[("transformers esm", mode)].get(length,
-                                                                                                               {})
+            ours = results[("biotf rope", mode)].get(length, {})
+            theirs = results[("transformers esm", mode)].get(length, {})
             if "seconds" in ours and "seconds" in theirs:
                 bench.add(f"long {mode}, {length:,} DNA tokens, protein-small shape (4 x 4 x 128), RoPE, {threads} "
                           f"thread(s)", "tokens", length, [ours["seconds"]], [theirs["seconds"]],

@@ -82,6 +82,20 @@ def test_chunked_attention_equals_whole_attention_in_outputs_and_gradients(pos, 
         torch.testing.assert_close(chunked_gradients[name], gradient, rtol=0, atol=TOLERANCE, msg=name)
 
 
+def test_chunks_inside_gradient_checkpointed_blocks_give_the_same_gradients():
+    """`trainer.gradient_checkpointing` (each block recomputed in backward) around chunks (each recomputed again)."""
+    model = build(pos="alibi", causal=True, sliding_window=6).train()
+    ids = torch.randint(0, 30, (BATCH, LENGTH), generator=torch.Generator().manual_seed(4))
+    mask = padding("both")
+    logits, loss, gradients = run(model, ids, mask, WHOLE)
+    model.gradient_checkpointing = True
+    chunked_logits, chunked_loss, chunked_gradients = run(model, ids, mask, CHUNKED)
+    torch.testing.assert_close(chunked_logits[mask.bool()], logits[mask.bool()], rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(chunked_loss, loss, rtol=0, atol=TOLERANCE)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(chunked_gradients[name], gradient, rtol=0, atol=TOLERANCE, msg=name)
+
+
 @pytest.mark.parametrize("pos, causal, side", [("rope", False, "both"), ("learned", False, "left"),
                                                ("alibi", True, "both"), ("rope", True, "right")])
 def test_one_attention_layer_in_chunks_equals_the_whole_mask(pos, causal, side):
@@ -113,7 +127,8 @@ def test_one_attention_layer_in_chunks_equals_the_whole_mask(pos, causal, side):
 
 def test_chunks_cover_only_the_keys_their_rows_can_see():
     """A causal chunk ends at its last row's key, a windowed one starts at its first row's window, and its mask is the
-    whole mask's rows and keys; a chunk with a row that sees no key (left padding) spans every key, as the whole does."""
+    whole mask's rows and keys; a chunk with a row that sees no key (left padding) spans every key, as the whole
+    does."""
     config = TransformerConfig(n_heads=2, d_model=16, pos="alibi", causal=True)
     past, length = 4, 12
     key_padding = torch.ones(2, past + length, dtype=torch.bool)
@@ -195,8 +210,9 @@ print(json.dumps(peaks))
 def test_training_memory_grows_linearly_not_quadratically():
     """Peak RSS of a training step (forward + backward, ALiBi bidirectional; RoPE causal with padding) at 1,024 and
     4,096 tokens in a child process: 4x the length costs <= 4.5x the memory (measured: about 1.5x and 1.9x; the whole
-    masks cost 16x and 13x: 8 and 128 MiB of ALiBi bias). Shorter inputs are quicker but their few MiB are noise. glibc's mmap threshold is fixed so that freed blocks leave RSS (its default raises the
-    threshold as blocks are freed, and RSS then counts memory that is free and reused)."""
+    masks cost 16x and 13x: 8 and 128 MiB of ALiBi bias). Shorter inputs are quicker, but their few MiB are noise.
+    glibc's mmap threshold is fixed so that freed blocks leave RSS (its default raises the threshold as blocks are
+    freed, and RSS then counts memory that is free and reused)."""
     done = subprocess.run([sys.executable, "-c", MEMORY_CHILD], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024), "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
