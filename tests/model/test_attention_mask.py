@@ -219,3 +219,16 @@ def test_training_memory_grows_linearly_not_quadratically():
     peaks = json.loads(done.stdout.strip().splitlines()[-1])
     for pos in ("alibi", "rope"):
         assert peaks[f"{pos} 4096"] <= 4.5 * peaks[f"{pos} 1024"], peaks
+
+
+def test_attention_probabilities_are_the_whole_masks_above_the_budget():
+    """`output_attentions` materialises the probabilities, so it builds the whole mask from the description."""
+    model = build(pos="alibi", causal=True).eval()
+    ids = torch.randint(0, 30, (BATCH, LENGTH))
+    mask = padding("both")
+    with torch.no_grad():
+        whole = model(ids, attention_mask=mask, output_attentions=True).attentions
+        model.attention_element_budget = CHUNKED
+        described = model(ids, attention_mask=mask, output_attentions=True).attentions
+    for a, b in zip(whole, described):
+        assert torch.equal(a, b)
