@@ -69,24 +69,22 @@ class AttentionMask:
         """Whether causality or the window hides keys from some row (one query after a full cache sees them all)."""
         return self.causal and (self.queries > 1 or self.window is not None)
 
-    def elements(self, rows: int | None = None) -> int:
-        """Elements of the block of `rows` query rows (all by default) over every key: what materialising costs."""
-        rows = self.queries if rows is None else rows
+    def elements(self) -> int:
+        """Elements of the whole mask: what `block()` costs."""
         batch = 1
         if self.key_padding is not None:
             batch = self.key_padding.shape[0]
         elif self.bias is not None:
             batch = max(self.query_positions.shape[0], self.key_positions.shape[0])
-        return batch * (self.heads if self.bias is not None else 1) * (rows if self.by_row else 1) * self.keys
+        return batch * (self.heads if self.bias is not None else 1) * (self.queries if self.by_row else 1) * self.keys
 
-    def block(self, start: int = 0, stop: int | None = None) -> torch.Tensor | None:
-        """The mask of query rows [start, stop) (all by default) over every key, (batch or 1, heads or 1, rows or 1,
-        keys), bool or (with a bias) float32 additive; None when nothing is hidden and nothing added."""
-        stop = self.queries if stop is None else stop
-        allowed = self._visible(start, stop, 0, self.keys)
+    def block(self) -> torch.Tensor | None:
+        """The whole mask, (batch or 1, heads or 1, queries or 1, keys), bool or (with a bias) float32 additive; None
+        when nothing is hidden and nothing added."""
+        allowed = self._visible(0, self.queries, 0, self.keys)
         if self.key_padding is not None:
             allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
-        return self._biased(allowed, start, stop, 0, self.keys)
+        return self._biased(allowed, 0, self.queries, 0, self.keys)
 
     def chunk(self, start: int, stop: int) -> tuple[int, int, torch.Tensor | None]:
         """The keys [first, end) that query rows [start, stop) attend to, and the mask of those rows over them.
