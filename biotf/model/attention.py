@@ -6,6 +6,12 @@ output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). Sc
 `torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
 is built once per forward by the transformer and shared by every layer.
 
+Long inputs: where that mask would be too large to build, the transformer passes its description instead
+(`attention_mask.AttentionMask`), and SDPA runs on `chunk_rows` queries at a time with the mask of those rows only,
+so memory grows with the length, not its square. In training each chunk is recomputed in backward
+(torch.utils.checkpoint) rather than keeping every chunk's mask and, in PyTorch's math kernel, scores; the chunks'
+outputs equal the whole call's up to float rounding (the same softmax over the same keys).
+
 Attention probabilities are computed only when asked (`attentions`, a list the layer appends its own to): then
 an explicit softmax(q k^T / sqrt(head_dim) + mask) path runs instead of SDPA, which never materialises them.
 """
@@ -15,7 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from biotf.model.attention_mask import AttentionMask
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.positions import apply_rotary
@@ -31,10 +39,11 @@ class Attention(nn.Module):
         self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
-                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
+                mask: torch.Tensor | AttentionMask | None, is_causal: bool, cache: KVCache | None = None,
                 layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
         """x: (B, T, d_model); rotary: (cos, signed sin) of `RotaryPositions.rotary`; mask: bool (allowed) or float
-        (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case. With a list
+        (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case, or the
+        description of a mask too large to build (attention then runs in chunks of queries). With a list
         `attentions`, this layer's (B, n_heads, T, keys) float32 probabilities are appended to it."""
         batch, length, _ = x.shape
         qkv = self.qkv(x).view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
@@ -49,13 +58,42 @@ class Attention(nn.Module):
         v = v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        if attentions is None:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0,
-                enable_gqa=self.n_kv_heads != self.n_heads)
+        if attentions is not None:  # the probabilities are the L x L matrix: the mask is built whole
+            y = self._explicit(q, k, v, mask.block() if isinstance(mask, AttentionMask) else mask, is_causal,
+                               attentions)
+        elif isinstance(mask, AttentionMask):
+            y = self._chunked(q, k, v, mask)
         else:
-            y = self._explicit(q, k, v, mask, is_causal, attentions)
+            y = self._sdpa(q, k, v, mask, is_causal)
         return self.out(y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim))
+
+    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              is_causal: bool) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                              dropout_p=self.dropout if self.training else 0.0,
+                                              enable_gqa=self.n_kv_heads != self.n_heads)
+
+    def _chunked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
+        """SDPA over `mask.chunk_rows` queries at a time, each on the keys its rows may see with their mask block.
+        `split`, not slicing, for the queries: one cat in backward instead of a zero-filled full gradient per chunk.
+        With gradients, each chunk is recomputed in backward (RNG restored: attention dropout repeats), so that
+        what backward keeps is the queries, keys and values, not every chunk's mask and scores."""
+        recompute = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        outputs, start = [], 0
+        for rows in q.split(mask.chunk_rows, dim=2):
+            stop = start + rows.shape[2]
+            if recompute:
+                outputs.append(checkpoint(self._rows, rows, k, v, mask, start, stop, use_reentrant=False))
+            else:
+                outputs.append(self._rows(rows, k, v, mask, start, stop))
+            start = stop
+        return torch.cat(outputs, dim=2)
+
+    def _rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask, start: int,
+              stop: int) -> torch.Tensor:
+        """Attention of query rows [start, stop) (`q` holds those rows only)."""
+        first, end, block = mask.chunk(start, stop)
+        return self._sdpa(q, k[:, :, first:end], v[:, :, first:end], block, False)
 
     def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                   is_causal: bool, attentions: list[torch.Tensor]) -> torch.Tensor:

@@ -40,7 +40,10 @@ def build_positions(config: TransformerConfig) -> PositionEncoding:
 
 
 class PositionEncoding(nn.Module):
-    """No positional information (`pos: none`); the base of every scheme."""
+    """No positional information (`pos: none`); the base of every scheme. `biases_attention`: whether
+    `attention_bias` returns a bias (so that the transformer knows before asking for one block of it)."""
+
+    biases_attention = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -236,17 +239,23 @@ class AlibiPositions(PositionEncoding):
     |i - j|, the symmetric form used by encoder adaptations (e.g. MosaicBERT).
     """
 
+    biases_attention = True
+
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.slopes = alibi_slope_values(config.n_heads)  # plain floats: no buffer to move or save
 
     def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
                        causal: bool) -> torch.Tensor:
-        """Float32 bias of shape (batch or 1, n_heads, query_length, key_length)."""
-        distance = (query_positions[:, :, None] - key_positions[:, None, :]).to(torch.float32)
-        distance = distance if causal else distance.abs()
-        slopes = torch.tensor(self.slopes, dtype=torch.float32, device=distance.device)
-        return -slopes[None, :, None, None] * distance[:, None]
+        """Float32 bias of shape (batch or 1, n_heads, query_length, key_length).
+
+        The distances are subtracted in float32 (exact below 2^24 positions) and made absolute in place: chunked
+        attention builds this bias for every chunk of every layer, and each pass over (queries x keys) counts."""
+        distance = query_positions.to(torch.float32)[:, :, None] - key_positions.to(torch.float32)[:, None, :]
+        if not causal:
+            distance.abs_()
+        slopes = torch.tensor([-slope for slope in self.slopes], dtype=torch.float32, device=distance.device)
+        return distance[:, None] * slopes[None, :, None, None]
 
 
 # Registered last, so that it closes the list of allowed values (learned | sinusoidal | rope | alibi | none).

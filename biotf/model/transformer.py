@@ -38,7 +38,9 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
 
 Plain PyTorch throughout (`nn.Linear`, SDPA). Three choices for speed, invisible in the weights' meaning:
 q/k/v are one fused projection and the SwiGLU gate/up another (`hf.py` maps them explicitly), the mask is
-built once per forward for every layer, and the unpadded causal case lets SDPA apply causality itself.
+built once per forward for every layer, and the unpadded causal case lets SDPA apply causality itself. Long inputs:
+a mask larger than `attention_element_budget` is never built; attention runs in chunks of queries instead
+(`attention_mask.py`), so memory grows linearly with length.
 Decoding's own optimisations (weight layout, last-position prefill) live in `biotf.inference.fast`.
 """
 
@@ -57,6 +59,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from biotf.errors import ConfigError, InputError
+from biotf.model.attention_mask import AttentionMask
 from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
@@ -88,12 +91,12 @@ class TransformerOutput:
 
 class BlockInputs(NamedTuple):
     """What every block takes, prepared once per forward by `Transformer.block_inputs`: the embedded tokens (bins
-    with a stem), the rotary (cos, sin) or None, the attention mask (or None with `is_causal`), the KV cache or None,
-    and with a stem how the tokens became bins."""
+    with a stem), the rotary (cos, sin) or None, the attention mask (or None with `is_causal`, or the description of
+    a mask too large to build), the KV cache or None, and with a stem how the tokens became bins."""
 
     hidden: torch.Tensor
     rotary: tuple[torch.Tensor, torch.Tensor] | None
-    mask: torch.Tensor | None
+    mask: torch.Tensor | AttentionMask | None
     is_causal: bool
     cache: KVCache | None
     bins: BinLayout | None = None
@@ -122,6 +125,12 @@ class Transformer(nn.Module):
     # RNG state restored so dropout repeats): memory for one block's activations instead of n_layers', for about
     # one extra forward. A training choice, not an architecture: set by `trainer.gradient_checkpointing`.
     gradient_checkpointing = False
+    # The most elements one attention call may materialise: its mask ((batch or 1) x (heads or 1) x queries x keys),
+    # or its scores where SDPA computes them all (attention dropout: PyTorch's CPU kernels have none, so it runs its
+    # math kernel). 2^26 is 256 MiB of float32. A mask under the budget is built once per forward and shared by every
+    # layer; above it attention runs in chunks of queries sized to fit it (`attention_mask.AttentionMask`), so memory
+    # grows linearly with length. Not an architecture: the outputs are the same either way (up to float rounding).
+    attention_element_budget = 2 ** 26
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -290,7 +299,7 @@ class Transformer(nn.Module):
         if self.dropout is not None:
             x = self.dropout(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
-        mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, past, length)
+        mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, batch)
         return BlockInputs(x, rotary, mask, is_causal, cache, bins)
 
     # --- LM head -------------------------------------------------------------------------------
@@ -333,39 +342,35 @@ class Transformer(nn.Module):
         return keys, keys[:, past:]
 
     def _attention_mask(self, attention_mask: torch.Tensor | None, query_positions: torch.Tensor,
-                        key_positions: torch.Tensor, past: int, length: int) -> tuple[torch.Tensor | None, bool]:
+                        key_positions: torch.Tensor, batch: int) -> tuple[torch.Tensor | AttentionMask | None, bool]:
         """One mask for every layer: (mask, is_causal) for scaled_dot_product_attention.
 
         None + is_causal where SDPA can apply causality itself (no padding, no bias, no cache offset, no key outside
-        the sliding window);
-        otherwise a boolean 'may attend' mask, turned into an additive float mask when ALiBi adds a bias.
-        A query row with no visible key (a left pad in a causal model) is allowed every key instead, so that
-        softmax stays finite; such rows are padding and no real token attends to them.
+        the sliding window), so that its fused kernels never build a mask; otherwise `AttentionMask`'s whole block (a
+        boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
+        `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
+        the description itself otherwise (attention then runs in chunks).
         """
         causal = self.config.causal
-        total = past + length
+        length, total = query_positions.shape[-1], key_positions.shape[-1]
+        past = total - length
         windowed = total > self.window_span  # some key lies outside a query's sliding window
-        bias = self.positions.attention_bias(query_positions, key_positions, causal)
-        if attention_mask is None and bias is None and not windowed and (not causal or past == 0 or length == 1):
+        biased = self.positions.biases_attention
+        budget = self.attention_element_budget
+        heads = self.config.n_heads
+        # SDPA computes every score (its math kernel) when attention dropout is on: too many of them, run in chunks.
+        dense_scores = self.training and self.config.dropout > 0 and batch * heads * length * total > budget
+        if (attention_mask is None and not biased and not windowed and not dense_scores
+                and (not causal or past == 0 or length == 1)):
             return None, causal and past == 0 and length > 1
-        device = query_positions.device
-        allowed = None
-        if causal and (length > 1 or windowed):
-            query_index = torch.arange(past, total, device=device)[:, None]
-            key_index = torch.arange(total, device=device)[None, :]
-            allowed = key_index <= query_index
-            if windowed:  # by index, as HF: among real tokens (left or right padding) the same as by position
-                allowed = allowed & (key_index > query_index - self.window_span)
-            allowed = allowed[None, None]  # (1, 1, T, K)
-        if attention_mask is not None:
-            keys = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, K)
-            allowed = keys if allowed is None else allowed & keys
-            allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
-        if bias is None:
-            return allowed, False
-        if allowed is not None:
-            bias = bias.masked_fill(~allowed, float("-inf"))
-        return bias, False
+        mask = AttentionMask(query_positions, key_positions, causal, heads,
+                             window=self.window_span if windowed else None,
+                             key_padding=None if attention_mask is None else attention_mask.bool(),
+                             bias=self.positions.attention_bias if biased else None,
+                             chunk_rows=max(1, budget // (batch * heads * total)))
+        if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
+            return mask, False
+        return mask.block(), False
 
     # --- Hugging Face checkpoints ---------------------------------------------------------------
     @classmethod

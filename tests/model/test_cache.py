@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from biotf.model import KVCache, Transformer, TransformerConfig
+from biotf.model.attention import Attention
 
 TOLERANCE = 1e-5
 
@@ -101,6 +102,24 @@ def test_sliding_window_decodes_like_full_recompute(pos, chunks):
         plain.load_state_dict(unwindowed)
         assert (plain(ids[1:]).logits[:, 4:] - model(ids[1:]).logits[:, 4:]).abs().max() > 1e-3
         torch.testing.assert_close(plain(ids[1:]).logits[:, :4], model(ids[1:]).logits[:, :4], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("pos, window", [("alibi", None), ("rope", 4), ("learned", None)])
+def test_attention_in_chunks_decodes_like_full_recompute(pos, window, monkeypatch):
+    """A budget of 2 query rows per chunk of the 10-token prompt: the prefill (whole or in pieces after a cache) and
+    the recomputation run in chunks of queries; the tokens and logits are still those of full recomputation."""
+    model = model_for(pos=pos, sliding_window=window)
+    ids = torch.randint(0, 64, (3, 10))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    model.attention_element_budget = 2 * 3 * model.config.n_heads * 10
+    chunks_run = []
+    rows = Attention._rows
+    monkeypatch.setattr(Attention, "_rows", lambda self, *args: chunks_run.append(1) or rows(self, *args))
+    for chunks in (1, 3):
+        check(model, ids, mask, chunks=chunks)
+    assert len(chunks_run) > 100
+    check(model, ids[1:], chunks=3)
 
 
 def test_post_ln_model_with_biases_decodes_like_full_recompute():

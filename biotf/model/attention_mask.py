@@ -1,0 +1,134 @@
+"""`AttentionMask`: which keys each query may see, and the bias added to their scores, described rather than built.
+
+A materialised mask costs (batch or 1) x (heads or 1) x queries x keys elements: at 100k tokens with an ALiBi bias
+that is tens of GB, more than the rest of the forward together. The description holds only what the mask is made
+of, each O(batch x keys):
+- `causal` (a query sees keys up to its own index) and `window` (and only the last `window` of them; Mistral's
+  sliding window, by index as HF has it);
+- `key_padding`: (batch, keys) bool, True for real keys; padded keys are hidden from every query;
+- `bias`: the position scheme's `attention_bias(query_positions, key_positions, causal)` (ALiBi: the slopes times
+  the distance of the position ids), evaluated on the rows and keys of a block only;
+- `query_positions` (batch or 1, queries) and `key_positions` (batch or 1, keys): the keys are the cached ones and
+  then the queries' own, so query row i has key index past + i, past = keys - queries.
+Packing several records in one row would add one more field here (segment ids, (batch, keys): a query sees keys of
+its own segment), hiding keys in `_visible` as padding does.
+
+`block()` materialises the mask, what `scaled_dot_product_attention` takes as `attn_mask`: a bool 'may attend' mask,
+or an additive float mask when there is a bias; it is what the transformer built before this module existed, value
+for value. `chunk(start, stop)` gives the rows [start, stop) alone, over the keys they can see, for `Attention` to run
+`chunk_rows` queries at a time when the whole would not fit in memory.
+A query row that sees no key (a left pad of a causal model, a row of padding) is allowed every key instead, so that
+softmax stays finite; such rows are padding, and no real token attends to them (a causal model's last left pad
+predicts the first real token, though: so it sees every key in a chunk too, and chunks give the whole's loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Bias = Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionMask:
+    """See the module docstring. `heads`: query heads (a bias has one row per head); `chunk_rows`: how many query
+    rows one attention call takes when attention runs in chunks (set by whoever sizes the work: `Transformer`)."""
+
+    query_positions: torch.Tensor
+    key_positions: torch.Tensor
+    causal: bool
+    heads: int
+    window: int | None = None
+    key_padding: torch.Tensor | None = None
+    bias: Bias | None = None
+    chunk_rows: int | None = None
+
+    @property
+    def queries(self) -> int:
+        return self.query_positions.shape[-1]
+
+    @property
+    def keys(self) -> int:
+        return self.key_positions.shape[-1]
+
+    @property
+    def past(self) -> int:
+        return self.keys - self.queries
+
+    @property
+    def by_row(self) -> bool:
+        """Whether rows differ: without causality, a window or a bias every query sees the same keys, and the
+        mask is one row broadcast over all queries."""
+        return self.causal_rows or self.bias is not None
+
+    @property
+    def causal_rows(self) -> bool:
+        """Whether causality or the window hides keys from some row (one query after a full cache sees them all)."""
+        return self.causal and (self.queries > 1 or self.window is not None)
+
+    def elements(self) -> int:
+        """Elements of the whole mask: what `block()` costs."""
+        batch = 1
+        if self.key_padding is not None:
+            batch = self.key_padding.shape[0]
+        elif self.bias is not None:
+            batch = max(self.query_positions.shape[0], self.key_positions.shape[0])
+        return batch * (self.heads if self.bias is not None else 1) * (self.queries if self.by_row else 1) * self.keys
+
+    def block(self) -> torch.Tensor | None:
+        """The whole mask, (batch or 1, heads or 1, queries or 1, keys), bool or (with a bias) float32 additive; None
+        when nothing is hidden and nothing added."""
+        allowed = self._visible(0, self.queries, 0, self.keys)
+        if self.key_padding is not None:
+            allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+        return self._biased(allowed, 0, self.queries, 0, self.keys)
+
+    def chunk(self, start: int, stop: int) -> tuple[int, int, torch.Tensor | None]:
+        """The keys [first, end) that query rows [start, stop) attend to, and the mask of those rows over them.
+
+        Only the keys that causality and the window leave to some row of the chunk: a causal chunk skips the keys
+        after its last row, a windowed one those before its first row's window. A row that sees no key sees every
+        key, as in the whole `block`, so a chunk with such a row spans every key."""
+        first, end = 0, self.keys
+        if self.causal:
+            end = self.past + stop
+            if self.window is not None:
+                first = max(0, self.past + start - self.window + 1)
+        allowed = self._visible(start, stop, first, end)
+        if self.key_padding is not None:
+            blind = ~allowed.any(dim=-1, keepdim=True)
+            if (first, end) != (0, self.keys) and bool(blind.any()):
+                first, end = 0, self.keys
+                allowed = self._visible(start, stop, first, end)
+                blind = ~allowed.any(dim=-1, keepdim=True)
+            allowed = allowed | blind
+        return first, end, self._biased(allowed, start, stop, first, end)
+
+    def _visible(self, start: int, stop: int, key_start: int, key_stop: int) -> torch.Tensor | None:
+        """Bool (batch or 1, 1, rows or 1, keys): which keys of [key_start, key_stop) rows [start, stop) may see by
+        causality, the window and padding; None when all."""
+        allowed = None
+        if self.causal_rows:
+            device = self.query_positions.device
+            query_index = torch.arange(self.past + start, self.past + stop, device=device)[:, None]
+            key_index = torch.arange(key_start, key_stop, device=device)[None, :]
+            allowed = key_index <= query_index
+            if self.window is not None:
+                allowed = allowed & (key_index > query_index - self.window)
+            allowed = allowed[None, None]  # (1, 1, rows, keys)
+        if self.key_padding is not None:
+            keys = self.key_padding[:, None, None, key_start:key_stop]  # (B, 1, 1, keys)
+            allowed = keys if allowed is None else allowed & keys
+        return allowed
+
+    def _biased(self, allowed: torch.Tensor | None, start: int, stop: int, key_start: int,
+                key_stop: int) -> torch.Tensor | None:
+        """`allowed` as SDPA's attn_mask: itself without a bias, else the bias of those rows and keys, -inf where
+        not allowed."""
+        if self.bias is None:
+            return allowed
+        bias = self.bias(self.query_positions[:, start:stop], self.key_positions[:, key_start:key_stop], self.causal)
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
