@@ -90,7 +90,8 @@ def test_each_packed_record_is_masked_as_alone_whatever_shares_its_row(char_toke
             stop = start + sequence.shape[1]
             expected_ids, expected_labels = alone.mask(sequence, np.ones_like(sequence), seeded_rng(7, 0, index, 2))
             assert (segments[row, start:stop] == number).all()
-            assert (ids[row, start:stop] == expected_ids[0]).all() and (labels[row, start:stop] == expected_labels[0]).all()
+            assert (ids[row, start:stop] == expected_ids[0]).all()
+            assert (labels[row, start:stop] == expected_labels[0]).all()
             start = stop
         assert (segments[row, start:] == 0).all() and (labels[row, start:] == IGNORE_INDEX).all()
         assert (ids[row, start:] == char_tokenizer.pad_id).all()
