@@ -50,6 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "cut, or refuse")
     parser.add_argument("--overlap", type=int, metavar="N",
                         help="tokens shared by consecutive windows with --long chunk (default: a quarter window)")
+    parser.add_argument("--packing", action="store_true",
+                        help="several records share a row, each attending to itself alone: the same vectors "
+                             "with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
     prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
     options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
-                           max_length=args.max_length, long=args.long, overlap=args.overlap)
+                           max_length=args.max_length, long=args.long, overlap=args.overlap, packing=args.packing)
     reader = reader_options(args)
     tokenizer_options = parse_options(args.option)
     progress = not args.no_progress and sys.stderr.isatty()

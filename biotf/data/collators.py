@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from biotf.data.datasets import seeded_rng
+from biotf.data.packing import next_fit_rows
 from biotf.errors import ConfigError
 from biotf.conventions import IGNORE_INDEX
 from biotf.tokenizers.base import Tokenizer
@@ -52,10 +53,17 @@ class MLMCollator:
 
     Items carrying a "seed" make the masking a pure function of the batch's records and epoch
     (reproducible across resumes and worker counts); plain arrays use the collator's own generator.
+
+    `pack_length`: packed rows (`biotf.data.packing`) of at most that many tokens instead of one record per row: the
+    items, in row order as `PackedBatchSampler` lists them, are cut into rows by `next_fit_rows`, and the batch has
+    `segment_ids` (0 for padding, 1, 2, ... for the records of a row) instead of `attention_mask`. Each record is
+    masked alone, by a generator of its own (seed, epoch, record) (unpacked batches draw one for the batch): its
+    masking does not depend on which records share its row or batch.
     """
 
     def __init__(self, tokenizer: Tokenizer, mask_probability: float = 0.15, mask_replace_probability: float = 0.8,
-                 random_replace_probability: float = 0.1, pad_to_multiple_of: int = 1, seed: int = 0):
+                 random_replace_probability: float = 0.1, pad_to_multiple_of: int = 1, seed: int = 0,
+                 pack_length: int | None = None):
         if not 0.0 < mask_probability < 1.0:
             raise ConfigError("data.mask_probability", mask_probability, allowed="0 < p < 1")
         if mask_replace_probability < 0 or random_replace_probability < 0 \
@@ -76,8 +84,11 @@ class MLMCollator:
         k, stride = getattr(tokenizer, "k", 1), getattr(tokenizer, "stride", 1)
         self.span = kmer_span(k, stride) if stride < k else (0, 0)
         self.generator = np.random.default_rng(seed)
+        self.pack_length = pack_length
 
     def __call__(self, items: Sequence[dict | np.ndarray]) -> dict[str, torch.Tensor]:
+        if self.pack_length is not None:
+            return self.packed(items)
         if isinstance(items[0], dict):
             sequences = [item["input_ids"] for item in items]
             rng = seeded_rng(*(part for item in items for part in item["seed"]), 2)
@@ -86,6 +97,29 @@ class MLMCollator:
         ids, attention_mask = pad_batch(sequences, self.pad_id, self.pad_to_multiple_of)
         input_ids, labels = self.mask(ids, attention_mask, rng)
         return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
+                "labels": torch.from_numpy(labels)}
+
+    def packed(self, items: Sequence[dict]) -> dict[str, torch.Tensor]:
+        """A batch of packed rows (see the class docstring): input_ids, segment_ids and labels, as wide as the
+        longest row (rounded up to `pad_to_multiple_of`)."""
+        sequences = [item["input_ids"] for item in items]
+        rows = next_fit_rows([len(sequence) for sequence in sequences], self.pack_length)
+        used = max(sum(len(sequences[i]) for i in row) for row in rows)
+        width = -(-used // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        ids = np.full((len(rows), width), self.pad_id, np.int64)
+        segments = np.zeros((len(rows), width), np.int64)
+        labels = np.full((len(rows), width), IGNORE_INDEX, np.int64)
+        for row, members in enumerate(rows):
+            start = 0
+            for number, index in enumerate(members, 1):
+                sequence = sequences[index][None]
+                stop = start + sequence.shape[1]
+                rng = seeded_rng(*items[index]["seed"], 2)
+                ids[row, start:stop], labels[row, start:stop] = (
+                    part[0] for part in self.mask(sequence, np.ones_like(sequence), rng))
+                segments[row, start:stop] = number
+                start = stop
+        return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.from_numpy(segments),
                 "labels": torch.from_numpy(labels)}
 
     def mask(self, ids: np.ndarray, attention_mask: np.ndarray,

@@ -157,9 +157,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         group = self.batch_size * self.group_batches
         batches = []
         for start in range(0, n, group):
-            members = order[start:start + group]
-            members = members[np.argsort(-self.lengths[members], kind="stable")]
-            batches.extend(members[i:i + self.batch_size] for i in range(0, len(members), self.batch_size))
+            batches.extend(self._window_batches(order[start:start + group]))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
         if self.shuffle:
@@ -168,6 +166,11 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
             total = -(-len(batches) // self.num_replicas) * self.num_replicas
             batches = (batches * (total // len(batches) + 1))[:total]
         return batches[self.rank::self.num_replicas][self.start_batch:]
+
+    def _window_batches(self, members: np.ndarray) -> list[np.ndarray]:
+        """One window of shuffled records cut into batches: sorted by length, `batch_size` records each."""
+        members = members[np.argsort(-self.lengths[members], kind="stable")]
+        return [members[i:i + self.batch_size] for i in range(0, len(members), self.batch_size)]
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self._all_batches():

@@ -38,6 +38,7 @@ import torch
 from biotf.data.readers import Record
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_choice, check_int
+from biotf.data.packing import first_fit_decreasing
 from biotf.export.choices import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.data.windows import Window, plan_windows
@@ -62,7 +63,9 @@ def release_free_heap() -> None:
 @dataclass(frozen=True)
 class EmbedOptions:
     """How to embed. `layer`: an index into the hidden states (0 = embedding output, -1 = last, after the
-    final norm) or "all". `overlap`: tokens shared by consecutive windows (default a quarter of a window)."""
+    final norm) or "all". `overlap`: tokens shared by consecutive windows (default a quarter of a window).
+    `packing`: several windows share a row (as long as a block's longest window; `biotf.data.packing`), each seeing
+    itself alone (the model's `segment_ids`): the same vectors, fewer pad tokens."""
 
     pool: str = "mean"
     layer: int | str = -1
@@ -71,6 +74,7 @@ class EmbedOptions:
     long: str = "chunk"
     overlap: int | None = None
     block_tokens: int = 1 << 19
+    packing: bool = False
 
     def __post_init__(self) -> None:
         check_choice("pool", self.pool, POOLS)
@@ -81,6 +85,8 @@ class EmbedOptions:
         check_int("block_tokens", self.block_tokens)
         check_int("max_length", self.max_length, optional=True)
         check_int("overlap", self.overlap, 0, optional=True)
+        if not isinstance(self.packing, bool):
+            raise ConfigError("packing", self.packing, allowed="true | false")
 
 
 @dataclass
@@ -204,30 +210,45 @@ class Embedder:
         return pieces
 
     # --- the model --------------------------------------------------------------------------------
-    def _run(self, batch: list[_Piece]) -> np.ndarray:
-        """Hidden states of the selected layers, one per token (with a stem: its bin's), (layers, batch, longest, D)
-        float32."""
-        longest = max(len(p.ids) for p in batch)
-        ids = np.full((len(batch), longest), self.pad_id, np.int64)
-        mask = np.zeros((len(batch), longest), np.int64)
-        for row, piece in enumerate(batch):
-            ids[row, :len(piece.ids)] = piece.ids
-            mask[row, :len(piece.ids)] = 1
+    def _run(self, rows: list[list[_Piece]]) -> np.ndarray:
+        """Hidden states of the selected layers, one per token (with a stem: its bin's), (layers, rows, longest row, D)
+        float32; a row of several windows (packing) runs with segment ids, each window a segment."""
+        longest = max(sum(len(p.ids) for p in row) for row in rows)
+        ids = np.full((len(rows), longest), self.pad_id, np.int64)
+        segments = np.zeros((len(rows), longest), np.int64)
+        for number, row in enumerate(rows):
+            start = 0
+            for segment, piece in enumerate(row, 1):
+                ids[number, start:start + len(piece.ids)] = piece.ids
+                segments[number, start:start + len(piece.ids)] = segment
+                start += len(piece.ids)
         device = self.model.device
-        attention_mask = None if mask.all() else torch.from_numpy(mask).to(device)  # unpadded: SDPA's fast path
+        inputs = {}
+        if self.options.packing:
+            inputs["segment_ids"] = torch.from_numpy(segments).to(device)
+        elif not segments.all():  # unpadded: SDPA's fast path
+            inputs["attention_mask"] = torch.from_numpy(segments).to(device)
         with torch.inference_mode():
-            out = self.model.encode(torch.from_numpy(ids).to(device), attention_mask, output_hidden_states=True)
+            out = self.model.encode(torch.from_numpy(ids).to(device), output_hidden_states=True, **inputs)
             hidden = torch.stack([out.per_token(out.hidden_states[i]) for i in self.layers])
         return hidden.float().cpu().numpy()
 
-    def _batches(self, pieces: list[_Piece]) -> Iterator[list[_Piece]]:
-        """Longest first, each batch at most `batch_tokens` padded tokens (one window at least)."""
-        batch: list[_Piece] = []
-        for piece in sorted(pieces, key=lambda p: -len(p.ids)):
-            if batch and (len(batch) + 1) * len(batch[0].ids) > self.options.batch_tokens:
+    def _batches(self, pieces: list[_Piece]) -> Iterator[list[list[_Piece]]]:
+        """Rows of windows, each batch at most `batch_tokens` padded tokens (one row at least): one window a row,
+        longest first; or with `packing` rows as long as the longest window, filled by first-fit decreasing."""
+        pieces = sorted(pieces, key=lambda p: -len(p.ids))
+        if self.options.packing:
+            width = len(pieces[0].ids)
+            rows = [[pieces[i] for i in row] for row in first_fit_decreasing(np.array([len(p.ids) for p in pieces]),
+                                                                              width)]
+        else:
+            width, rows = 0, [[piece] for piece in pieces]
+        batch: list[list[_Piece]] = []
+        for row in rows:
+            if batch and (len(batch) + 1) * (width or len(batch[0][0].ids)) > self.options.batch_tokens:
                 yield batch
                 batch = []
-            batch.append(piece)
+            batch.append(row)
         if batch:
             yield batch
 
@@ -267,11 +288,14 @@ class Embedder:
             partials: list[list[tuple[_Piece, Partial]]] = [[] for _ in block]
             for batch in self._batches(pieces):
                 hidden = self._run(batch)
-                for row, piece in enumerate(batch):
-                    partial = pool_window(hidden[:, row, :len(piece.ids)], piece.owned, piece.keep, pool)
-                    partials[piece.slot].append((piece, partial))
+                for number, row in enumerate(batch):
+                    start = 0
+                    for piece in row:
+                        window = hidden[:, number, start:start + len(piece.ids)]
+                        partials[piece.slot].append((piece, pool_window(window, piece.owned, piece.keep, pool)))
+                        start += len(piece.ids)
                 if progress is not None:
-                    progress.update(sum(len(p.ids) for p in batch))
+                    progress.update(sum(len(p.ids) for row in batch for p in row))
                 del hidden  # it holds the batch's activations: free them before the trim
                 release_free_heap()
             stats.windows += len(pieces)

@@ -10,8 +10,9 @@ of, each O(batch x keys):
   the distance of the position ids), evaluated on the rows and keys of a block only;
 - `query_positions` (batch or 1, queries) and `key_positions` (batch or 1, keys): the keys are the cached ones and
   then the queries' own, so query row i has key index past + i, past = keys - queries.
-Packing several records in one row would add one more field here (segment ids, (batch, keys): a query sees keys of
-its own segment), hiding keys in `_visible` as padding does.
+- `segments`: (batch, keys) integer segment ids of packed rows (several records in one row): a query sees the keys
+  of its own segment only, so attention is block-diagonal (and causal within a record for a causal model), hidden in
+  `_visible` as padding is. Padding is segment 0 and is also `key_padding`.
 
 `block()` materialises the mask, what `scaled_dot_product_attention` takes as `attn_mask`: a bool 'may attend' mask,
 or an additive float mask when there is a bias; it is what the transformer built before this module existed, value
@@ -45,6 +46,7 @@ class AttentionMask:
     key_padding: torch.Tensor | None = None
     bias: Bias | None = None
     chunk_rows: int | None = None
+    segments: torch.Tensor | None = None
 
     @property
     def queries(self) -> int:
@@ -62,7 +64,7 @@ class AttentionMask:
     def by_row(self) -> bool:
         """Whether rows differ: without causality, a window or a bias every query sees the same keys, and the
         mask is one row broadcast over all queries."""
-        return self.causal_rows or self.bias is not None
+        return self.causal_rows or self.bias is not None or self.segments is not None
 
     @property
     def causal_rows(self) -> bool:
@@ -72,8 +74,8 @@ class AttentionMask:
     def elements(self) -> int:
         """Elements of the whole mask: what `block()` costs."""
         batch = 1
-        if self.key_padding is not None:
-            batch = self.key_padding.shape[0]
+        if self.key_padding is not None or self.segments is not None:
+            batch = (self.key_padding if self.key_padding is not None else self.segments).shape[0]
         elif self.bias is not None:
             batch = max(self.query_positions.shape[0], self.key_positions.shape[0])
         return batch * (self.heads if self.bias is not None else 1) * (self.queries if self.by_row else 1) * self.keys
@@ -109,7 +111,7 @@ class AttentionMask:
 
     def _visible(self, start: int, stop: int, key_start: int, key_stop: int) -> torch.Tensor | None:
         """Bool (batch or 1, 1, rows or 1, keys): which keys of [key_start, key_stop) rows [start, stop) may see by
-        causality, the window and padding; None when all."""
+        causality, the window, padding and segments; None when all."""
         allowed = None
         if self.causal_rows:
             device = self.query_positions.device
@@ -122,6 +124,10 @@ class AttentionMask:
         if self.key_padding is not None:
             keys = self.key_padding[:, None, None, key_start:key_stop]  # (B, 1, 1, keys)
             allowed = keys if allowed is None else allowed & keys
+        if self.segments is not None:
+            rows = self.segments[:, None, self.past + start:self.past + stop, None]  # (B, 1, rows, 1)
+            same = rows == self.segments[:, None, None, key_start:key_stop]  # (B, 1, rows, keys)
+            allowed = same if allowed is None else allowed & same
         return allowed
 
     def _biased(self, allowed: torch.Tensor | None, start: int, stop: int, key_start: int,

@@ -136,11 +136,17 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     return HeadLoss(*_LinearCrossEntropy.apply(hidden, weight, bias, targets, needs_grad, keep_logits))
 
 
-def lm_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
+def lm_targets(labels: torch.Tensor, causal: bool, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The target of each position: labels[t] for a masked LM, labels[t + 1] for a causal one (HF's convention:
     pass labels = input_ids). Shifting the labels rather than the logits (as HF's ForCausalLMLoss) copies no
-    (B, T, V) tensor."""
-    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if causal else labels
+    (B, T, V) tensor. In packed rows (`segment_ids`) a causal model's last token of a record has no target: the
+    next token begins another record, and the record run alone has nothing there either."""
+    if not causal:
+        return labels
+    targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+    if segment_ids is not None:
+        targets[:, :-1].masked_fill_(segment_ids[:, 1:] != segment_ids[:, :-1], IGNORE_INDEX)
+    return targets
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> HeadLoss:
@@ -159,16 +165,17 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> HeadLoss:
 
 
 def language_model_loss(model: Transformer, input_ids: torch.Tensor, labels: torch.Tensor,
-                        attention_mask: torch.Tensor | None = None, fused: bool = False) -> HeadLoss:
+                        attention_mask: torch.Tensor | None = None, fused: bool = False,
+                        segment_ids: torch.Tensor | None = None) -> HeadLoss:
     """The loss of `model` (a biotf Transformer) on a batch, with its counts. Plain: `model(..., labels=labels)`.
     `fused`: the trunk, then `linear_cross_entropy` over the head without logits, the same value and gradients
-    with less memory traffic (what training uses)."""
+    with less memory traffic (what training uses). `segment_ids`: packed rows (see `Transformer`)."""
     if not fused:
-        out = model(input_ids, attention_mask=attention_mask, labels=labels)
+        out = model(input_ids, attention_mask=attention_mask, labels=labels, segment_ids=segment_ids)
         return HeadLoss(out.logits, out.loss, out.scored, out.correct)
     check_labels(labels, input_ids.shape)  # before the trunk runs, as forward checks
-    hidden = model.head_input(model.token_states(model.encode(input_ids, attention_mask)))
-    targets = lm_targets(labels, model.config.causal)
+    hidden = model.head_input(model.token_states(model.encode(input_ids, attention_mask, segment_ids=segment_ids)))
+    targets = lm_targets(labels, model.config.causal, segment_ids)
     return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.head_weight, targets.reshape(-1),
                                 model.lm_head_bias, keep_logits=False)
 

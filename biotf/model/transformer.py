@@ -22,6 +22,14 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
 - `attention_mask` is 1 for real tokens and 0 for padding, of shape (batch, past + new tokens).
   Position ids count real tokens only (cumulative sum of the mask), so left padding does not move
   absolute positions; padded positions' outputs are unspecified but finite.
+- Packed rows (several records in one row) pass `segment_ids` instead of `attention_mask`: (batch, length)
+  integers, 0 for padding, each record's tokens one run of its own id (`check_segments`). A record then sees its
+  own tokens only (block-diagonal attention, causal within it for a causal model), its positions restart at 0 for
+  every position kind, ESM token dropout counts its own mask ratio, and a causal model's last token of a record has
+  no target (the next record's first token is not its continuation): each record's logits, hidden states and
+  loss terms are those of the record run alone. Per-token ids rather than cumulative lengths: they have the
+  shape of the tokens, so collation, chunked attention (`AttentionMask.segments`) and the loss's shift index them
+  directly. Without them nothing of this runs.
 - `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
   block, then each block's output, the last one after the final norm and before any head transform (as HF).
 - `attentions` (with `output_attentions=True`) holds n_layers float32 tensors (batch, n_heads, T, keys): each
@@ -68,6 +76,7 @@ from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
+from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
 # The share of tokens ESM's training replaced by <mask> (15% selected x 80% masked), hard-coded in every ESM
@@ -194,27 +203,28 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
                 past_key_values: KVCache | None = None, use_cache: bool = False,
-                output_attentions: bool = False) -> TransformerOutput:
+                output_attentions: bool = False, segment_ids: torch.Tensor | None = None) -> TransformerOutput:
         """Logits of every position, and with `labels` their loss and counts (see the module docstring)."""
         if labels is not None:
             check_labels(labels, input_ids.shape)
         trunk = self.encode(input_ids, attention_mask, output_hidden_states, past_key_values, use_cache,
-                            output_attentions)
+                            output_attentions, segment_ids)
         logits = self.logits(self.token_states(trunk))
         if labels is None:
             return TransformerOutput(logits, None, trunk.hidden_states, trunk.past_key_values,
                                      attentions=trunk.attentions)
-        loss = cross_entropy(logits, lm_targets(labels, self.config.causal))
+        loss = cross_entropy(logits, lm_targets(labels, self.config.causal, segment_ids))
         return TransformerOutput(logits, loss.loss, trunk.hidden_states, trunk.past_key_values, loss.scored,
                                  loss.correct, trunk.attentions)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
-               use_cache: bool = False, output_attentions: bool = False) -> TrunkOutput:
+               use_cache: bool = False, output_attentions: bool = False,
+               segment_ids: torch.Tensor | None = None) -> TrunkOutput:
         """Everything but the LM head: the final hidden states (after the final norm), and every layer's output and
         attention probabilities on request (attentions are kept, so no block is recomputed in backward then).
         Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard."""
-        inputs = self.block_inputs(input_ids, attention_mask, past_key_values, use_cache)
+        inputs = self.block_inputs(input_ids, attention_mask, past_key_values, use_cache, segment_ids)
         x = inputs.hidden
         hidden_states = [x] if output_hidden_states else None
         attentions: list[torch.Tensor] | None = [] if output_attentions else None
@@ -258,10 +268,12 @@ class Transformer(nn.Module):
                 x = block.feed_forward(x)
 
     def block_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                     past_key_values: KVCache | None = None, use_cache: bool = False) -> BlockInputs:
+                     past_key_values: KVCache | None = None, use_cache: bool = False,
+                     segment_ids: torch.Tensor | None = None) -> BlockInputs:
         """The checked inputs embedded (token dropout, scaling, token type, the stem's bins, positions, embedding norm,
         dropout), with the rotary tables, the attention mask and the cache (a new one with `use_cache` and none
-        passed). With a stem, the positions and the mask are the bins' (`stem.py`)."""
+        passed). With a stem, the positions and the mask are the bins' (`stem.py`); with `segment_ids` (packed rows),
+        positions restart at every record and attention stays within it (`segments.py`)."""
         config = self.config
         if input_ids.dim() != 2:
             raise InputError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
@@ -280,9 +292,17 @@ class Transformer(nn.Module):
             raise InputError(f"attention_mask must have shape (batch, past + length) = {(batch, total)}, "
                              f"got {tuple(attention_mask.shape)}")
 
+        if segment_ids is not None:
+            if attention_mask is not None or cache is not None or self.stem is not None:
+                raise InputError("segment_ids (packed rows) come without attention_mask (padding is segment 0), "
+                                 "without a KV cache (packing serves training and whole-sequence inference) and "
+                                 "without a stem (a bin would mix the ends of two records)")
+            check_segments(segment_ids, input_ids.shape)
+            segment_ids = segment_ids.long()
+            attention_mask = segment_ids != 0
         x = self.embed(input_ids)
         if config.token_dropout:
-            x = self._token_dropout(x, input_ids, attention_mask)
+            x = self._token_dropout(x, input_ids, attention_mask, segment_ids)
         if config.scale_embeddings:
             x = x * math.sqrt(config.d_model)
         if self.token_type_embed is not None:  # one segment: type 0 everywhere, as HF without token_type_ids
@@ -292,14 +312,17 @@ class Transformer(nn.Module):
             x, bins = self.stem(x, attention_mask)
             attention_mask, length = bins.mask, x.shape[1]
             total = length
-        key_positions, query_positions = self._position_ids(attention_mask, past, total, input_ids.device)
+        if segment_ids is not None:
+            key_positions = query_positions = segment_positions(segment_ids)
+        else:
+            key_positions, query_positions = self._position_ids(attention_mask, past, total, input_ids.device)
         x = self.positions.embed(x, query_positions)
         if self.embed_norm is not None:
             x = self.embed_norm(x)
         if self.dropout is not None:
             x = self.dropout(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
-        mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, batch)
+        mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, batch, segment_ids)
         return BlockInputs(x, rotary, mask, is_causal, cache, bins)
 
     # --- LM head -------------------------------------------------------------------------------
@@ -320,16 +343,23 @@ class Transformer(nn.Module):
         """The LM head on final hidden states (`encode`'s `last_hidden_state`, or some positions of it)."""
         return F.linear(self.head_input(hidden), self.head_weight, self.lm_head_bias)
 
-    def _token_dropout(self, x: torch.Tensor, input_ids: torch.Tensor,
-                       attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def _token_dropout(self, x: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                       segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """ESM's token dropout, computed as HF `EsmEmbeddings` does: mask-token embeddings are zeroed (ESM-2 was
         trained treating masked tokens as dropped inputs) and each sequence is scaled by (1 - 0.15 * 0.8) /
-        (1 - its observed mask ratio), the ratio counted over its real tokens (specials included, padding not)."""
+        (1 - its observed mask ratio), the ratio counted over its real tokens (specials included, padding not); in a
+        packed row each record (segment) is a sequence."""
         masked = input_ids == self.config.mask_token_id
-        real = attention_mask.sum(-1).clamp(min=1) if attention_mask is not None else input_ids.shape[1]
-        observed = masked.sum(-1).float() / real
+        if segment_ids is None:
+            real = attention_mask.sum(-1).clamp(min=1) if attention_mask is not None else input_ids.shape[1]
+            observed = (masked.sum(-1).float() / real)[:, None]
+        else:
+            tokens = torch.zeros(segment_ids.shape[0], int(segment_ids.max()) + 1, device=x.device)
+            per_segment = tokens.scatter_add(1, segment_ids, masked.float())
+            sizes = tokens.scatter_add(1, segment_ids, torch.ones(masked.shape, device=x.device))
+            observed = (per_segment / sizes.clamp(min=1)).gather(1, segment_ids)
         x = x.masked_fill(masked.unsqueeze(-1), 0.0)
-        return (x * (1 - ESM_TRAINING_MASK_RATIO) / (1 - observed)[:, None, None]).to(x.dtype)
+        return (x * (1 - ESM_TRAINING_MASK_RATIO) / (1 - observed)[:, :, None]).to(x.dtype)
 
     @staticmethod
     def _position_ids(attention_mask: torch.Tensor | None, past: int, total: int,
@@ -342,7 +372,8 @@ class Transformer(nn.Module):
         return keys, keys[:, past:]
 
     def _attention_mask(self, attention_mask: torch.Tensor | None, query_positions: torch.Tensor,
-                        key_positions: torch.Tensor, batch: int) -> tuple[torch.Tensor | AttentionMask | None, bool]:
+                        key_positions: torch.Tensor, batch: int,
+                        segment_ids: torch.Tensor | None = None) -> tuple[torch.Tensor | AttentionMask | None, bool]:
         """One mask for every layer: (mask, is_causal) for scaled_dot_product_attention.
 
         None + is_causal where SDPA can apply causality itself (no padding, no bias, no cache offset, no key outside
@@ -367,7 +398,7 @@ class Transformer(nn.Module):
                              window=self.window_span if windowed else None,
                              key_padding=None if attention_mask is None else attention_mask.bool(),
                              bias=self.positions.attention_bias if biased else None,
-                             chunk_rows=max(1, budget // (batch * heads * total)))
+                             chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids)
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
         return mask.block(), False

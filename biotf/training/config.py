@@ -47,6 +47,9 @@ class DataConfig:
     long_policy: crop (a random window each time it is drawn) | drop (skipped and counted) | error.
     mask_probability: share of content tokens chosen for masked-LM targets (80/10/10 rule).
     label_column / label_pattern: where fine-tuning (`task`) reads each record's label.
+    packing: masked-LM training packs several records into each row of max_length tokens (`biotf.data.packing`;
+    batch_size then counts rows); each record attends to itself alone, so the loss is the padded batch's.
+    Validation stays padded.
     """
 
     path: str = MISSING
@@ -60,6 +63,7 @@ class DataConfig:
     label_column: Optional[str] = None  # fine-tuning: the label's column ("description" holds a FASTA header's)
     label_pattern: Optional[str] = None  # fine-tuning: a regex whose first group is the label within that column
     batch_size: int = 16
+    packing: bool = False
     num_workers: int = 0
     cache_dir: str = ".cache/biotf/tokens"
 
@@ -73,6 +77,8 @@ class DataConfig:
         check_int("data.max_length", self.max_length, 2, optional=True)
         check_int("data.batch_size", self.batch_size)
         check_int("data.num_workers", self.num_workers, 0)
+        if not isinstance(self.packing, bool):
+            raise ConfigError("data.packing", self.packing, "true | false")
 
 
 @dataclass

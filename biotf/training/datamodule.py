@@ -20,6 +20,8 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from biotf.data import LengthGroupedBatchSampler, MLMCollator, PreparedData
+from biotf.data.packing import PackedBatchSampler
+from biotf.errors import ConfigError
 from biotf.training.config import DataConfig
 from biotf.tokenizers.base import Tokenizer
 
@@ -76,10 +78,17 @@ class SequenceDataModule(L.LightningDataModule):
     def __init__(self, prepared: PreparedData, tokenizer: Tokenizer, data: DataConfig, seed: int):
         super().__init__()
         self.prepared, self.tokenizer, self.data, self.seed = prepared, tokenizer, data, seed
+        if data.packing and prepared.objective != "mlm":
+            raise ConfigError("data.packing", True, "false", reason="packed rows serve masked-LM training; causal "
+                              "training already packs records end to end into blocks of max_length")
         if prepared.objective == "mlm":
             self.collate = MLMCollator(tokenizer, mask_probability=data.mask_probability, seed=seed)
         else:
             self.collate = default_collate
+        self.train_collate = self.collate
+        if data.packing:
+            self.train_collate = MLMCollator(tokenizer, mask_probability=data.mask_probability, seed=seed,
+                                             pack_length=data.max_length)
 
     def _generator(self) -> torch.Generator:
         # Each DataLoader iterator draws a base seed; from its own generator it leaves the global torch
@@ -95,10 +104,13 @@ class SequenceDataModule(L.LightningDataModule):
     def train_dataloader(self) -> ResumableDataLoader:
         dataset = self.prepared.train
         trainer = self.trainer
-        sampler = LengthGroupedBatchSampler(self._lengths(dataset), self.data.batch_size, shuffle=True, seed=self.seed,
-                                            num_replicas=trainer.world_size if trainer else 1,
-                                            rank=trainer.global_rank if trainer else 0)
-        return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate,
+        options = dict(shuffle=True, seed=self.seed, num_replicas=trainer.world_size if trainer else 1,
+                       rank=trainer.global_rank if trainer else 0)
+        if self.data.packing:
+            sampler = PackedBatchSampler(self._lengths(dataset), self.data.batch_size, self.data.max_length, **options)
+        else:
+            sampler = LengthGroupedBatchSampler(self._lengths(dataset), self.data.batch_size, **options)
+        return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=self.train_collate,
                                    num_workers=self.data.num_workers, persistent_workers=False,
                                    generator=self._generator(), epoch_fn=lambda: trainer.current_epoch if trainer else 0)
 

@@ -56,11 +56,12 @@ class LanguageModelTask(L.LightningModule):
 
     # --- steps -----------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None):
-        return language_model_loss(self.model, input_ids, labels, attention_mask, fused=self.fused_loss)
+                labels: torch.Tensor | None = None, segment_ids: torch.Tensor | None = None):
+        return language_model_loss(self.model, input_ids, labels, attention_mask, fused=self.fused_loss,
+                                   segment_ids=segment_ids)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
+        out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"], batch.get("segment_ids"))
         loss = out.loss
         if not agree_on_requests(self, self.control, bool(torch.isfinite(loss.detach()))):
             return self._nonfinite(loss, batch_idx)
@@ -93,6 +94,8 @@ class LanguageModelTask(L.LightningModule):
     def on_train_batch_start(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         # Counted as the batch starts, so that a checkpoint written as it ends (callbacks run first) counts it.
         mask = batch.get("attention_mask")
+        if mask is None and "segment_ids" in batch:  # packed rows: padding is segment 0
+            mask = batch["segment_ids"] != 0
         self._batch_tokens = (int(mask.sum()) if mask is not None else batch["input_ids"].numel()) \
             * self.trainer.world_size
         self.tokens_seen += self._batch_tokens

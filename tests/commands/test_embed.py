@@ -152,3 +152,15 @@ def test_tokenizer_options_change_a_policy_of_the_models_tokenizer(capsys, tmp_p
         status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
                                str(tmp_path / "y.npz"), "--option", option)
         assert status == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_packing_writes_the_unpacked_vectors(capsys, tmp_path, model_dir):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    for name, extra in (("plain.npz", ()), ("packed.npz", ("--packing",))):
+        status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
+                               str(tmp_path / name), "--layer", "all", *extra)
+        assert status == 0, err
+    plain, packed = np.load(tmp_path / "plain.npz"), np.load(tmp_path / "packed.npz")
+    assert npz_text(packed, "ids").tolist() == npz_text(plain, "ids").tolist()
+    np.testing.assert_allclose(packed["embeddings"], plain["embeddings"], rtol=0, atol=1e-5)

@@ -38,6 +38,32 @@ def test_batch_invariance_and_order(tiny_encoder, pool):
         np.testing.assert_allclose(batched.vectors, alone.vectors, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("pool", ["mean", "max", "cls", "none"])
+def test_packed_rows_give_each_records_unpacked_vectors(tiny_encoder, pool):
+    items = records(LENGTHS * 3)
+    packed, stats = embed(tiny_encoder, items, pool=pool, layer="all", batch_tokens=100, packing=True)
+    unpacked, _ = embed(tiny_encoder, items, pool=pool, layer="all", batch_tokens=100)
+    assert [e.record.id for e in packed] == [r.id for r in items] and stats.chunked == 6
+    for one, other in zip(packed, unpacked):
+        np.testing.assert_allclose(one.vectors, other.vectors, rtol=0, atol=1e-5)
+        if pool == "none":
+            assert np.array_equal(one.positions, other.positions) and np.array_equal(one.token_ids, other.token_ids)
+
+
+def test_packing_puts_several_windows_in_a_row(tiny_encoder):
+    model, tokenizer = tiny_encoder
+    embedder = Embedder(model, tokenizer, EmbedOptions(packing=True, batch_tokens=48))
+    (block, contents), = embedder._blocks(records(), EmbedStats(), None)
+    embedder._learn_specials(block[0], contents[0])
+    pieces = [piece for slot, (record, content) in enumerate(zip(block, contents))
+              for piece in embedder._pieces(slot, record, content, EmbedStats())]
+    batches = list(embedder._batches(pieces))
+    rows = [row for batch in batches for row in batch]
+    assert sorted(id(p) for row in rows for p in row) == sorted(id(p) for p in pieces)
+    assert all(sum(len(p.ids) for p in row) <= 24 for row in rows) and len(rows) < len(pieces)
+    assert all(len(batch) * 24 <= 48 for batch in batches)
+
+
 def test_blocks_do_not_change_results(tiny_encoder):
     small, _ = embed(tiny_encoder, records(), block_tokens=10)
     large, _ = embed(tiny_encoder, records())

@@ -21,12 +21,14 @@ def weights(run_dir):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("packing", [False, True])
+def test_sigkill_then_resume_matches_uninterrupted_run(packing, tmp_path, monkeypatch):
     fasta = tmp_path / "proteins.fasta"
     write_proteins(fasta)
     common = [*TINY, f"data.path={fasta}", f"data.cache_dir={tmp_path / 'cache'}", f"trainer.max_steps={STEPS}",
               "trainer.checkpoint_every_n_steps=3", "trainer.val_check_interval=5", "optim.warmup_steps=3",
-              "model.dropout=0.1"]  # dropout too: the RNG state travels in the checkpoint
+              "model.dropout=0.1",  # dropout too: the RNG state travels in the checkpoint
+              f"data.packing={str(packing).lower()}"]
     monkeypatch.chdir(tmp_path)
 
     killed = tmp_path / "killed"

@@ -1,0 +1,176 @@
+"""Packing section: real (non-pad) tokens per second, packed rows against padded batches, on one thread.
+
+Two length distributions: DeepLoc's proteins (data/proteins/deeploc_test_set.fasta in /work/shared, else the
+DeepLoc sample shipped with biotf) and a UniRef-like log-normal one (median ~250 residues, random residues).
+Three sides, each over the same records, timed in rotating order so that machine drift hits all alike:
+- biotf packed: `PackedBatchSampler` rows of max_length (first-fit decreasing), segment ids;
+- biotf padded: `LengthGroupedBatchSampler` batches, as training does without packing;
+- transformers `EsmForMaskedLM` / `EsmModel` of the same shape (protein-small: rotary, 4 x 128, sdpa), on the same
+  length-grouped padded batches as biotf padded.
+MLM training: the default run's shape (max_length 256, batch_size 16 rows or records), fused loss + backward +
+AdamW step. Embedding: mean pooling, records cut to the model's 512 positions (no chunking on any side), batches of
+16,384 padded tokens (biotf's default; HF batches the length-sorted records the same way).
+Targets (issue #29): packed >= 1.5x padded biotf and >= 2x transformers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHARED_DEEPLOC = Path("/work/shared/data/proteins/deeploc_test_set.fasta")
+RESIDUES = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+MAX_LENGTH, BATCH = 256, 16
+EMBED_LENGTH, BATCH_TOKENS = 512, 16384
+
+
+def deeploc_sequences(n: int) -> list[str]:
+    from biotf.data.readers import read_records
+    from biotf.resources import SAMPLES_DIR
+
+    path = SHARED_DEEPLOC if SHARED_DEEPLOC.exists() else SAMPLES_DIR / "deeploc_our_val_set.fasta"
+    sequences = [record.sequence for record in read_records(path)]
+    picked = np.random.default_rng(0).choice(len(sequences), n, replace=False)
+    return [sequences[i] for i in picked]
+
+
+def lognormal_sequences(n: int) -> list[str]:
+    rng = np.random.default_rng(1)
+    lengths = np.clip(np.round(rng.lognormal(np.log(250), 0.6, n)), 20, 4000).astype(int)
+    return ["".join(rng.choice(RESIDUES, length)) for length in lengths]
+
+
+def models():
+    import torch
+    import transformers
+
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "protein"})
+    config = TransformerConfig.preset("protein-small").for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
+    torch.manual_seed(0)
+    ours = Transformer(config)
+    hf_config = transformers.EsmConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads, intermediate_size=config.d_ff, position_embedding_type="rotary",
+        max_position_embeddings=config.max_seq_len + 2, layer_norm_eps=config.norm_eps, pad_token_id=tokenizer.pad_id,
+        mask_token_id=tokenizer.mask_id, token_dropout=False, emb_layer_norm_before=False, attn_implementation="sdpa")
+    return tokenizer, ours, transformers.EsmForMaskedLM(hf_config)
+
+
+def rotate(bench, name: str, sides: dict, work: float, repeats: int) -> None:
+    """Time every side once per round, the order rotating each round; report packed against each other side."""
+    names = list(sides)
+    for fn in sides.values():  # warm-up
+        fn()
+    seconds = {side: [] for side in names}
+    for round_ in range(repeats):
+        for side in names[round_ % len(names):] + names[:round_ % len(names)]:
+            start = time.perf_counter()
+            sides[side]()
+            seconds[side].append(time.perf_counter() - start)
+    packed, *others = names
+    targets = {"biotf padded": 1.5, "transformers": 2.0}
+    for other in others:
+        bench.add(f"{name}: {packed} vs {other}", "real tokens", work, seconds[packed], seconds[other],
+                  anchor_name=other, target=targets.get(other.split(" (")[0]))
+
+
+def padding_fraction(batches: list[dict], key: str) -> float:
+    real = sum(int((batch[key] != 0).sum()) for batch in batches)
+    return 1 - real / sum(batch["input_ids"].numel() for batch in batches)
+
+
+def training(bench, label: str, sequences: list[str], repeats: int) -> None:
+    import torch
+
+    from biotf.data.collators import MLMCollator
+    from biotf.data.datasets import LengthGroupedBatchSampler
+    from biotf.data.packing import PackedBatchSampler
+    from biotf.model.loss import language_model_loss
+
+    tokenizer, ours, theirs = models()
+    encoded = [ids[:MAX_LENGTH] for ids in tokenizer.encode_batch(sequences)]  # crop, as long_policy crop does
+    items = [{"input_ids": np.asarray(ids, np.int64), "seed": (0, 0, i)} for i, ids in enumerate(encoded)]
+    lengths = np.array([len(ids) for ids in encoded])
+    padded_collate = MLMCollator(tokenizer)
+    packed_collate = MLMCollator(tokenizer, pack_length=MAX_LENGTH)
+    padded = [padded_collate([items[i] for i in batch]) for batch in LengthGroupedBatchSampler(lengths, BATCH)]
+    packed = [packed_collate([items[i] for i in batch])
+              for batch in PackedBatchSampler(lengths, BATCH, MAX_LENGTH)]
+    in_order = [padded_collate(items[i:i + BATCH]) for i in range(0, len(items), BATCH)]
+    bench.record(f"{label} training: pad share, packed rows | length-grouped batches | batches in input order",
+                 padding_fraction(packed, "segment_ids"), "fraction",
+                 note=f"length-grouped {padding_fraction(padded, 'attention_mask'):.3f}, input order "
+                      f"{padding_fraction(in_order, 'attention_mask'):.3f}; {len(packed)} packed vs "
+                      f"{len(padded)} padded steps for {len(items)} records")
+    optimizers = {id(m): torch.optim.AdamW(m.parameters(), lr=1e-4) for m in (ours, theirs)}
+
+    def step(model, loss):
+        loss.backward()
+        optimizers[id(model)].step()
+        optimizers[id(model)].zero_grad(set_to_none=True)
+
+    def biotf(batches):
+        for batch in batches:
+            step(ours, language_model_loss(ours, batch["input_ids"], batch["labels"], batch.get("attention_mask"),
+                                           fused=True, segment_ids=batch.get("segment_ids")).loss)
+
+    def hf():
+        for batch in padded:
+            step(theirs, theirs(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                labels=batch["labels"]).loss)
+
+    rotate(bench, f"{label} MLM training step (protein-small, max_length {MAX_LENGTH}, {BATCH} rows)",
+           {"biotf packed": lambda: biotf(packed), "biotf padded": lambda: biotf(padded),
+            "transformers (EsmForMaskedLM sdpa, padded)": hf}, float(lengths.sum()), repeats)
+
+
+def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
+    import torch
+
+    from biotf.data.readers import Record
+    from biotf.export import Embedder, EmbedOptions
+
+    tokenizer, ours, theirs = models()
+    trunk = theirs.esm.eval()
+    sequences = [s[:EMBED_LENGTH - 2] for s in sequences]
+    records = [Record(f"p{i}", s, {}, i) for i, s in enumerate(sequences)]
+    encoded = sorted(tokenizer.encode_batch(sequences), key=len, reverse=True)
+    packed = Embedder(ours, tokenizer, EmbedOptions(packing=True, batch_tokens=BATCH_TOKENS))
+    padded = Embedder(ours, tokenizer, EmbedOptions(batch_tokens=BATCH_TOKENS))
+
+    def hf():
+        with torch.inference_mode():
+            start = 0
+            while start < len(encoded):
+                rows = max(1, BATCH_TOKENS // len(encoded[start]))
+                batch = encoded[start:start + rows]
+                start += rows
+                ids = torch.full((len(batch), len(batch[0])), tokenizer.pad_id, dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for row, sequence in enumerate(batch):
+                    ids[row, :len(sequence)], mask[row, :len(sequence)] = torch.from_numpy(np.asarray(sequence)), 1
+                hidden = trunk(input_ids=ids, attention_mask=mask).last_hidden_state
+                (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+    real = float(sum(len(ids) for ids in encoded))
+    rotate(bench, f"{label} embedding (protein-small, mean pool, {BATCH_TOKENS} tokens a batch)",
+           {"biotf packed": lambda: list(packed.embed(records)), "biotf padded": lambda: list(padded.embed(records)),
+            "transformers (EsmModel sdpa, padded)": hf}, real, repeats)
+
+
+def run(bench, quick: bool) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    bench.record("load average at start (1 min)", os.getloadavg()[0], "", note=f"{os.cpu_count()} CPUs, one thread")
+    n_train, n_embed, repeats = (96, 192, 2) if quick else (384, 768, 5)
+    for label, source in (("DeepLoc", deeploc_sequences), ("log-normal", lognormal_sequences)):
+        training(bench, label, source(n_train), repeats)
+        embedding(bench, label, source(n_embed), repeats)
+    bench.record("load average at end (1 min)", os.getloadavg()[0], "")
