@@ -8,10 +8,15 @@ The ratio is the speed-up of a second process (target: above 1.5 on 2 free cores
 threads (torch's default here) is recorded too: what the same 2 cores give without torchrun. The model is small
 (64 wide, 4 layers, random weights) so that a run takes seconds; the figure is what parts and merging cost next to
 the model, on a machine whose other load the printout states (`os.getloadavg`).
+
+Then data of any size: peak RSS and MB/s of building the token cache from a generated FASTA of 0.1, 1 and 10 GB
+(quick: 0.1 and 1 GB), each in a fresh process (the data section's `preprocessing_rss`): the growth from the
+smallest to the largest should stay under 50 MiB, and the rate above 50 MB/s.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -75,3 +80,12 @@ def run(bench, quick: bool) -> None:
         seconds = bench.time(command(None, 2), repeats=3, warmup=0)
         bench.record(f"embed {count} DeepLoc proteins, 1 process with 2 threads", count / min(seconds), "records/s",
                      note=f"best of {len(seconds)}; load average after: {os.getloadavg()[0]:.2f}")
+    preprocessing_rss(bench, [100, 1000] if quick else [100, 1000, 10000])
+
+
+def preprocessing_rss(bench, sizes_mb: list[int]) -> None:
+    """The data section's measurement (scripts/benchmarks/data.py), at this section's sizes."""
+    spec = importlib.util.spec_from_file_location("biotf_bench_data", Path(__file__).with_name("data.py"))
+    data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(data)
+    data.preprocessing_rss(bench, sizes_mb)
