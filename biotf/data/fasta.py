@@ -5,7 +5,7 @@ records are cut at every "\\n>" in blocks of `BLOCK_CHARACTERS` and each sequenc
 The result is Biopython's exactly: a header line is any line starting with ">", the title is the rest of it with
 trailing whitespace removed, and the sequence is the record's other lines, each with trailing whitespace
 removed, joined, without spaces or carriage returns. The one case `replace` alone cannot mirror, whitespace
-other than spaces (a tab, a form feed, a no-break space) ending a line, is found by `str.isprintable` and
+other than spaces (a tab, a form feed, a no-break space) ending a line, is found (`has_other_whitespace`) and
 parsed line by line as Biopython does. A record is held whole (a chromosome too), never the whole file.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import IO
 
 BLOCK_CHARACTERS = 1 << 20
+ASCII_OTHER_WHITESPACE = "\t\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace in ASCII, less " ", "\n", "\r"
 
 
 def fasta_records(stream: IO[str], first: str) -> Iterator[tuple[str, str]]:
@@ -26,9 +27,17 @@ def fasta_records(stream: IO[str], first: str) -> Iterator[tuple[str, str]]:
             continue
         body = text[header_end + 1:]
         sequence = body.replace("\n", "").replace(" ", "").replace("\r", "")
-        if not sequence.isprintable():  # other whitespace: only line-by-line stripping gives Biopython's result
+        if has_other_whitespace(sequence):  # only line-by-line stripping gives Biopython's result
             sequence = "".join(line.rstrip() for line in body.split("\n")).replace(" ", "").replace("\r", "")
         yield text[1:header_end].rstrip(), sequence
+
+
+def has_other_whitespace(text: str) -> bool:
+    """Whether `text` holds whitespace other than spaces, newlines and carriage returns (what `str.rstrip` strips): a
+    few memchr scans for ASCII text, `str.isprintable` (every whitespace character is unprintable) otherwise."""
+    if text.isascii():
+        return any(character in text for character in ASCII_OTHER_WHITESPACE)
+    return not text.isprintable()
 
 
 def record_texts(stream: IO[str], first: str) -> Iterator[str]:

@@ -11,7 +11,7 @@ from Bio.SeqIO.FastaIO import SimpleFastaParser
 from biotf.data import fasta
 from biotf.data.fasta import fasta_records
 
-PIECES = ["ACGT", "MKV", "\n", "\n", "\n>", ">", " ", "\t", "\r", "\x0c", "\xa0", "  \n", "x y", "*-", "\n\n", "é"]
+PIECES = ["ACGT", "MKV", "\n", "\n", "\n>", ">", " ", "\t", "\r", "\x0c", "\x1d", "\xa0", "  \n", "x y", "*-", "\n\n", "é"]
 
 
 def biopython(text: str) -> list[tuple[str, str]]:
