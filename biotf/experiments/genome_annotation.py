@@ -238,12 +238,18 @@ def init_model(overrides: list[str], directory: Path, seed: int):
     return load_pretrained(directory).model.config
 
 
-def train_model(out_dir: Path, overrides: list[str], data_file: Path, pos: str, context: int, seed: int) -> Run:
-    """Train (or reuse) the token model for one position encoding, training context and seed."""
+def train_model(out_dir: Path, overrides: list[str], data_file: Path, pos: str, context: int, seed: int,
+                train_context: int) -> Run:
+    """Train (or reuse) the token model for one position encoding, training context and seed. A model trained at a
+    shorter context than `train_context` (the short-context anchor) takes proportionally more windows per batch, so
+    that every model sees the same bases per step and in all: only the context differs."""
     name = f"{pos}_ctx{context}"
     model_overrides = [*overrides, f"model.pos={pos}", f"model.max_seq_len={context + 2}",
                        f"data.max_length={context + 2}", f"data.path={data_file}", f"data.cache_dir={out_dir / 'cache'}",
                        f"seed={seed}"]
+    if context != train_context:
+        batch_size = compose_config([*model_overrides, "task=null", "init_from=null"]).data.batch_size
+        model_overrides.append(f"data.batch_size={max(1, round(batch_size * train_context / context))}")
     init = out_dir / "init" / f"{name}_seed{seed}"
     model = init_model(model_overrides, init, seed)
     # The run's model is init_from's (as its config.yaml records it), so that a rerun recognises the finished run.
@@ -412,7 +418,7 @@ def run(out_dir: Path, seeds: tuple[int, ...], quick: bool = False, settings: di
             write_windows(training, context, data_file)
         eval_contexts = sorted({context, *chosen.eval_contexts})
         for seed in seeds:
-            run_ = train_model(out_dir, base, data_file, pos, context, seed)
+            run_ = train_model(out_dir, base, data_file, pos, context, seed, chosen.train_context)
             results = {} if run_.error else evaluate_run(run_.directory, evaluations, eval_contexts)
             models.setdefault((pos, context), []).append((run_, results))
     anchors = anchor_scores(chosen, training, evaluations)

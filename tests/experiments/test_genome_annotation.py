@@ -135,3 +135,21 @@ def test_tiny_experiment_end_to_end(tmp_path, capsys):
     assert finished.stat().st_mtime == before
     assert [{k: v for k, v in r.items() if k != "eval s"} for r in again] == \
         [{k: v for k, v in r.items() if k != "eval s"} for r in rows]
+
+
+def test_the_short_context_model_sees_as_many_bases_per_step(tmp_path, monkeypatch):
+    """Only the context differs between the short-context anchor and the models it is compared with."""
+    trained = {}
+    def init_model(overrides, directory, seed):
+        directory.mkdir(parents=True)
+        return annotation.compose_config([*overrides, "task=null", "init_from=null"]).model
+
+    monkeypatch.setattr(annotation, "init_model", init_model)
+    monkeypatch.setattr(annotation, "train_job", lambda config, directory: trained.setdefault(
+        directory.parent.name, config.data.batch_size))
+    base = ["experiment=genome_annotation", "data.batch_size=3"]
+    windows = tmp_path / "train.csv"
+    windows.write_text("id,sequence,label,window\nw0,ACGT,0123,0\n")
+    for context in (4096, 1024, 512):
+        annotation.train_model(tmp_path, base, windows, "alibi", context, 0, train_context=4096)
+    assert trained == {"alibi_ctx4096": 3, "alibi_ctx1024": 12, "alibi_ctx512": 24}
