@@ -16,14 +16,12 @@ Figures: docs/benchmarks.md.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from biotf.inference.fast.plan import DecodePlan, decode_plan, fixed_plan
+from biotf.inference.fast.plan import DecodePlan, decode_plan, fixed_plan, last_level_cache_bytes
 
 
 def decode_layout(weight: torch.Tensor, dtype: torch.dtype | None = None,
@@ -47,7 +45,9 @@ def loaded_in_decode_layout(model: nn.Module, name: str, source: torch.Tensor, d
     the dtype (a bf16 checkpoint read as float32) and then the layout would hold two copies of the largest."""
     if name not in decode_matrix_names(model):
         return source.to(dtype)
-    return decode_layout(source, dtype, model_plan(model, dtype, source.device).transposed)
+    # The fixed plan's layout: timing the plan now would hold its test matrices beside the loading weights at the
+    # peak; `optimize_for_decoding` times it afterwards and moves a matrix only where the machine decides otherwise.
+    return decode_layout(source, dtype)
 
 
 def model_plan(model: nn.Module, dtype: torch.dtype | None = None, device: torch.device | None = None) -> DecodePlan:
@@ -71,20 +71,6 @@ def decode_matrix_names(model: nn.Module) -> set[str]:
     if getattr(model, "lm_head", None) is None and hasattr(model, "embed"):
         names.add("embed.weight")
     return names
-
-
-@functools.cache
-def last_level_cache_bytes() -> int:
-    """Size of CPU 0's largest cache (Linux sysfs, read once per process); 32 MiB where it cannot be read."""
-    units = {"K": 2**10, "M": 2**20, "G": 2**30}
-    sizes = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
-    return max(sizes, default=32 * 2**20)
 
 
 def arrange_for_decoding(model: nn.Module, plan: DecodePlan | None = None) -> bool:

@@ -34,8 +34,11 @@ MARGIN = 0.9
 REPEATS = 7
 # Rows of the prefill the weight-first product is timed on ("prefill"): a short prompt.
 PREFILL_ROWS = 64
-# Matrices timed together stream from memory when they exceed the last-level cache; more than this says nothing new.
-MEASURED_BYTES_CAP = 96 * 2**20
+# Matrices timed together stream from memory when they exceed the last-level cache: each layout's set is this many
+# times the cache (and at least MEASURED_BYTES_FLOOR), no more, and one matrix at most half of it (a larger one,
+# such as a tied embedding, is timed on its first rows: the products' speed is per row of the input dimension).
+CACHE_MULTIPLE = 1.5
+MEASURED_BYTES_FLOOR = 16 * 2**20
 PLAN_MODES = ("measure", "fixed")
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "asimd", "sve")
 
@@ -83,8 +86,10 @@ def decode_plan(dtype: torch.dtype, device: torch.device, out_features: int, in_
         raise ConfigError("BIOTF_DECODE_PLAN", mode, " | ".join(PLAN_MODES))
     if mode == "fixed":
         return fixed_plan(dtype)
-    return measured_plan(dtype, out_features, in_features, min(model_bytes, MEASURED_BYTES_CAP),
-                         torch.get_num_threads())
+    cap = max(int(CACHE_MULTIPLE * last_level_cache_bytes()), MEASURED_BYTES_FLOOR)
+    row_bytes = in_features * torch.finfo(dtype).bits // 8
+    out_features = max(1, min(out_features, cap // 2 // row_bytes))
+    return measured_plan(dtype, out_features, in_features, min(model_bytes, cap), torch.get_num_threads())
 
 
 @functools.cache
@@ -138,6 +143,20 @@ def kept(prior: bool, with_choice: float, without: float) -> bool:
     if prior:
         return not without < MARGIN * with_choice
     return with_choice < MARGIN * without
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """Size of CPU 0's largest cache (Linux sysfs, read once per process); 32 MiB where it cannot be read."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=32 * 2**20)
 
 
 @functools.cache
