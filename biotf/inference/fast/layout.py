@@ -45,9 +45,9 @@ def loaded_in_decode_layout(model: nn.Module, name: str, source: torch.Tensor, d
     the dtype (a bf16 checkpoint read as float32) and then the layout would hold two copies of the largest."""
     if name not in decode_matrix_names(model):
         return source.to(dtype)
-    # The fixed plan's layout: timing the plan now would hold its test matrices beside the loading weights at the
-    # peak; `optimize_for_decoding` times it afterwards and moves a matrix only where the machine decides otherwise.
-    return decode_layout(source, dtype)
+    # The plan is timed at the first matrix read (then cached): its test matrices are freed before the weights fill
+    # memory, so they add nothing to the load's peak, where timing it after the load would add them on top.
+    return decode_layout(source, dtype, model_plan(model, dtype, source.device).transposed)
 
 
 def model_plan(model: nn.Module, dtype: torch.dtype | None = None, device: torch.device | None = None) -> DecodePlan:
