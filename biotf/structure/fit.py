@@ -159,6 +159,10 @@ def fit_file(model_source: str | Path, structures: str | Path, output: str | Pat
     l1_c = checked_l1_c(l1_c)
     files = structure_files(structures, names, listed_in)
     model, tokenizer = load_pretrained(model_source, device=device)
+    if model.stem is not None:
+        raise ConfigError("--model", str(model_source), reason="its convolutional stem (model.stem=conv) makes "
+                          f"attention run over bins of {model.config.stem_factor} residues, and a contact map needs "
+                          "one attention row per residue")
     stats = fit_contact_head(model, tokenizer, files, l1_c)
     save_pretrained(model.cpu(), tokenizer, output)
     return stats

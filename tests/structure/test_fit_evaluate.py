@@ -184,3 +184,19 @@ def test_evaluate_plot_draws_each_chain_with_its_true_map_and_keeps_existing_pic
     assert "2xcjA.png already exists; pass --overwrite" in err and len(err.strip().splitlines()) == 1
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "maps").iterdir()} == before
     assert main([*arguments, "--overwrite"]) == 0
+
+
+def test_fit_refuses_a_stem_model_in_one_line(shared_data, tmp_path, capsys):
+    """Attention over bins has no row per residue: refused before any chain is read or the model runs."""
+    from biotf.checkpoint import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                               max_seq_len=128, causal=False, stem="conv")
+    save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path / "stem")
+    status = main(["contacts", "fit", "--model", str(tmp_path / "stem"), "--structures",
+                   str(shared_data / "structures"), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "model.stem=conv" in err and "one attention row per residue" in err and not (tmp_path / "out").exists()
