@@ -1,5 +1,6 @@
-"""The padded protein batch the Hugging Face parity tests feed both sides (ESM's vocabulary, as biotf's protein
-tokenizer): <cls> residues <eos> <pad>..., with <mask> tokens in two rows."""
+"""What the Hugging Face parity tests feed both sides and compare against: the padded protein batch (ESM's
+vocabulary, as biotf's protein tokenizer: <cls> residues <eos> <pad>..., with <mask> tokens in two rows), and
+the reference pseudo-log-likelihood, one masked position per forward (also the scoring tests' reference)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,17 @@ def masked_protein_batch(left: bool = False) -> tuple[torch.Tensor, torch.Tensor
             ids[row] = ids[row].roll(14 - length)
     ids[0, 3] = ids[0, 7] = ids[1, 2] = MASK
     return ids, (ids != PAD).long()
+
+
+def one_mask_per_forward_pll(model, ids: torch.Tensor, mask_id: int) -> float:
+    """Sum over the positions between the first and last token of `ids` (1, L) of log p(true token), each masked in
+    its own forward of the masked LM `model` (a `transformers` model or a biotf Transformer: both take `input_ids`
+    and return `.logits`): the textbook PLL that biotf's scorer must equal."""
+    total = 0.0
+    for i in range(1, ids.shape[1] - 1):
+        masked = ids.clone()
+        masked[0, i] = mask_id
+        with torch.no_grad():
+            logits = model(input_ids=masked).logits
+        total += torch.log_softmax(logits[0, i].double(), -1)[ids[0, i]].item()
+    return total

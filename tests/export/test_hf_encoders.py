@@ -22,6 +22,7 @@ from biotf.export.embed import EmbedOptions, Embedder
 from biotf.model import Transformer
 from biotf.scoring.scorer import Scorer
 from biotf.tokenizers import AminoAcidTokenizer
+from protein_batches import one_mask_per_forward_pll
 
 transformers = pytest.importorskip("transformers")
 
@@ -61,14 +62,7 @@ def test_pseudo_log_likelihood_equals_the_transformers_loop(encoder):
     _, hf, model, tokenizer = encoder
     scores = Scorer(model, tokenizer).sequence_scores(PROTEINS[:2], "pll")
     for sequence, score in zip(PROTEINS, scores):
-        ids = torch.tensor([tokenizer.encode(sequence)])
-        expected = 0.0
-        for i in range(1, ids.shape[1] - 1):
-            masked = ids.clone()
-            masked[0, i] = tokenizer.mask_id
-            with torch.no_grad():
-                logits = hf(input_ids=masked).logits
-            expected += torch.log_softmax(logits[0, i].double(), -1)[ids[0, i]].item()
+        expected = one_mask_per_forward_pll(hf, torch.tensor([tokenizer.encode(sequence)]), tokenizer.mask_id)
         assert score.scored_tokens == len(sequence)
         assert abs(score.log_likelihood - expected) <= 1e-4
 

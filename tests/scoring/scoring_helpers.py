@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from biotf.model import Transformer, TransformerConfig
+from protein_batches import one_mask_per_forward_pll
 
 # Weights large enough that predictions are far from uniform: a near-uniform model would make every score ~0
 # and hide an off-by-one position.
@@ -27,14 +28,8 @@ def log_probs(model, ids: list[int]) -> torch.Tensor:
 
 
 def pseudo_log_likelihood(model, tokenizer, sequence: str) -> float:
-    """Mask each content token alone (one forward each) and sum log p(token)."""
-    ids = tokenizer.encode(sequence)
-    total = 0.0
-    for i in range(1, len(ids) - 1):  # <cls> ... <eos>: content is 1..n
-        masked = list(ids)
-        masked[i] = tokenizer.mask_id
-        total += log_probs(model, masked)[i, ids[i]].item()
-    return total
+    """Mask each content token alone (one forward each; <cls> ... <eos>: content is 1..n) and sum log p(token)."""
+    return one_mask_per_forward_pll(model, torch.tensor([tokenizer.encode(sequence)]), tokenizer.mask_id)
 
 
 def causal_log_likelihood(model, tokenizer, sequence: str) -> float:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import scoring_helpers as reference
+from protein_batches import one_mask_per_forward_pll
 from scoring_helpers import tiny_model
 
 from biotf.errors import ConfigError, InputError
@@ -214,13 +215,7 @@ def test_esm_pll_equals_the_transformers_loop(esm2_checkpoint):
     hf_tokenizer = transformers.EsmTokenizer.from_pretrained(directory)
     for sequence, score in zip(PROTEINS, scores):
         ids = hf_tokenizer(sequence, return_tensors="pt")["input_ids"]
-        expected = 0.0
-        for i in range(1, ids.shape[1] - 1):
-            masked = ids.clone()
-            masked[0, i] = hf_tokenizer.mask_token_id
-            with torch.no_grad():
-                logits = hf(input_ids=masked).logits
-            expected += torch.log_softmax(logits[0, i].double(), -1)[ids[0, i]].item()
+        expected = one_mask_per_forward_pll(hf, ids, hf_tokenizer.mask_token_id)
         assert abs(score.log_likelihood - expected) <= TOLERANCE
 
 
