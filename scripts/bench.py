@@ -106,6 +106,11 @@ class Bench:
             fn()
         return [self._seconds(fn) for _ in range(repeats)]
 
+    @staticmethod
+    def section(name: str):
+        """Another section's module, for a section that reuses its measurements (`load_section`)."""
+        return load_section(name)
+
     def record(self, name: str, value: float, unit: str, target: str | None = None, note: str = "") -> None:
         """A single measured figure (throughput, peak RSS, MFU) with an optional target."""
         suffix = f"  (target {target})" if target else ""

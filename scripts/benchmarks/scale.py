@@ -16,7 +16,6 @@ smallest to the largest should stay under 50 MiB, and the rate above 50 MB/s.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -80,12 +79,5 @@ def run(bench, quick: bool) -> None:
         seconds = bench.time(command(None, 2), repeats=3, warmup=0)
         bench.record(f"embed {count} DeepLoc proteins, 1 process with 2 threads", count / min(seconds), "records/s",
                      note=f"best of {len(seconds)}; load average after: {os.getloadavg()[0]:.2f}")
-    preprocessing_rss(bench, [100, 1000] if quick else [100, 1000, 10000])
-
-
-def preprocessing_rss(bench, sizes_mb: list[int]) -> None:
-    """The data section's measurement (scripts/benchmarks/data.py), at this section's sizes."""
-    spec = importlib.util.spec_from_file_location("biotf_bench_data", Path(__file__).with_name("data.py"))
-    data = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(data)
-    data.preprocessing_rss(bench, sizes_mb)
+    # the data section's measurement, at this section's sizes
+    bench.section("data").preprocessing_rss(bench, [100, 1000] if quick else [100, 1000, 10000])
