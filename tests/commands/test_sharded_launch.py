@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from itertools import islice
 from pathlib import Path
 
@@ -23,6 +21,8 @@ from biotf.data.sharded import work_folder
 from biotf.model import Transformer, TransformerConfig
 from biotf.resources import SAMPLES_DIR
 from biotf.tokenizers import AminoAcidTokenizer
+from torchrun_helpers import free_port
+from torchrun_helpers import torchrun as torchrun_command
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = 6  # three parts of two records: rank 0 gets parts 0 and 2, rank 1 part 1
@@ -64,12 +64,6 @@ def fasta(tmp_path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT")}
@@ -77,7 +71,7 @@ def environment() -> dict[str, str]:
 
 
 def torchrun(*launch: str, program: tuple[str, ...] = ("-m", "biotf"), args: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--master-addr", "127.0.0.1", *launch, *program, *args]
+    return [*torchrun_command(*launch), *program, *args]
 
 
 def launched(command: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -11,7 +11,6 @@ readers live.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import csv
-import socket
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from biotf.training import entry
+from torchrun_helpers import free_port, torchrun
 from training_helpers import REPO, SUBPROCESS_ENV, TINY, write_proteins
 
 STEPS = 8
@@ -30,12 +29,6 @@ sys.exit(main(sys.argv[1:], script=sys.argv[0]))
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def two_nodes(tmp_path, args: list[str], stop_at: int | None = None) -> list[subprocess.CompletedProcess]:
     """`torchrun --nnodes 2 --node-rank R --nproc-per-node 1 train.py *args` for R = 0, 1, at once."""
     script = REPO / "train.py"
@@ -45,9 +38,9 @@ def two_nodes(tmp_path, args: list[str], stop_at: int | None = None) -> list[sub
         script.write_text(PREEMPTED)
         env["STOP_AT"] = str(stop_at)
     port = free_port()
-    launches = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
-                                  str(node), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-                                  str(port), str(script), *args, "trainer.accelerator=cpu", "trainer.devices=1",
+    launches = [subprocess.Popen([*torchrun("--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                                            "--master-port", str(port)),
+                                  str(script), *args, "trainer.accelerator=cpu", "trainer.devices=1",
                                   "trainer.num_nodes=2", "trainer.strategy=ddp"],
                                  cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for node in (0, 1)]
