@@ -20,7 +20,6 @@ import functools
 import math
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
