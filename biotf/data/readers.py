@@ -202,7 +202,12 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
     finally:
         ids.close()
     if count == 0:
-        raise InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
+        raise _no_records(path, fmt)
+
+
+def _no_records(path: Path, fmt: str) -> InputError:
+    """The error of a file that holds no record of format `fmt` (saying so when the file is empty)."""
+    return InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
 
 def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
@@ -276,7 +281,7 @@ def read_genbank_features(path: str | Path) -> Iterator[tuple[Record, list]]:
             count += 1
             yield _genbank_record(index, entry, sequence), list(entry.features)
     if count == 0:
-        raise InputError(f"{path}: no records found (genbank format{'; the file is empty' if path.stat().st_size == 0 else ''})")
+        raise _no_records(path, "genbank")
 
 
 def _column_index(names: list[str], wanted: str | None, role: str, path: Path,
