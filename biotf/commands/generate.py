@@ -241,8 +241,8 @@ def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
         valid = is_valid
     sampling = sampling_settings(args, defaults, defaults.temperature or 1.0)  # drawing samples: never greedy
     start = time.perf_counter()
-    drawn = sample_sequences(fast_decoder(model, args.verbose), tokenizer, defaults, args.num_samples, prompt=args.prompt,
-                             sampling=sampling, seed=args.seed, batch_size=args.batch_size,
+    drawn = sample_sequences(fast_decoder(model, args.verbose), tokenizer, defaults, args.num_samples,
+                             prompt=args.prompt, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
                              max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws)
     seconds = time.perf_counter() - start
     write_samples(args.output, drawn.samples)

@@ -8,8 +8,8 @@ bandwidth. Batches of hundreds of rows run about as fast either way (a training 
 transposed), so models are built and trained row-major and arranged by `optimize_for_decoding`.
 
 Only where the decoding plan measured it faster on this machine (`plan.py`; its fixed choice: float32 on CPU, as
-bfloat16 matrices are much slower transposed on CPUs without native bf16, oneDNN's reference path). The matrices are every linear layer's weight and the token
-embedding when it is also the LM head (a lookup reads the transposed table fine). Only strides change:
+bfloat16 matrices are much slower transposed on CPUs without native bf16, oneDNN's reference path). The matrices
+are every linear layer's weight and the token embedding when it is also the LM head (a lookup reads the transposed table fine). Only strides change:
 values, parameter identities and state-dict keys do not, and files are written `.contiguous()`.
 Figures: docs/benchmarks.md.
 """
