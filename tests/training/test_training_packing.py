@@ -87,7 +87,8 @@ def test_a_bad_packing_value_is_a_one_line_error_naming_it(tmp_path, monkeypatch
 def test_python_train_py_runs_and_resumes_a_packed_causal_experiment(tmp_path):
     """`python train.py experiment=smiles_clm data.packing=true`, as a user runs it, then resumed from last.ckpt."""
     common = ["experiment=smiles_clm", *TINY, "model.causal=true", "data.packing=true",
-              f"data.cache_dir={tmp_path / 'cache'}", "trainer.checkpoint_every_n_steps=3", "trainer.val_check_interval=3"]
+              f"data.cache_dir={tmp_path / 'cache'}", "trainer.checkpoint_every_n_steps=3",
+              "trainer.val_check_interval=3"]
     first = run_script([*common, "trainer.max_steps=3", "hydra.run.dir=first"], cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     last = tmp_path / "first" / "checkpoints" / "last.ckpt"

@@ -22,7 +22,8 @@ def weights(run_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("packing, causal", [pytest.param(False, False, id="False"), pytest.param(True, False, id="True"),
+@pytest.mark.parametrize("packing, causal", [pytest.param(False, False, id="False"),
+                                             pytest.param(True, False, id="True"),
                                              pytest.param(True, True, id="causal-packed")])
 def test_sigkill_then_resume_matches_uninterrupted_run(packing, causal, tmp_path, monkeypatch):
     fasta = tmp_path / "proteins.fasta"
