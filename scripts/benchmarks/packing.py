@@ -221,14 +221,14 @@ def smiles_sequences(n: int) -> list[str]:
 def run(bench, quick: bool) -> None:
     import torch
 
+    from biotf.tokenizers import build_tokenizer
+
     torch.set_num_threads(1)
     bench.record("load average at start (1 min)", os.getloadavg()[0], "", note=f"{os.cpu_count()} CPUs, one thread")
     n_train, n_embed, repeats = (96, 192, 2) if quick else (384, 768, 5)
     for label, source in (("DeepLoc", deeploc_sequences), ("log-normal", lognormal_sequences)):
         training(bench, label, source(n_train), repeats)
         embedding(bench, label, source(n_embed), repeats)
-    from biotf.tokenizers import build_tokenizer
-
     smiles = smiles_sequences(n_embed * 4)
     causal_training(bench, "MOSES SMILES", smiles, build_tokenizer({"kind": "smiles"}, texts=smiles), 128, repeats)
     causal_training(bench, "DeepLoc", deeploc_sequences(n_train), build_tokenizer({"kind": "protein"}), MAX_LENGTH,
