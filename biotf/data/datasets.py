@@ -87,18 +87,29 @@ class PackedBlockDataset(Dataset):
     with `pad_id` (attention 0, label -100). Labels equal input_ids (the model shifts them, as in
     HF causal LMs). The packed stream is virtual: a block is gathered from the memory-mapped shard
     on demand, so packing costs O(records) memory, not O(tokens).
+
+    `document_masking` (`data.packing: true` for CLM): every record is `<eos> record <eos>` in the stream, and a
+    block carries `segment_ids` (one id per record, 0 for padding) instead of `attention_mask`, so a record attends
+    to itself alone and its positions restart. A record's segment holds both its `<eos>`s: the first is what it is
+    predicted from (what `biotf generate` starts a sequence with), the last its final target; the last `<eos>`'s own
+    target lies in the next segment and is not trained (`lm_targets`). Each record's logits and loss are then those
+    of `<eos> record <eos>` run alone. A record cut by a block boundary continues as a new segment (positions from
+    0) at the start of the next block, as a piece of its own; the cut token's target is lost, as without masking.
     """
 
-    def __init__(self, shard: TokenShard, block_size: int, separator_id: int, pad_id: int):
+    def __init__(self, shard: TokenShard, block_size: int, separator_id: int, pad_id: int,
+                 document_masking: bool = False):
         check_int("data.max_length", block_size, 2)
         self.shard, self.block_size, self.separator_id, self.pad_id = shard, block_size, separator_id, pad_id
+        self.document_masking = document_masking
         lengths = shard.lengths
         ends = shard.offsets[1:] - 1
         # A record that already ends with the separator (e.g. encode added <eos>) gets no second one.
         has_separator = (shard.tokens[ends[lengths > 0]] == separator_id) if len(ends) else np.zeros(0, bool)
         self.added = np.ones(len(lengths), np.int64)
         self.added[lengths > 0] = ~has_separator
-        self.stream_offsets = np.concatenate([[0], np.cumsum(lengths + self.added)])
+        self.leading = int(document_masking)  # separators before each record
+        self.stream_offsets = np.concatenate([[0], np.cumsum(self.leading + lengths + self.added)])
         self.stream_length = int(self.stream_offsets[-1])
         self.padding = (-self.stream_length) % block_size
 
@@ -108,19 +119,23 @@ class PackedBlockDataset(Dataset):
     def __getitem__(self, item: int) -> dict:
         positions = np.arange(item * self.block_size, min((item + 1) * self.block_size, self.stream_length))
         record = np.searchsorted(self.stream_offsets, positions, side="right") - 1
-        within = positions - self.stream_offsets[record]
+        within = positions - self.stream_offsets[record] - self.leading
         lengths = self.shard.offsets[record + 1] - self.shard.offsets[record]
-        is_separator = within >= lengths
+        is_separator = (within < 0) | (within >= lengths)
         source = np.where(is_separator, 0, self.shard.offsets[record] + within)
         ids = np.where(is_separator, self.separator_id, self.shard.tokens[source]).astype(np.int64)
         n_real = len(ids)
         input_ids = np.full(self.block_size, self.pad_id, np.int64)
         input_ids[:n_real] = ids
-        attention_mask = np.zeros(self.block_size, np.int64)
-        attention_mask[:n_real] = 1
-        labels = np.where(attention_mask == 1, input_ids, IGNORE_INDEX)
-        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
-                "labels": torch.from_numpy(labels)}
+        # Records in a block are consecutive and each has a token there: ids 1, 2, ... in order, one run each.
+        segments = np.zeros(self.block_size, np.int64)
+        segments[:n_real] = record - record[0] + 1
+        labels = np.where(segments != 0, input_ids, IGNORE_INDEX)
+        if self.document_masking:
+            mask = {"segment_ids": torch.from_numpy(segments)}
+        else:
+            mask = {"attention_mask": torch.from_numpy((segments != 0).astype(np.int64))}
+        return {"input_ids": torch.from_numpy(input_ids), **mask, "labels": torch.from_numpy(labels)}
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):

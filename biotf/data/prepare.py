@@ -2,8 +2,8 @@
 
 `prepare_dataset` reads and tokenizes the file once into the shard cache (or reuses it), then
 wraps the shards for the objective: per-record `SequenceDataset`s for MLM (with the long-sequence
-policy), `PackedBlockDataset`s for CLM. Everything that changed data is in `PreparedData`:
-tokenizer policy counts, long-sequence counts, and the unigram baseline the run summary reports.
+policy), `PackedBlockDataset`s for CLM (document-masked under `packing`). Everything that changed data is in
+`PreparedData`: tokenizer policy counts, long-sequence counts, and the unigram baseline the run summary reports.
 """
 
 from __future__ import annotations
@@ -72,12 +72,15 @@ class PreparedData:
 
 def prepare_dataset(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path,
                     reader_options: ReaderOptions | None = None, validation_fraction: float = 0.05, seed: int = 0,
-                    max_length: int = 1024, long_policy: str = "crop", objective: str = "mlm") -> PreparedData:
+                    max_length: int = 1024, long_policy: str = "crop", objective: str = "mlm",
+                    packing: bool = False) -> PreparedData:
     """Tokenize `path` (cached) and build the datasets for `objective`.
 
     MLM: records encoded with special tokens, one item per record, `long_policy` for records over
     `max_length`. CLM: records encoded without special tokens, joined with `<eos>` and cut into
-    blocks of `max_length`.
+    blocks of `max_length`; with `packing` each record is `<eos> record <eos>` and keeps to itself in its block
+    (`PackedBlockDataset`'s `document_masking`). MLM rows are packed later, by the collator, so `packing` changes
+    nothing here for MLM.
     """
     if objective not in OBJECTIVES:
         raise ConfigError("objective", objective, allowed=", ".join(OBJECTIVES))
@@ -90,8 +93,8 @@ def prepare_dataset(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Pat
                               add_special_tokens=objective == "mlm")
     shards = cache.splits
     if objective == "clm":
-        train, validation = (PackedBlockDataset(shards[name], max_length, tokenizer.eos_id, tokenizer.pad_id)
-                             for name in ("train", "validation"))
+        train, validation = (PackedBlockDataset(shards[name], max_length, tokenizer.eos_id, tokenizer.pad_id,
+                                                document_masking=packing) for name in ("train", "validation"))
         long_sequences = {}
     else:
         train, validation = (SequenceDataset(shards[name], max_length, long_policy, seed, training=name == "train",

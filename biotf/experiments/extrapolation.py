@@ -90,7 +90,9 @@ def evaluate_lengths(config: TrainConfig, run_dir: Path, lengths: tuple[int, ...
 
     model, tokenizer = load_pretrained(run_dir)
     longest = max(lengths)
-    longest_config = dataclasses.replace(config, data=dataclasses.replace(config.data, max_length=longest))
+    # The plain stream (no document masking, whatever training used): contexts of every length, across records.
+    longest_config = dataclasses.replace(config, data=dataclasses.replace(config.data, max_length=longest,
+                                                                          packing=False))
     validation = prepare_data(longest_config, tokenizer).validation
     blocks = [item["input_ids"] for item in (validation[i] for i in range(len(validation)))
               if bool(item["attention_mask"].all())]

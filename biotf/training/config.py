@@ -49,7 +49,11 @@ class DataConfig:
     label_column / label_pattern: where fine-tuning (`task`) reads each record's label.
     packing: masked-LM training packs several records into each row of max_length tokens (`biotf.data.packing`;
     batch_size then counts rows); each record attends to itself alone, so the loss is the padded batch's.
-    Validation stays padded.
+    Validation stays padded. Causal-LM training keeps its blocks of max_length records end to end but masks them by
+    document (`PackedBlockDataset`'s document_masking): each record is `<eos> record <eos>`, attends to itself
+    alone with positions from 0, and its loss is that sequence's run alone; the last `<eos>`'s target (the next
+    record) is not trained, and a record cut by a block boundary continues as a new segment. Validation blocks are
+    built the same way. false (default): records joined by `<eos>` attend across records, as before.
     """
 
     path: str = MISSING

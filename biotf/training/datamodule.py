@@ -2,7 +2,9 @@
 
 Data is prepared (read, tokenized, cached) before the Trainer starts, in `biotf.training.run`, so a
 bad file stops the run before any model step and DDP worker processes find the cache built. Here
-we only batch: length-grouped batches and 80/10/10 masking for MLM, shuffled packed blocks for CLM.
+we only batch: length-grouped batches and 80/10/10 masking for MLM, shuffled packed blocks for CLM. `data.packing`
+packs MLM rows here (`PackedBatchSampler` and the packing collator); CLM blocks come document-masked from the data
+layer already (`PackedBlockDataset`), batched as the blocks without it.
 
 Exact resume: every random choice in the data is a function of (seed, epoch, record), and the
 training loader is a `ResumableDataLoader` that Lightning checkpoints (it implements `state_dict` /
@@ -21,7 +23,6 @@ from torch.utils.data import DataLoader, default_collate
 
 from biotf.data import LengthGroupedBatchSampler, MLMCollator, PreparedData
 from biotf.data.packing import PackedBatchSampler
-from biotf.errors import ConfigError
 from biotf.training.config import DataConfig
 from biotf.tokenizers.base import Tokenizer
 
@@ -73,20 +74,20 @@ class SequenceDataModule(L.LightningDataModule):
 
     Validation is not sharded across ranks: every rank scores the whole (small) validation split,
     so the reported validation loss is exact and identical everywhere, with no padding duplicates.
+    It is built as training's is, but for MLM packing: MLM validation stays padded (the same loss, packed or not),
+    CLM validation under `data.packing` is document-masked blocks too (a loss per record, not across records).
     """
 
     def __init__(self, prepared: PreparedData, tokenizer: Tokenizer, data: DataConfig, seed: int):
         super().__init__()
         self.prepared, self.tokenizer, self.data, self.seed = prepared, tokenizer, data, seed
-        if data.packing and prepared.objective != "mlm":
-            raise ConfigError("data.packing", True, "false", reason="packed rows serve masked-LM training; causal "
-                              "training already packs records end to end into blocks of max_length")
         if prepared.objective == "mlm":
             self.collate = MLMCollator(tokenizer, mask_probability=data.mask_probability, seed=seed)
         else:
             self.collate = default_collate
         self.train_collate = self.collate
-        if data.packing:
+        self.packed_rows = data.packing and prepared.objective == "mlm"
+        if self.packed_rows:
             self.train_collate = MLMCollator(tokenizer, mask_probability=data.mask_probability, seed=seed,
                                              pack_length=data.max_length)
 
@@ -106,7 +107,7 @@ class SequenceDataModule(L.LightningDataModule):
         trainer = self.trainer
         options = dict(shuffle=True, seed=self.seed, num_replicas=trainer.world_size if trainer else 1,
                        rank=trainer.global_rank if trainer else 0)
-        if self.data.packing:
+        if self.packed_rows:
             sampler = PackedBatchSampler(self._lengths(dataset), self.data.batch_size, self.data.max_length, **options)
         else:
             sampler = LengthGroupedBatchSampler(self._lengths(dataset), self.data.batch_size, **options)

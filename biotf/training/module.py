@@ -111,7 +111,7 @@ class LanguageModelTask(L.LightningModule):
         self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"])
+        out = self(batch["input_ids"], batch.get("attention_mask"), batch["labels"], batch.get("segment_ids"))
         self._val_sums += torch.stack([out.loss.double() * out.scored, out.scored.double(), out.correct.double()])
 
     def on_validation_epoch_end(self) -> None:

@@ -81,7 +81,8 @@ def prepare_data(config: TrainConfig, tokenizer: Tokenizer) -> PreparedData:
     data = config.data
     return prepare_dataset(data.path, tokenizer, data.cache_dir, reader_options(config),
                            validation_fraction=data.validation_fraction, seed=config.seed,
-                           max_length=data.max_length, long_policy=data.long_policy, objective=config.objective)
+                           max_length=data.max_length, long_policy=data.long_policy, objective=config.objective,
+                           packing=data.packing)
 
 
 def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | None = None,

@@ -1,4 +1,5 @@
-"""Kill a run with SIGKILL mid-training, resume it from last.ckpt, and land on the uninterrupted run's weights."""
+"""Kill a run with SIGKILL mid-training, resume it from last.ckpt, and land on the uninterrupted run's weights
+(masked LM padded and packed, causal LM on document-masked blocks)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ def weights(run_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("packing", [False, True])
-def test_sigkill_then_resume_matches_uninterrupted_run(packing, tmp_path, monkeypatch):
+@pytest.mark.parametrize("packing, causal", [pytest.param(False, False, id="False"),
+                                             pytest.param(True, False, id="True"),
+                                             pytest.param(True, True, id="causal-packed")])
+def test_sigkill_then_resume_matches_uninterrupted_run(packing, causal, tmp_path, monkeypatch):
     fasta = tmp_path / "proteins.fasta"
     write_proteins(fasta)
     common = [*TINY, f"data.path={fasta}", f"data.cache_dir={tmp_path / 'cache'}", f"trainer.max_steps={STEPS}",
               "trainer.checkpoint_every_n_steps=3", "trainer.val_check_interval=5", "optim.warmup_steps=3",
               "model.dropout=0.1",  # dropout too: the RNG state travels in the checkpoint
-              f"data.packing={str(packing).lower()}"]
+              f"data.packing={str(packing).lower()}", f"model.causal={str(causal).lower()}"]
     monkeypatch.chdir(tmp_path)
 
     killed = tmp_path / "killed"
