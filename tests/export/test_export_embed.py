@@ -71,7 +71,7 @@ def test_a_stem_model_refuses_packing_before_any_work():
     tokenizer = build_tokenizer({"kind": "dna", "k": 1})
     model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, causal=False,
                                           stem="conv"))
-    with pytest.raises(ConfigError, match=r"^invalid config packing=True: the model has a convolutional stem") as caught:
+    with pytest.raises(ConfigError, match="^invalid config packing=True: the model has a convolutional stem") as caught:
         Embedder(model, tokenizer, EmbedOptions(packing=True))
     assert "\n" not in str(caught.value)
 
