@@ -34,6 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
+    parser.add_argument("--packing", action="store_true",
+                        help="the records of a batch share rows, each attending to (and pooled over) itself alone: "
+                             "the same predictions with fewer pad tokens (see README, Packing)")
     add_part_arguments(parser)
     add_overwrite_argument(parser)
     parser.set_defaults(run=run)
@@ -50,16 +53,16 @@ def run(args: argparse.Namespace) -> int:
         if launched is None:
             note_waiting_parts(args)
             summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size,
-                                   tokenizer_options)
+                                   tokenizer_options, args.packing)
         else:
-            work = PredictRun(args.model, args.output, args.batch_size, tokenizer_options, args.input)
+            work = PredictRun(args.model, args.output, args.batch_size, tokenizer_options, args.input, args.packing)
             done = run_in_parts(args, work, launched)
             if done is None:
                 return 0
             summary = work.summary(done.counts)
             summary.policies.update(done.reader_policies)
     print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
-          f"({summary.task}, from {args.model})")
+          f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
     changed = [f"{n} {why}" for why, n in summary.counts.items()]
     changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
     print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)

@@ -61,6 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="tokens per window, special tokens included (default: the model's max_seq_len)")
     parser.add_argument("--overlap", type=int, metavar="N",
                         help="tokens shared by consecutive windows of long inputs (default: a quarter window)")
+    parser.add_argument("--packing", action="store_true",
+                        help="several masked copies / windows share a row, each attending to itself alone: the same "
+                             "scores with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_part_arguments(parser)
@@ -83,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.reference is None:
         raise ConfigError("--reference", None, reason="the variants are scored against a reference",
                           allowed="a file with one record, or a sequence", required_with="--variants")
-    options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap)
+    options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap,
+                           packing=args.packing)
     output_format(args.output)
     inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
     prepare_outputs(args, {"--output": args.output}, inputs)

@@ -6,16 +6,27 @@ order, `batch_size` rows to a batch; the collator (`MLMCollator(pack_length=...)
 `next_fit_rows`, which reproduces the bins exactly: a record opens a new bin in first-fit decreasing only when it
 fits none of the bins before, and those only fill up afterwards, so it does not fit the row before it either.
 Rows carry segment ids (`biotf.model.segments`): the model keeps each record to itself.
+
+Inference (`biotf embed`, `score`, `predict`) forms its rows with `inference_rows` / `inference_batches` and fills
+them with `fill_rows`: one sequence a row, longest first, or (packing) first-fit decreasing into rows as long as the
+longest sequence, so a packed batch never holds more tokens than the padded one it replaces. `check_packable` refuses
+packing for a model that cannot keep records apart in one row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from biotf.data.datasets import LengthGroupedBatchSampler
 from biotf.errors import ConfigError, check_int
+
+if TYPE_CHECKING:
+    from biotf.model.config import TransformerConfig
 
 
 def first_fit_decreasing(lengths: np.ndarray, capacity: int) -> list[list[int]]:
@@ -47,6 +58,79 @@ def next_fit_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
         rows[-1].append(index)
         used += length
     return rows
+
+
+def check_packable(packing: object, config: TransformerConfig | None = None) -> None:
+    """ConfigError unless `packing` is a bool that the model of `config` (if given) can follow: a convolutional stem's
+    bins would mix the ends of two records that share a row."""
+    if not isinstance(packing, bool):
+        raise ConfigError("packing", packing, allowed="true | false")
+    if packing and config is not None and config.stem != "none":
+        raise ConfigError("packing", True, allowed="false", reason="the model has a convolutional stem (stem: "
+                          f"{config.stem}), whose bins would mix the ends of two records sharing a row")
+
+
+def inference_rows(lengths: Sequence[int] | np.ndarray, packing: bool) -> list[list[int]]:
+    """Rows of indices into `lengths`, longest first: one sequence a row, or with `packing` rows as long as the longest
+    sequence, filled by first-fit decreasing."""
+    lengths = np.asarray(lengths, np.int64)
+    if not len(lengths):
+        return []
+    if packing:
+        return first_fit_decreasing(lengths, int(lengths.max()))
+    return [[int(index)] for index in np.argsort(-lengths, kind="stable")]
+
+
+def inference_batches(lengths: Sequence[int] | np.ndarray, batch_tokens: int,
+                      packing: bool) -> Iterator[list[list[int]]]:
+    """`inference_rows` cut into batches of at most `batch_tokens` padded tokens (one row at least): a batch's width is
+    its first (longest) row's, or with `packing` the longest sequence's."""
+    lengths = np.asarray(lengths, np.int64)
+    packed_width = int(lengths.max()) if len(lengths) else 0
+    batch: list[list[int]] = []
+    for row in inference_rows(lengths, packing):
+        if batch and (len(batch) + 1) * (packed_width if packing else int(lengths[batch[0][0]])) > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(row)
+    if batch:
+        yield batch
+
+
+@dataclass
+class FilledRows:
+    """A batch of rows ready for the model: `ids` (rows, longest row) right-padded, `segments` numbering the sequences
+    of each row from 1 (0: padding), and `spans` (row, start, length) of each sequence in the order given."""
+
+    ids: np.ndarray
+    segments: np.ndarray
+    spans: list[tuple[int, int, int]]
+    packed: bool
+
+    def inputs(self, device: torch.device | str) -> dict[str, torch.Tensor]:
+        """The model's keyword arguments besides `input_ids`: `segment_ids` for packed rows, each sequence attending to
+        itself alone; `attention_mask` for padded rows (none when no row is padded: SDPA's fast path)."""
+        if self.packed:
+            return {"segment_ids": torch.from_numpy(self.segments).to(device)}
+        if self.segments.all():
+            return {}
+        return {"attention_mask": torch.from_numpy(self.segments).to(device)}
+
+
+def fill_rows(rows: Sequence[Sequence[np.ndarray]], pad_id: int, packed: bool) -> FilledRows:
+    """The token ids of `rows` (each a list of sequences, one unless `packed`) laid end to end in each row."""
+    longest = max(sum(len(sequence) for sequence in row) for row in rows)
+    ids = np.full((len(rows), longest), pad_id, np.int64)
+    segments = np.zeros((len(rows), longest), np.int64)
+    spans = []
+    for number, row in enumerate(rows):
+        start = 0
+        for segment, sequence in enumerate(row, 1):
+            ids[number, start:start + len(sequence)] = sequence
+            segments[number, start:start + len(sequence)] = segment
+            spans.append((number, start, len(sequence)))
+            start += len(sequence)
+    return FilledRows(ids, segments, spans, packed)
 
 
 class PackedBatchSampler(LengthGroupedBatchSampler):

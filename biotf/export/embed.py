@@ -38,7 +38,7 @@ import torch
 from biotf.data.readers import Record
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_choice, check_int
-from biotf.data.packing import first_fit_decreasing
+from biotf.data.packing import check_packable, fill_rows, inference_batches
 from biotf.export.choices import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.data.windows import Window, plan_windows
@@ -85,8 +85,7 @@ class EmbedOptions:
         check_int("block_tokens", self.block_tokens)
         check_int("max_length", self.max_length, optional=True)
         check_int("overlap", self.overlap, 0, optional=True)
-        if not isinstance(self.packing, bool):
-            raise ConfigError("packing", self.packing, allowed="true | false")
+        check_packable(self.packing)
 
 
 @dataclass
@@ -136,6 +135,7 @@ class Embedder:
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, options: EmbedOptions = EmbedOptions()):
         self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        check_packable(options.packing, model.config)
         n_states = model.config.n_layers + 1
         if options.layer == "all":
             self.layers = list(range(n_states))
@@ -213,44 +213,20 @@ class Embedder:
     def _run(self, rows: list[list[_Piece]]) -> np.ndarray:
         """Hidden states of the selected layers, one per token (with a stem: its bin's), (layers, rows, longest row, D)
         float32; a row of several windows (packing) runs with segment ids, each window a segment."""
-        longest = max(sum(len(p.ids) for p in row) for row in rows)
-        ids = np.full((len(rows), longest), self.pad_id, np.int64)
-        segments = np.zeros((len(rows), longest), np.int64)
-        for number, row in enumerate(rows):
-            start = 0
-            for segment, piece in enumerate(row, 1):
-                ids[number, start:start + len(piece.ids)] = piece.ids
-                segments[number, start:start + len(piece.ids)] = segment
-                start += len(piece.ids)
+        filled = fill_rows([[piece.ids for piece in row] for row in rows], self.pad_id, self.options.packing)
         device = self.model.device
-        inputs = {}
-        if self.options.packing:
-            inputs["segment_ids"] = torch.from_numpy(segments).to(device)
-        elif not segments.all():  # unpadded: SDPA's fast path
-            inputs["attention_mask"] = torch.from_numpy(segments).to(device)
         with torch.inference_mode():
-            out = self.model.encode(torch.from_numpy(ids).to(device), output_hidden_states=True, **inputs)
+            out = self.model.encode(torch.from_numpy(filled.ids).to(device), output_hidden_states=True,
+                                    **filled.inputs(device))
             hidden = torch.stack([out.per_token(out.hidden_states[i]) for i in self.layers])
         return hidden.float().cpu().numpy()
 
     def _batches(self, pieces: list[_Piece]) -> Iterator[list[list[_Piece]]]:
-        """Rows of windows, each batch at most `batch_tokens` padded tokens (one row at least): one window a row,
+        """Rows of windows, each batch at most `batch_tokens` padded tokens (`inference_batches`): one window a row,
         longest first; or with `packing` rows as long as the longest window, filled by first-fit decreasing."""
-        pieces = sorted(pieces, key=lambda p: -len(p.ids))
-        if self.options.packing:
-            width = len(pieces[0].ids)
-            rows = [[pieces[i] for i in row] for row in first_fit_decreasing(np.array([len(p.ids) for p in pieces]),
-                                                                              width)]
-        else:
-            width, rows = 0, [[piece] for piece in pieces]
-        batch: list[list[_Piece]] = []
-        for row in rows:
-            if batch and (len(batch) + 1) * (width or len(batch[0][0].ids)) > self.options.batch_tokens:
-                yield batch
-                batch = []
-            batch.append(row)
-        if batch:
-            yield batch
+        lengths = [len(piece.ids) for piece in pieces]
+        for batch in inference_batches(lengths, self.options.batch_tokens, self.options.packing):
+            yield [[pieces[i] for i in row] for row in batch]
 
     # --- the pipeline -----------------------------------------------------------------------------
     def _blocks(self, records: Iterable[Record], stats: EmbedStats, source: str | Path | None

@@ -81,7 +81,7 @@ class EmbedRun:
     def identity(self) -> dict[str, Any]:
         keys = ("model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
                 "long", "overlap")
-        return {"command": "embed", **{key: self.info[key] for key in keys}}
+        return {"command": "embed", **{key: self.info[key] for key in keys}, "packing": self.options.packing}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
         stats = EmbedStats()

@@ -4,6 +4,7 @@ Columns: id, prediction (the class name, the value in the label's unit, or one l
 for classification one probability column per class (p_<class>); tab-separated unless the output ends in .csv.
 Records are encoded as in training (the run's max_length and long_policy, `encode_for_task`); records cut or dropped
 by that policy are counted. Under torchrun `PredictRun` predicts in parts (`biotf.data.sharded`), merged by rank 0.
+With `packing` the records of a batch share rows, each alone in its segment and pooled alone (`TaskModel`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import torch
 
 from biotf.atomic import atomic_write
 from biotf.checkpoint.task_model import TaskInfo, load_task_model
-from biotf.data.collators import content_mask, pad_batch
+from biotf.data.collators import content_mask
 from biotf.data.labels import label_text
 from biotf.data.long_policy import encode_for_task
+from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_rows
 from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.errors import ConfigError
 from biotf.model.tasks import TaskModel
@@ -44,16 +46,35 @@ class PredictionSummary:
 
 
 @torch.no_grad()
-def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(predictions, scores) of a batch of encoded records: class ids and softmax probabilities (classification,
-    token: per position), or values and values (regression)."""
+def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray],
+            packing: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(predictions, scores) of a batch of encoded records, in its order: class ids and softmax probabilities
+    (classification, token: per position, the longest record's width), or values and values (regression). Rows are
+    formed as every inference command forms them (`biotf.data.packing.inference_rows`); with `packing` several records
+    share a row, each alone in its segment (and pooled alone): the same outputs, fewer pad tokens."""
     if tokenizer.pad_id is None:
         raise ConfigError("tokenizer", tokenizer.kind, reason="batched prediction needs a tokenizer with a pad token")
-    ids, attention = (torch.from_numpy(a) for a in pad_batch(batch, tokenizer.pad_id))
-    out = model(ids, attention, content_mask(ids, attention, tokenizer))
-    if model.task == "regression":
-        return out.predictions.numpy(), out.predictions.numpy()
-    return out.predictions.numpy(), torch.softmax(out.logits.float(), -1).numpy()
+    rows = inference_rows([len(ids) for ids in batch], packing)
+    filled = fill_rows([[batch[i] for i in row] for row in rows], tokenizer.pad_id, packing)
+    ids, inputs = torch.from_numpy(filled.ids), filled.inputs("cpu")
+    mask = content_mask(ids, torch.from_numpy(filled.segments != 0), tokenizer)
+    out = model(ids, inputs.get("attention_mask"), mask, segment_ids=inputs.get("segment_ids"))
+    predictions = out.predictions.numpy()
+    scores = predictions if model.task == "regression" else torch.softmax(out.logits.float(), -1).numpy()
+    order, per_position = [index for row in rows for index in row], model.task == "token"
+    return (_in_batch_order(predictions, filled, order, per_position),
+            _in_batch_order(scores, filled, order, per_position))
+
+
+def _in_batch_order(values: np.ndarray, filled: FilledRows, order: list[int], per_position: bool) -> np.ndarray:
+    """A model output of the filled rows, one entry per record in batch order: per position, each record's span
+    (right-padded with zeros to the longest record); pooled (one per record in row order), reordered."""
+    if not per_position:
+        return values[np.argsort(order)]
+    out = np.zeros((len(order), max(length for _, _, length in filled.spans), *values.shape[2:]), values.dtype)
+    for index, (row, start, length) in zip(order, filled.spans):
+        out[index, :length] = values[row, start:start + length]
+    return out
 
 
 def prediction_row(record: str, ids: np.ndarray, predicted: np.ndarray, score: np.ndarray, info: TaskInfo,
@@ -71,12 +92,15 @@ class PredictRun:
     and their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines of the output's text fields)."""
 
     def __init__(self, model_source: str | Path, output: str | Path, batch_size: int = 32,
-                 tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None):
+                 tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None,
+                 packing: bool = False):
         if batch_size < 1:
             raise ConfigError("--batch-size", batch_size, "an integer >= 1")
-        self.output, self.batch_size, self.input_path = output, batch_size, input_path
+        check_packable(packing)
+        self.output, self.batch_size, self.input_path, self.packing = output, batch_size, input_path, packing
         self.tokenizer_options = dict(tokenizer_options or {})
         self.model, self.tokenizer, self.info = load_task_model(model_source, tokenizer_options)
+        check_packable(packing, self.model.trunk.config)
         classes = self.info.classes if self.info.task == "classification" else []
         self.header = ["id", "prediction"] + [f"p_{c}" for c in classes]
 
@@ -86,7 +110,7 @@ class PredictRun:
         batch: list[tuple[str, np.ndarray]] = []
 
         def flush() -> None:
-            predictions, scores = predict(self.model, self.tokenizer, [ids for _, ids in batch])
+            predictions, scores = predict(self.model, self.tokenizer, [ids for _, ids in batch], self.packing)
             rows.extend(prediction_row(record, ids, predicted, score, self.info, self.tokenizer)
                         for (record, ids), predicted, score in zip(batch, predictions, scores))
             batch.clear()
@@ -121,7 +145,8 @@ class PredictRun:
         from biotf.checkpoint.digest import model_fingerprint
 
         return {"command": "predict", "model_fingerprint": model_fingerprint(self.model),
-                "tokenizer_fingerprint": self.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options}
+                "tokenizer_fingerprint": self.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options,
+                "packing": self.packing}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
         summary = PredictionSummary(rows=0, records=0, task=self.info.task)
@@ -147,11 +172,12 @@ class PredictRun:
 
 def predict_file(model_source: str | Path, input_path: str | Path, output: str | Path,
                  options: ReaderOptions | None = None, batch_size: int = 32,
-                 tokenizer_options: Mapping[str, Any] | None = None) -> PredictionSummary:
+                 tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
     (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
-    policies of the model's tokenizer (`load_pretrained`). An error about a record names `input_path`."""
-    run = PredictRun(model_source, output, batch_size, tokenizer_options, input_path)
+    policies of the model's tokenizer (`load_pretrained`); `packing`: the records of a batch share rows (`predict`).
+    An error about a record names `input_path`."""
+    run = PredictRun(model_source, output, batch_size, tokenizer_options, input_path, packing)
     summary = PredictionSummary(rows=0, records=0, task=run.info.task)
     run.write(run.rows(read_records(input_path, options or ReaderOptions(), summary.policies), summary))
     return summary

@@ -37,6 +37,20 @@ def segment_positions(segment_ids: torch.Tensor) -> torch.Tensor:
     return index - (index * _run_starts(segment_ids)).cummax(-1).values
 
 
+def by_segment(values: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, length, ...) values of packed rows -> (records, longest record, ...): one record a row, right-padded
+    with zeros (False), records in row order and, within a row, in the order of their runs; differentiable."""
+    real = segment_ids != 0
+    starts = _run_starts(segment_ids) & real
+    record = starts.flatten().cumsum(0).view_as(segment_ids)[real] - 1
+    position = segment_positions(segment_ids)[real]
+    records = int(starts.sum())
+    longest = int(position.max()) + 1 if records else 0
+    out = values.new_zeros((records, longest, *values.shape[2:]))
+    out[record, position] = values[real]
+    return out
+
+
 def _run_starts(segment_ids: torch.Tensor) -> torch.Tensor:
     """True where a run of equal ids starts (the first token of every row too)."""
     starts = torch.ones_like(segment_ids, dtype=torch.bool)

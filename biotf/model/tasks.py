@@ -34,6 +34,7 @@ from torch import nn
 
 from biotf.errors import ConfigError, InputError
 from biotf.conventions import IGNORE_INDEX
+from biotf.model.segments import by_segment
 from biotf.model.stem import majority_bins
 from biotf.model.transformer import Transformer, TrunkOutput
 
@@ -127,13 +128,16 @@ class TaskModel(nn.Module):
         self.target_std.copy_(std)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, content_mask: torch.Tensor,
-                labels: torch.Tensor | None = None) -> TaskOutput:
-        """labels: (B,) class ids, (B, n_outputs) values in the label's unit, or (B, T) token classes (-100: none)."""
-        trunk = self.trunk.encode(input_ids, attention_mask)
+                labels: torch.Tensor | None = None, segment_ids: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B,) class ids, (B, n_outputs) values in the label's unit, or (B, T) token classes (-100: none).
+        `segment_ids` (packed rows, instead of `attention_mask`; `biotf.model.segments`): a sequence head pools each
+        record alone and returns one output per record, in row order then run order (`by_segment`); a token head
+        returns one per position, as without packing."""
+        trunk = self.trunk.encode(input_ids, attention_mask, segment_ids=segment_ids)
         bins = trunk.bins if self.resolution == "bin" else None
         if bins is not None:  # from_features reads bins from real tokens packed to the front of each row
             labels = None if labels is None else bins.pack(labels)
-        out = self.from_features(self._features(trunk, content_mask), labels)
+        out = self.from_features(self._features(trunk, content_mask, segment_ids), labels)
         return out if bins is None else TaskOutput(bins.unpack(out.logits), bins.unpack(out.predictions), out.loss)
 
     def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -142,9 +146,13 @@ class TaskModel(nn.Module):
         (B, T, D) per token (token task; at bin resolution each token its bin's vector)."""
         return self._features(self.trunk.encode(input_ids, attention_mask), content_mask)
 
-    def _features(self, trunk: TrunkOutput, content_mask: torch.Tensor) -> torch.Tensor:
+    def _features(self, trunk: TrunkOutput, content_mask: torch.Tensor,
+                  segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         if self.task != "token":
-            return pool_tokens(trunk.per_token(), content_mask, self.pool)
+            if segment_ids is None:
+                return pool_tokens(trunk.per_token(), content_mask, self.pool)
+            return pool_tokens(by_segment(trunk.per_token(), segment_ids), by_segment(content_mask, segment_ids),
+                               self.pool)
         if self.resolution == "bin":
             return trunk.bins.repeat(trunk.last_hidden_state)  # packed: real tokens first in each row
         return self.trunk.token_states(trunk)

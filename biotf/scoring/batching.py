@@ -6,7 +6,9 @@ is one row per masked copy; a causal log-likelihood one row per window; a masked
 masked positions. Rows are sorted by length and packed into batches of at most `batch_tokens` padded
 tokens, so hundreds of masked copies share one forward instead of one forward each (the plain loop).
 Padding is masked out of attention, so a row's log-probabilities do not depend on its batch mates
-(tests check batched == one at a time to 1e-5).
+(tests check batched == one at a time to 1e-5). With packing (`biotf.data.packing`, as `biotf embed --packing`)
+several rows share one row of the model, each alone in its segment with its positions from 0: a masked copy of a
+short protein no longer pads to the longest row of its batch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from biotf.data.packing import fill_rows, inference_batches
 from biotf.model import Transformer
 
 
@@ -31,41 +34,29 @@ class Row:
 
 
 def row_log_probs(model: Transformer, rows: Sequence[Row], batch_tokens: int, pad_id: int,
-                  progress=None) -> list[np.ndarray]:
+                  progress=None, packing: bool = False) -> list[np.ndarray]:
     """Log-probabilities (float64) of every row, in the order of `rows`; `progress` (tqdm or None) counts
-    predicted positions."""
+    predicted positions. `packing`: several rows share one row of the model, each alone in its segment."""
     results: list[np.ndarray | None] = [None] * len(rows)
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i].ids))
-    batch: list[int] = []
-    for index in order:
-        if batch and (len(batch) + 1) * len(rows[batch[0]].ids) > batch_tokens:
-            _run(model, rows, batch, pad_id, results, progress)
-            batch = []
-        batch.append(index)
-    if batch:
-        _run(model, rows, batch, pad_id, results, progress)
+    for batch in inference_batches([len(row.ids) for row in rows], batch_tokens, packing):
+        _run(model, rows, [index for packed in batch for index in packed], batch, pad_id, packing, results, progress)
     return results  # type: ignore[return-value]
 
 
-def _run(model: Transformer, rows: Sequence[Row], batch: list[int], pad_id: int,
-         results: list[np.ndarray | None], progress) -> None:
-    longest = len(rows[batch[0]].ids)
-    ids = np.full((len(batch), longest), pad_id, np.int64)
-    mask = np.zeros((len(batch), longest), np.int64)
-    for slot, index in enumerate(batch):
-        ids[slot, :len(rows[index].ids)] = rows[index].ids
-        mask[slot, :len(rows[index].ids)] = 1
-    counts = [len(rows[index].predict_at) for index in batch]
-    which = np.repeat(np.arange(len(batch)), counts)
-    where = np.concatenate([rows[index].predict_at for index in batch])
+def _run(model: Transformer, rows: Sequence[Row], order: list[int], batch: list[list[int]], pad_id: int,
+         packing: bool, results: list[np.ndarray | None], progress) -> None:
+    """One forward of `batch` (model rows of indices into `rows`, `order` those indices flattened)."""
+    filled = fill_rows([[rows[index].ids for index in packed] for packed in batch], pad_id, packing)
+    counts = [len(rows[index].predict_at) for index in order]
+    which = np.repeat([row for row, _, _ in filled.spans], counts)
+    where = np.concatenate([rows[index].predict_at + start for index, (_, start, _) in zip(order, filled.spans)])
     device = model.device
     with torch.inference_mode():
-        attention_mask = None if mask.all() else torch.from_numpy(mask).to(device)
-        logits = model(torch.from_numpy(ids).to(device), attention_mask=attention_mask).logits
+        logits = model(torch.from_numpy(filled.ids).to(device), **filled.inputs(device)).logits
         picked = torch.log_softmax(logits[torch.from_numpy(which).to(device), torch.from_numpy(where).to(device)]
                                    .float(), dim=-1).double().cpu().numpy()
     start = 0
-    for index, count in zip(batch, counts):
+    for index, count in zip(order, counts):
         block = picked[start:start + count]
         targets = rows[index].targets
         results[index] = block if targets is None else np.take_along_axis(block, targets, axis=1)

@@ -45,12 +45,14 @@ class ScoreSummary:
     chunked: int = 0
     reference: Reference | None = None
     policies: PolicyStats = field(default_factory=PolicyStats)
+    packing: bool = False
 
     def summary(self) -> str:
         windows = (f", {counted(self.tokens, 'token')} in {counted(self.windows, 'window')} "
                    f"({counted(self.chunked, 'record')} chunked)") if self.windows else ""
         reference = f"; reference: {self.reference.describe()}" if self.reference is not None else ""
-        return (f"{counted(self.records, 'record')} scored by {self.method}{windows}{reference}; "
+        packed = " (packed rows)" if self.packing else ""
+        return (f"{counted(self.records, 'record')} scored by {self.method}{packed}{windows}{reference}; "
                 f"tokenizer policies: {self.policies.summary()}")
 
 
@@ -153,10 +155,11 @@ class ScoreRun:
 
         return {"command": "score", "model_fingerprint": model_fingerprint(self.scorer.model),
                 "tokenizer_fingerprint": self.scorer.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options,
-                "method": self.method, "max_length": self.scorer.max_length, "overlap": self.scorer.options.overlap}
+                "method": self.method, "max_length": self.scorer.max_length, "overlap": self.scorer.options.overlap,
+                "packing": self.scorer.options.packing}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
-        summary = ScoreSummary(method=self.method)
+        summary = ScoreSummary(method=self.method, packing=self.scorer.options.packing)
         rows = self.rows(records, summary)
         with open(directory / PART_ROWS, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -171,7 +174,8 @@ class ScoreRun:
 
     def summary(self, counts: Mapping[str, Any]) -> ScoreSummary:
         """The summary of counts summed over a sharded run's parts."""
-        return ScoreSummary(method=self.method, **{**counts, "policies": PolicyStats(counts.get("policies", {}))})
+        return ScoreSummary(method=self.method, packing=self.scorer.options.packing,
+                            **{**counts, "policies": PolicyStats(counts.get("policies", {}))})
 
 
 def score_file(model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
@@ -181,7 +185,7 @@ def score_file(model_source: str | Path, input_path: str | Path, output_path: st
     """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`; `tokenizer_options` change
     policies of the model's tokenizer (`load_pretrained`)."""
     run = ScoreRun(model_source, input_path, output_path, method, options, device, progress, tokenizer_options)
-    summary = ScoreSummary(method=run.method)
+    summary = ScoreSummary(method=run.method, packing=options.packing)
     rows = run.rows(read_records(input_path, reader_options, summary.policies), summary)
     write_table(output_path, rows)
     return summary
@@ -198,7 +202,7 @@ def score_variants_file(model_source: str | Path, variants_path: str | Path, ref
     from biotf.checkpoint.loading import load_pretrained
 
     output_format(output_path)
-    summary = ScoreSummary()
+    summary = ScoreSummary(packing=options.packing)
     summary.reference = read_reference(reference, summary.policies)
     reference_sequence = summary.reference.sequence
     pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)

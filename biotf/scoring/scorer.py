@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from biotf.errors import ConfigError, InputError
+from biotf.data.packing import check_packable
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.scoring.batching import Row, row_log_probs
@@ -48,11 +49,14 @@ NOT_DNA_TOKENIZERS = ("protein", "smiles")
 @dataclass(frozen=True)
 class ScoreOptions:
     """`batch_tokens`: padded tokens per forward. `max_length`: tokens per window, special tokens included
-    (default the model's max_seq_len). `overlap`: tokens shared by consecutive windows (default a quarter)."""
+    (default the model's max_seq_len). `overlap`: tokens shared by consecutive windows (default a quarter).
+    `packing`: several rows (masked copies, windows) share one row of the model, each alone in its segment, as
+    `EmbedOptions.packing` (`biotf.scoring.batching`): the same scores, fewer pad tokens."""
 
     batch_tokens: int = 16384
     max_length: int | None = None
     overlap: int | None = None
+    packing: bool = False
 
     def __post_init__(self) -> None:
         for key in ("batch_tokens", "max_length"):
@@ -62,6 +66,7 @@ class ScoreOptions:
         if self.overlap is not None and (isinstance(self.overlap, bool) or not isinstance(self.overlap, int)
                                          or self.overlap < 0):
             raise ConfigError("overlap", self.overlap, allowed="an integer >= 0")
+        check_packable(self.packing)
 
 
 @dataclass
@@ -100,6 +105,7 @@ class Scorer:
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, options: ScoreOptions = ScoreOptions()):
         self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        check_packable(options.packing, model.config)
         self.max_length = options.max_length or model.config.max_seq_len
         if self.max_length > model.config.max_seq_len:
             raise ConfigError("max_length", self.max_length,
@@ -162,7 +168,7 @@ class Scorer:
         totals = np.zeros(len(contents))
         scored = np.zeros(len(contents), np.int64)
         for slot, log_probs in zip(owners, row_log_probs(self.model, rows, self.options.batch_tokens, self.pad_id,
-                                                         progress)):
+                                                         progress, self.options.packing)):
             totals[slot] += log_probs.sum()
             scored[slot] += log_probs.size
         return [SequenceScore(float(totals[i]), len(contents[i]), int(scored[i]), len(sequences[i]), windows[i])
@@ -251,7 +257,7 @@ class Scorer:
                 keys.append((group, owned))
         log_probs: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
         for (group, owned), block in zip(keys, row_log_probs(self.model, rows, self.options.batch_tokens,
-                                                             self.pad_id, progress)):
+                                                             self.pad_id, progress, self.options.packing)):
             log_probs.update({(group, int(p)): vector for p, vector in zip(owned, block)})
         scores = []
         for variant in variants:

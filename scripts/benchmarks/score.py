@@ -6,11 +6,19 @@ position, mask it, one `EsmForMaskedLM` forward of batch 1 under `torch.no_grad`
 token. Both sides run the same random ESM-2 8M-shaped checkpoint (320 wide, 6 layers, rotary, token dropout):
 HF from the object, biotf from the directory `save_pretrained` wrote, loaded by `biotf.load_pretrained`. The
 two PLLs are checked to agree (1e-3 nats) first, which also warms both sides up. Target >= 3x.
+
+Packing (`--packing`, issue 29): real (scored) positions/s of biotf packed against biotf padded, on one thread, over
+DeepLoc proteins (`packing.py`'s sample: /work/shared's test set, else the shipped sample) with a random
+protein-small model (4 x 128, rotary, 512 positions): PLL over proteins shorter than 150 residues (its cost grows
+with the square of the length), causal log-likelihood over the whole length distribution (long ones in windows).
+Both sides are checked to agree (1e-4 nats per record) first; the pad share of each side's forwards is printed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -55,7 +63,67 @@ def hf_pll(model, tokenizer, sequences: list[str]) -> list[float]:
     return totals
 
 
+def deeploc_sequences(n: int) -> list[str]:
+    """The packing section's DeepLoc sample (one source of the length distribution for every section)."""
+    spec = importlib.util.spec_from_file_location("biotf_bench_packing", Path(__file__).with_name("packing.py"))
+    packing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(packing)
+    return packing.deeploc_sequences(n)
+
+
+def pad_share(scorer, sequences: list[str], method: str) -> float:
+    """The share of pad tokens in the forwards of one `sequence_scores` call."""
+    seen = {"tokens": 0, "real": 0}
+
+    def count(module, args, kwargs):
+        ids = args[0]
+        mask = kwargs.get("segment_ids", kwargs.get("attention_mask"))
+        seen["tokens"] += ids.numel()
+        seen["real"] += ids.numel() if mask is None else int((mask != 0).sum())
+
+    handle = scorer.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        scorer.sequence_scores(sequences, method)
+    finally:
+        handle.remove()
+    return 1 - seen["real"] / seen["tokens"]
+
+
+def run_packing(bench, quick: bool) -> None:
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.scoring import ScoreOptions, Scorer
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "protein"})
+    deeploc = deeploc_sequences(1024)
+    cases = (("pll", False, [s for s in deeploc if len(s) < 150][:8 if quick else 32]),
+             ("causal", True, deeploc[:48 if quick else 256]))
+    for method, causal, sequences in cases:
+        config = TransformerConfig.preset("protein-small").for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
+        torch.manual_seed(0)
+        model = Transformer(config.replace(causal=causal)).eval()
+        packed, padded = (Scorer(model, tokenizer, ScoreOptions(packing=packing)) for packing in (True, False))
+        ours = [s.log_likelihood for s in packed.sequence_scores(sequences, method)]
+        theirs = [s.log_likelihood for s in padded.sequence_scores(sequences, method)]
+        assert np.allclose(ours, theirs, rtol=0, atol=1e-4), max(abs(a - b) for a, b in zip(ours, theirs))
+        positions = sum(len(s) for s in sequences)
+        lengths = sorted(len(s) for s in sequences)
+        bench.record(f"{method} pad share, packed / padded", pad_share(packed, sequences, method), "fraction",
+                     note=f"padded: {pad_share(padded, sequences, method):.4f}")
+        bench.compare(f"{method} of {len(sequences)} DeepLoc proteins ({lengths[0]}-{lengths[-1]} aa, median "
+                      f"{lengths[len(lengths) // 2]}), protein-small, one thread: packed rows",
+                      lambda: packed.sequence_scores(sequences, method),
+                      lambda: padded.sequence_scores(sequences, method), anchor_name="biotf padded (length-sorted)",
+                      unit="positions", work=positions, repeats=3, warmup=0)
+
+
 def run(bench, quick: bool) -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_packing(bench, quick)
+    finally:
+        torch.set_num_threads(threads)
     from biotf import load_pretrained
     from biotf.scoring import Scorer
 

@@ -10,7 +10,8 @@ import pytest
 from biotf.conventions import IGNORE_INDEX
 from biotf.data.collators import MLMCollator
 from biotf.data.datasets import seeded_rng
-from biotf.data.packing import PackedBatchSampler, first_fit_decreasing, next_fit_rows
+from biotf.data.packing import (PackedBatchSampler, fill_rows, first_fit_decreasing, inference_batches,
+                                next_fit_rows)
 from biotf.errors import ConfigError
 
 CAPACITY = 64
@@ -25,6 +26,34 @@ def test_first_fit_decreasing_places_each_record_once_within_capacity():
     bins = first_fit_decreasing(lengths, CAPACITY)
     assert bins == [[6], [1, 4], [5, 2], [3, 0, 7]]  # 64 | 60+4 | 34+30 | 30+5+1: 4 fits the first room left
     assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_inference_batches_hold_each_sequence_once_within_the_token_budget(packing):
+    """What embed, score and predict run: rows longest first, a batch <= batch_tokens padded tokens (one row at
+    least); packed rows no longer than the longest sequence, so never wider than the padded batch they replace."""
+    lengths = lengths_of(200, seed=4)
+    batches = list(inference_batches(lengths, 256, packing))
+    rows = [row for batch in batches for row in batch]
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
+    widths = [max(sum(lengths[i] for i in row) for row in batch) for batch in batches]
+    assert all(len(batch) * width <= 256 or len(batch) == 1 for batch, width in zip(batches, widths))
+    assert all(sum(lengths[i] for i in row) <= lengths.max() for row in rows)
+    assert (len(rows) < len(lengths)) is packing and (max(len(row) for row in rows) > 1) is packing
+    firsts = [lengths[row[0]] for row in rows]
+    assert firsts == sorted(firsts, reverse=True)  # longest first
+    assert list(inference_batches([], 256, packing)) == []
+
+
+def test_fill_rows_lays_sequences_end_to_end_with_their_segment_ids():
+    a, b, c = np.array([5, 6, 7]), np.array([8]), np.array([9, 9])
+    filled = fill_rows([[a, b], [c]], pad_id=0, packed=True)
+    assert filled.ids.tolist() == [[5, 6, 7, 8], [9, 9, 0, 0]]
+    assert filled.segments.tolist() == [[1, 1, 1, 2], [1, 1, 0, 0]]
+    assert filled.spans == [(0, 0, 3), (0, 3, 1), (1, 0, 2)]
+    assert list(filled.inputs("cpu")) == ["segment_ids"]
+    assert list(fill_rows([[a], [c]], 0, packed=False).inputs("cpu")) == ["attention_mask"]
+    assert fill_rows([[a], [np.array([1, 2, 3])]], 0, packed=False).inputs("cpu") == {}  # no padding: SDPA's fast path
 
 
 def test_the_collators_next_fit_cuts_every_batch_into_the_samplers_rows():

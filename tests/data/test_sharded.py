@@ -154,7 +154,12 @@ def test_a_crash_keeps_finished_parts_and_the_rerun_does_only_the_rest(capsys, t
 
 
 def interrupted(capsys, model_dir, fasta, out, monkeypatch, *extra):
-    """A run stopped after its first part (what a killed run leaves)."""
+    """An embedding run stopped after its first part (what a killed run leaves)."""
+    stopped_after_first_part(capsys, monkeypatch, *embed_args(model_dir, fasta, out, "--part-records", "2", *extra))
+
+
+def stopped_after_first_part(capsys, monkeypatch, *args):
+    """Run the command of `args`, stopped after its first part."""
     write_part = sharded._write_part
 
     def stop_after_first(work, folder, part, records):
@@ -165,7 +170,7 @@ def interrupted(capsys, model_dir, fasta, out, monkeypatch, *extra):
     with monkeypatch.context() as patch:
         patch.setattr(sharded, "_write_part", stop_after_first)
         with pytest.raises(Crash):
-            run(capsys, *embed_args(model_dir, fasta, out, "--part-records", "2", *extra))
+            run(capsys, *args)
 
 
 def test_a_changed_input_model_or_setting_refuses_to_resume_naming_it(capsys, tmp_path, model_dir, fasta, one_rank,
@@ -189,6 +194,19 @@ def test_a_changed_input_model_or_setting_refuses_to_resume_naming_it(capsys, tm
     assert not out.exists()
     status, err = run(capsys, *embed_args(model_dir, fasta, out, "--part-records", "3", "--overwrite"))
     assert status == 0 and "2 parts: 0 kept from an earlier run, 2 done now" in err
+
+
+@pytest.mark.parametrize("command,suffix", [("embed", ".npz"), ("score", ".csv"), ("predict", ".tsv")])
+def test_a_changed_packing_setting_refuses_to_resume(capsys, tmp_path, model_dir, fasta, one_rank, monkeypatch,
+                                                     command, suffix):
+    model = task_model(tmp_path / "task") if command == "predict" else model_dir
+    args = (command, "--model", str(model), "--input", str(fasta), "--output", str(tmp_path / f"out{suffix}"),
+            "--part-records", "2")
+    stopped_after_first_part(capsys, monkeypatch, *args, "--packing")
+    status, err = run(capsys, *args)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "packing (True -> False) changed" in err, err
+    status, err = run(capsys, *args, "--packing")
+    assert status == 0 and "3 parts: 1 kept from an earlier run, 2 done now" in err, err
 
 
 def test_a_damaged_part_is_redone_and_said(capsys, tmp_path, model_dir, fasta, one_rank, monkeypatch):
@@ -244,15 +262,19 @@ def test_the_launch_environment(monkeypatch):
         "records": 5, "policies": {"a": 2, "b": 2}}
 
 
-def test_predict_in_parts_is_the_one_process_table(capsys, tmp_path, fasta, one_rank, monkeypatch):
+def task_model(directory):
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
     from biotf.model.tasks import TaskModel
 
     torch.manual_seed(0)
     trunk = Transformer(TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64,
                                           causal=False))
-    directory = save_task_model(TaskModel(trunk, "classification", 2, pool="mean"), AminoAcidTokenizer(),
-                                TaskInfo("classification", ["no", "yes"], "mean", 16, "crop"), tmp_path / "task")
+    return save_task_model(TaskModel(trunk, "classification", 2, pool="mean"), AminoAcidTokenizer(),
+                           TaskInfo("classification", ["no", "yes"], "mean", 16, "crop"), directory)
+
+
+def test_predict_in_parts_is_the_one_process_table(capsys, tmp_path, fasta, one_rank, monkeypatch):
+    directory = task_model(tmp_path / "task")
     args = ("predict", "--model", str(directory), "--input", str(fasta), "--batch-size", "1")
     status, err = run(capsys, *args, "--output", str(tmp_path / "parted.tsv"), "--part-records", "2")
     assert status == 0, err

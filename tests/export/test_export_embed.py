@@ -64,6 +64,18 @@ def test_packing_puts_several_windows_in_a_row(tiny_encoder):
     assert all(len(batch) * 24 <= 48 for batch in batches)
 
 
+def test_a_stem_model_refuses_packing_before_any_work():
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer({"kind": "dna", "k": 1})
+    model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, causal=False,
+                                          stem="conv"))
+    with pytest.raises(ConfigError, match="^invalid config packing=True: the model has a convolutional stem") as caught:
+        Embedder(model, tokenizer, EmbedOptions(packing=True))
+    assert "\n" not in str(caught.value)
+
+
 def test_blocks_do_not_change_results(tiny_encoder):
     small, _ = embed(tiny_encoder, records(), block_tokens=10)
     large, _ = embed(tiny_encoder, records())

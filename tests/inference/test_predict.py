@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -77,3 +78,103 @@ def test_regression_values_are_in_the_labels_unit(tmp_path, fasta):
     assert rows[0] == ["id", "prediction"]
     values, _ = predict(model, tokenizer, [encode_for_task(tokenizer, RECORDS["p2"], "p2", 16, "crop", Counter())])
     assert float(rows[2][1]) == pytest.approx(float(values[0][0]), rel=1e-5)
+
+
+# --- packing: records of a batch share rows, each alone in its segment and pooled alone ---------------------------
+def mixed_records(n: int = 11) -> list:
+    tokenizer = AminoAcidTokenizer()
+    generator = torch.Generator().manual_seed(2)
+    lengths = [1, 7, 3, 40, 12, 2, 25, 5, 60, 9, 4][:n]
+    return [tokenizer.encode("".join("ACDEFGHIKLMNPQRSTVWY"[int(i)] for i in torch.randint(0, 20, (length,),
+                                                                                            generator=generator)))
+            for length in lengths]
+
+
+@pytest.mark.parametrize("task,pool", [("classification", "mean"), ("classification", "max"),
+                                       ("classification", "cls"), ("regression", "mean"), ("token", "mean")])
+def test_packed_predictions_equal_unpacked_per_record(task, pool, monkeypatch):
+    torch.manual_seed(0)
+    tokenizer = AminoAcidTokenizer()
+    trunk = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=2, n_heads=2,
+                                          d_ff=32, max_seq_len=64, causal=False, pos="rope", init_std=0.3))
+    model = TaskModel(trunk, task, 1 if task == "regression" else 3, pool=pool).eval()
+    batch = mixed_records()
+    packed_rows, encode = [], trunk.encode
+
+    def recording(*args, **kwargs):
+        packed_rows.append(kwargs["segment_ids"])
+        return encode(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trunk, "encode", recording)
+        packed = predict(model, tokenizer, batch, packing=True)
+    assert int(packed_rows[0].max()) > 1 and packed_rows[0].shape[0] < len(batch)  # several records in a row
+    plain = predict(model, tokenizer, batch)
+    for one, other in zip(packed, plain):
+        assert one.shape == other.shape
+    for number, ids in enumerate(batch):
+        alone = predict(model, tokenizer, [ids])
+        def own(values: np.ndarray, index: int) -> np.ndarray:  # per residue: the record's own positions
+            return values[index][:len(ids)] if task == "token" else values[index]
+
+        np.testing.assert_allclose(own(packed[1], number), own(alone[1], 0), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(own(plain[1], number), own(alone[1], 0), rtol=0, atol=1e-5)
+        if task != "regression":
+            assert np.array_equal(own(packed[0], number), own(alone[0], 0))
+
+
+def test_pooled_heads_pool_each_packed_record_alone():
+    """`TaskModel(segment_ids=...)`: one pooled vector per record in row then run order, each as the record alone
+    (a mean over the whole packed row would mix the records)."""
+    torch.manual_seed(0)
+    tokenizer = AminoAcidTokenizer()
+    trunk = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                                          d_ff=32, max_seq_len=64, causal=False, pos="rope", init_std=0.3))
+    model = TaskModel(trunk, "classification", 2, pool="mean").eval()
+    first, second, third = mixed_records(3)
+    width = len(first) + len(second) + 1
+    ids = torch.tensor([[*first, *second, tokenizer.pad_id], [*third] + [tokenizer.pad_id] * (width - len(third))])
+    segments = torch.tensor([[1] * len(first) + [2] * len(second) + [0], [1] * len(third) + [0] * (width - len(third))])
+    with torch.no_grad():
+        logits = model(ids, None, content_mask(ids, segments != 0, tokenizer), segment_ids=segments).logits
+        for number, record in enumerate((first, second, third)):
+            one = torch.tensor([record])
+            alone = model(one, None, content_mask(one, torch.ones_like(one), tokenizer)).logits[0]
+            torch.testing.assert_close(logits[number], alone, rtol=0, atol=1e-5)
+    assert logits.shape == (3, 2)
+
+
+def test_predict_file_with_packing_writes_the_unpacked_rows(tmp_path, fasta):
+    directory, _, _ = export(tmp_path, "classification", ["no", "yes"])
+    predict_file(directory, fasta, tmp_path / "plain.tsv", batch_size=3)
+    summary = predict_file(directory, fasta, tmp_path / "packed.tsv", batch_size=3, packing=True)
+    plain, packed = read(tmp_path / "plain.tsv"), read(tmp_path / "packed.tsv")
+    assert [row[:2] for row in packed] == [row[:2] for row in plain] and summary.rows == 3
+    for one, other in zip(packed[1:], plain[1:]):
+        assert [float(p) for p in one[2:]] == pytest.approx([float(p) for p in other[2:]], abs=2e-6)
+
+
+def test_predict_command_packing_and_a_stem_model_refusing_it(tmp_path, fasta, capsys):
+    from biotf.cli import main
+
+    directory, _, _ = export(tmp_path, "token", ["H", "E", "C"])
+    outputs = {}
+    for name, extra in (("plain", []), ("packed", ["--packing"])):
+        status = main(["predict", "--model", str(directory), "--input", str(fasta), "--output",
+                       str(tmp_path / f"{name}.tsv"), *extra])
+        out = capsys.readouterr().out
+        assert status == 0 and ("packed rows" in out) is bool(extra), out
+        outputs[name] = read(tmp_path / f"{name}.tsv")
+    assert outputs["packed"] == outputs["plain"]  # ids, order and one label per residue
+    torch.manual_seed(0)
+    tokenizer = AminoAcidTokenizer()
+    trunk = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                                          d_ff=32, max_seq_len=64, causal=False, stem="conv", stem_widths=[8, 16],
+                                          stem_kernel=3, stem_pool=[2, 2]))
+    stem = save_task_model(TaskModel(trunk, "classification", 2), tokenizer,
+                           TaskInfo("classification", ["no", "yes"], "mean", 16, "crop"), tmp_path / "stem")
+    status = main(["predict", "--model", str(stem), "--input", str(fasta), "--output", str(tmp_path / "s.tsv"),
+                   "--packing"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "packing=True" in err and "stem" in err, err
+    assert not (tmp_path / "s.tsv").exists()

@@ -280,3 +280,37 @@ def test_summaries_say_1_record_and_1_window(saved_protein_mlm, tmp_path, capsys
     assert status == 0 and "1 record scored by pll, 33 tokens in 1 window (0 records chunked)" in err, err
     assert EmbedStats(records=1, tokens=1, windows=1, truncated_tokens=1).summary().startswith(
         "1 record, 1 token in 1 window; 0 chunked, 0 truncated (1 token cut)")
+
+
+# --- --packing: the same table from fewer pad tokens --------------------------------------------------------------
+def test_packing_writes_the_unpacked_table(saved_protein_mlm, tmp_path, capsys):
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(f">b first\n{WILD_TYPE}\n>a\nMSTNPKPQ\n>c\nMA\n>d long\n{WILD_TYPE * 3}\n>e\nGAVLIPF\n")
+    tables = {}
+    for name, extra in (("plain", ()), ("packed", ("--packing",))):
+        status, err = run(capsys, "--model", saved_protein_mlm, "--input", fasta, "--output", tmp_path / f"{name}.csv",
+                          *extra)
+        assert status == 0, err
+        assert ("5 records scored by pll (packed rows), " in err) is bool(extra), err
+        tables[name] = pd.read_csv(tmp_path / f"{name}.csv")
+    plain, packed = tables["plain"], tables["packed"]
+    assert packed["id"].tolist() == plain["id"].tolist() == ["b", "a", "c", "d", "e"]
+    assert packed.drop(columns=["log_likelihood", "mean_per_token", "mean_per_residue", "perplexity"]).equals(
+        plain.drop(columns=["log_likelihood", "mean_per_token", "mean_per_residue", "perplexity"]))
+    assert (packed["log_likelihood"] - plain["log_likelihood"]).abs().max() <= 1e-5
+    assert plain["windows"].tolist() == [1, 1, 1, 2, 1]
+
+
+def test_packing_variants_scores_the_unpacked_variants(saved_protein_mlm, tmp_path, capsys):
+    variants = tmp_path / "v.csv"
+    variants.write_text("mutant\nA4G\nK2R:I6L\nQ33E\n")
+    for method in ("masked-marginal", "pll"):
+        scores = []
+        for extra in ((), ("--packing",)):
+            out = tmp_path / f"{method}{len(extra)}.csv"
+            status, err = run(capsys, "--model", saved_protein_mlm, "--variants", variants, "--reference", WILD_TYPE,
+                              "--method", method, "--output", out, *extra)
+            assert status == 0, err
+            scores.append(pd.read_csv(out))
+        assert scores[1]["id"].tolist() == scores[0]["id"].tolist()
+        assert (scores[1]["score"] - scores[0]["score"]).abs().max() <= 1e-5
