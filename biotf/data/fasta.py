@@ -31,16 +31,11 @@ def fasta_runs(stream: IO[str], first: str) -> Iterator[tuple[list[str], list[st
     for texts, plain in record_text_runs(stream, first):
         titles, sequences = [], []
         for text in texts:
-            header_end = text.find("\n")
-            if header_end == -1:
-                titles.append(text[1:].rstrip())
-                sequences.append("")
-                continue
-            body = text[header_end + 1:]
+            title, _, body = text.partition("\n")
+            titles.append(title.rstrip())
             sequence = body.replace("\n", "").replace(" ", "").replace("\r", "")
             if not plain and has_other_whitespace(sequence):  # only line-by-line stripping gives Biopython's result
                 sequence = "".join(line.rstrip() for line in body.split("\n")).replace(" ", "").replace("\r", "")
-            titles.append(text[1:header_end].rstrip())
             sequences.append(sequence)
         yield titles, sequences
 
@@ -60,27 +55,29 @@ def _plain(block: str) -> bool:
 
 
 def record_text_runs(stream: IO[str], first: str) -> Iterator[tuple[list[str], bool]]:
-    """The text of each record, from its ">" to its last newline, in one list per block read, with whether every
-    block these texts came from is `_plain`. Records are cut at every newline followed by ">", also where one
-    block ends with the newline and the next begins with the ">"."""
-    pieces = [first]
-    pieces_plain = _plain(first)  # of the record begun but not yet cut
+    """The text of each record after its ">" (up to the newline before the next ">", or the end), in one list per
+    block read, with whether every block these texts came from is `_plain`. Records are cut at every newline
+    followed by ">" with one `str.split` per block, also where one block ends with the newline and the next
+    begins with the ">"; a record longer than a block gathers its pieces in a list, so it is joined once."""
+    pieces = [first[1:]]  # of the record begun but not yet cut
+    pieces_plain = _plain(first)
     ends_line = first.endswith("\n")
     while block := stream.read(BLOCK_CHARACTERS):
         block_plain = _plain(block)
-        texts: list[str] = []
         plain = pieces_plain and block_plain
-        start = 0
+        texts: list[str] = []
         if ends_line and block.startswith(">"):
             texts.append("".join(pieces))
-            pieces = []
-        while (cut := block.find("\n>", start)) != -1:
-            pieces.append(block[start:cut + 1])
-            texts.append("".join(pieces))
-            pieces, start = [], cut + 1
-        pieces.append(block[start:])
+            pieces, block = [], block[1:]
+        ends_line = block.endswith("\n")
+        *cut, rest = block.split("\n>")
+        if cut:
+            cut[0] = "".join([*pieces, cut[0]])
+            texts += cut
+            pieces = [rest]
+        else:
+            pieces.append(rest)
         # the record still open holds the earlier blocks' text too unless a record was cut in this one
         pieces_plain = block_plain and (pieces_plain or bool(texts))
-        ends_line = block.endswith("\n")
         yield texts, plain
     yield ["".join(pieces)], pieces_plain
