@@ -191,16 +191,15 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
                  stats: PolicyStats | None = None) -> Iterator[Record]:
     """Stream the records of `path`; raises InputError for an unreadable, empty or malformed file."""
     path, options, stats, fmt = _reader_arguments(path, options, stats)
+    if fmt == "fasta":
+        for run, descriptions in _fasta_columns(path, options, stats):
+            for index, identifier, sequence, description in zip(count(run.first), run.ids, run.sequences,
+                                                                 descriptions):
+                yield Record(identifier, sequence, {"description": description.strip()}, index)
+        return
+    reader = {"genbank": _read_genbank, "csv": _read_table, "tsv": _read_table, "smi": _read_smi,
+              "text": _read_text}[fmt]
     with _reading(path, fmt, stats) as (handle, ids):
-        if fmt == "fasta":
-            for run, descriptions in _fasta_columns(handle, path, options):
-                ids.add_ids(run.ids)
-                for index, identifier, sequence, description in zip(count(run.first), run.ids, run.sequences,
-                                                                     descriptions):
-                    yield Record(identifier, sequence, {"description": description.strip()}, index)
-            return
-        reader = {"genbank": _read_genbank, "csv": _read_table, "tsv": _read_table, "smi": _read_smi,
-                  "text": _read_text}[fmt]
         for record in reader(handle, path, options, stats, fmt):
             ids.add(hash(record.id))
             yield record
@@ -208,20 +207,17 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
 
 def read_columns(path: str | Path, options: ReaderOptions | None = None, stats: PolicyStats | None = None,
                  characters: int = 1 << 20) -> Iterator[RecordColumns]:
-    """The records of `read_records`, with the same policies, counts and errors, as columns in runs of at least
-    `characters` sequence characters (the last run fewer). FASTA is parsed straight into columns, a block of text
-    at a time (a run is at least one block); other formats are gathered from `read_records`."""
+    """The records of `read_records`, with the same policies, counts and errors, as columns in runs that close at
+    the first record that brings them to `characters` sequence characters (the last run may hold fewer). FASTA is
+    parsed straight into columns, a block of text at a time; other formats are gathered from `read_records`.
+    Each run is yielded as soon as it closes, and the last one once the reader has finished (its counts taken), so
+    `stats` fills in the order that a loop over `read_records` gives."""
     path, options, stats, fmt = _reader_arguments(path, options, stats)
-    if fmt != "fasta":
-        records = read_records(path, options, stats)
-        runs = (RecordColumns(run[0].index, [r.id for r in run], [r.sequence for r in run])
-                for run in iter(lambda: list(islice(records, 1024)), []))
-        yield from _gathered(runs, characters)
-        return
-    with _reading(path, fmt, stats) as (handle, ids):
-        for run in _gathered((run for run, _ in _fasta_columns(handle, path, options)), characters):
-            ids.add_ids(run.ids)
-            yield run
+    if fmt == "fasta":
+        runs = (run for run, _ in _fasta_columns(path, options, stats))
+    else:
+        runs = (RecordColumns(r.index, [r.id], [r.sequence]) for r in read_records(path, options, stats))
+    yield from _gathered(runs, characters)
 
 
 def _gathered(runs: Iterator[RecordColumns], characters: int) -> Iterator[RecordColumns]:
@@ -280,38 +276,41 @@ def _no_records(path: Path, fmt: str) -> InputError:
     return InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
 
-def _fasta_columns(handle: IO[bytes], path: Path,
-                   options: ReaderOptions) -> Iterator[tuple[RecordColumns, list[str]]]:
-    """The FASTA records of `handle` a block of text at a time, as columns with their descriptions. A header without
-    a sequence (unless `keep_empty`) is an InputError once the records before it are yielded."""
+def _fasta_columns(path: Path, options: ReaderOptions,
+                   stats: PolicyStats) -> Iterator[tuple[RecordColumns, list[str]]]:
+    """The FASTA records of `path` a block of text at a time, as columns with their descriptions, counted as
+    `_reading` counts. A header without a sequence (unless `keep_empty`) is an InputError once the records before
+    it are yielded."""
     from biotf.data.fasta import fasta_runs
 
-    stream = _text(handle)
-    for number, first in enumerate(stream, 1):
-        if first.strip():
-            break
-    else:
-        return
-    if not first.startswith(">"):
-        raise InputError(f"{path}: line {number}: expected a FASTA header starting with '>', "
-                         f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
-    index = 0
-    for titles, sequences in fasta_runs(stream, first):
-        ids, descriptions = [], []
-        for title in titles:
-            # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
-            parts = title.split(None, 1)
-            ids.append(parts[0] if parts else "")
-            descriptions.append(parts[1] if len(parts) == 2 else "")
-        if not options.keep_empty and "" in sequences:
-            at = sequences.index("")
-            if at:
-                yield RecordColumns(index, ids[:at], sequences[:at]), descriptions[:at]
-            line = _header_line(path, index + at)
-            raise InputError(f"{path}: record {ids[at]!r}{f' (line {line})' if line else ''} "
-                             "has a header but no sequence")
-        yield RecordColumns(index, ids, sequences), descriptions
-        index += len(ids)
+    with _reading(path, "fasta", stats) as (handle, counter):
+        stream = _text(handle)
+        for number, first in enumerate(stream, 1):
+            if first.strip():
+                break
+        else:
+            return
+        if not first.startswith(">"):
+            raise InputError(f"{path}: line {number}: expected a FASTA header starting with '>', "
+                             f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
+        index = 0
+        for titles, sequences in fasta_runs(stream, first):
+            ids, descriptions = [], []
+            for title in titles:
+                # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
+                parts = title.split(None, 1)
+                ids.append(parts[0] if parts else "")
+                descriptions.append(parts[1] if len(parts) == 2 else "")
+            if not options.keep_empty and "" in sequences:
+                at = sequences.index("")
+                if at:
+                    yield RecordColumns(index, ids[:at], sequences[:at]), descriptions[:at]
+                line = _header_line(path, index + at)
+                raise InputError(f"{path}: record {ids[at]!r}{f' (line {line})' if line else ''} "
+                                 "has a header but no sequence")
+            counter.add_ids(ids)
+            yield RecordColumns(index, ids, sequences), descriptions
+            index += len(ids)
 
 
 def _genbank_entries(handle: IO[bytes], path: Path) -> Iterator[tuple[int, object, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.data.cache import file_digest, tokenize_to_cache, token_dtype
+from biotf.data.cache import file_digest, token_counts, tokenize_to_cache, token_dtype
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.data.validation_split import is_validation
 from biotf.errors import TokenizationError
@@ -95,3 +95,11 @@ def test_policy_stats_are_kept_with_the_cache(tmp_path, write_fasta, char_tokeni
 def test_helpers(fasta):
     assert token_dtype(65536) == np.uint16 and token_dtype(151665) == np.int32
     assert file_digest(fasta) == file_digest(fasta) and len(file_digest(fasta)) == 32
+
+
+@pytest.mark.parametrize("vocab_size", [1, 33, 256, 257, 70000])
+@pytest.mark.parametrize("n", [0, 1, 2, 999, 1000])
+def test_token_counts_are_bincount(vocab_size, n):
+    tokens = np.random.default_rng(n).integers(0, vocab_size, n).astype(np.int32)
+    counts = token_counts(tokens, vocab_size)
+    assert counts.tolist() == np.bincount(tokens, minlength=vocab_size).tolist() and len(counts) == vocab_size
