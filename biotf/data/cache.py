@@ -151,13 +151,12 @@ class _SplitWriter:
         self.crc32[kind] = zlib.crc32(data, self.crc32[kind])
 
     def append(self, tokens: np.ndarray, lengths: np.ndarray, indices: np.ndarray) -> None:
-        """Records given as their ids joined (`tokens`), each one's number of ids and its position in the file."""
+        """Records given as their ids joined (`tokens`, of the split's dtype), each one's number of ids and its
+        position in the file."""
         if not len(lengths):
             return
-        if len(tokens) and (tokens.min() < 0 or tokens.max() >= len(self.counts)):
-            raise InputError(f"tokenizer produced an id outside 0..{len(self.counts) - 1}; its vocab_size is wrong")
         self.counts += token_counts(tokens, len(self.counts))
-        self._write("tokens", tokens.astype(self.dtype, copy=False))
+        self._write("tokens", tokens)
         self._write("offsets", self.n_tokens + np.cumsum(lengths, dtype=np.int64))
         self._write("records", indices.astype(np.int64, copy=False))
         self.n_tokens += int(lengths.sum())
@@ -184,6 +183,9 @@ def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOpt
         if not lengths.all():
             at = int(np.argmin(lengths))
             raise InputError(f"{path}: record {run.ids[at]!r} (record {run.first + at + 1}) encodes to no tokens")
+        if tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size:
+            raise InputError(f"tokenizer produced an id outside 0..{tokenizer.vocab_size - 1}; its vocab_size is wrong")
+        tokens = tokens.astype(dtype, copy=False)  # before the split: half the bytes to copy
         validation = validation_mask(run.sequences, validation_fraction, seed)
         indices = np.arange(run.first, run.first + len(lengths), dtype=np.int64)
         for name, selected in (("train", ~validation), ("validation", validation)):
