@@ -16,6 +16,10 @@ Nothing is dropped silently: skipped blank text lines and stripped CSV whitespac
 never merged. A leading UTF-8 byte-order mark is dropped (so it never
 hides in a first id or column name) and counted as `byte_order_mark_stripped`. A FASTA id ends at the
 first whitespace of any kind, as in Biopython.
+
+`read_columns` gives the same records as runs of (ids, sequences) columns, without `Record` objects: the token
+cache's lean path (FASTA parsed straight into columns a block at a time; `read_records` builds its records from
+the same runs).
 """
 
 from __future__ import annotations

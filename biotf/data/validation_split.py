@@ -37,8 +37,8 @@ def is_validation(sequence: str, validation_fraction: float, seed: int = 0) -> b
 
 
 def validation_mask(sequences: Sequence[str], validation_fraction: float, seed: int = 0) -> np.ndarray:
-    """`is_validation` of each of `sequences` (a fraction `validate_fraction` accepts), as a bool array: the keyed hash state is copied rather than keyed
-    again per sequence, and the digests are compared in one numpy operation."""
+    """`is_validation` of each of `sequences` (for a fraction that `validate_fraction` accepts), as a bool array: the
+    keyed hash state is copied rather than keyed again per sequence, and the digests are compared in one step."""
     if not sequences or validation_fraction == 0:  # no digest is below 0
         return np.zeros(len(sequences), bool)
     keyed = _hasher(seed)

@@ -191,7 +191,8 @@ def test_bad_files_are_one_clear_input_error(tmp_path, name, content, message, r
     ("p.fasta", b"\xef\xbb\xbf" + b"".join(b">r%d x\r\nMKV%s\r\nLL\n" % (i % 7, b"A" * (i % 13)) for i in range(60)),
      ReaderOptions()),
     ("e.fasta", b">a\nCCO\n>b\n>c\nC\n>d\n" * 5, ReaderOptions(keep_empty=True)),
-    ("t.csv", b"id,sequence\n" + b"".join(b"r%d, MK%s\n" % (i % 9, b"V" * (i % 11)) for i in range(60)), ReaderOptions()),
+    ("t.csv", b"id,sequence\n" + b"".join(b"r%d, MK%s\n" % (i % 9, b"V" * (i % 11)) for i in range(60)),
+     ReaderOptions()),
     ("l.txt", b"".join(b"MK%s\n\n" % (b"V" * (i % 5)) for i in range(60)), ReaderOptions()),
 ])
 @pytest.mark.parametrize("characters", [0, 1, 7, 50, 1 << 20])
