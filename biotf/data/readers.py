@@ -16,6 +16,10 @@ Nothing is dropped silently: skipped blank text lines and stripped CSV whitespac
 never merged. A leading UTF-8 byte-order mark is dropped (so it never
 hides in a first id or column name) and counted as `byte_order_mark_stripped`. A FASTA id ends at the
 first whitespace of any kind, as in Biopython.
+
+`read_columns` gives the same records as runs of (ids, sequences) columns, without `Record` objects: the token
+cache's lean path (FASTA parsed straight into columns a block at a time; `read_records` builds its records from
+the same runs).
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ import csv
 import gzip
 import io
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import islice
+from itertools import accumulate, count, islice
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from biotf.data.duplicates import DuplicateCounter
 from biotf.errors import InputError, TokenizationError
@@ -177,31 +182,96 @@ def _read_errors(path: Path) -> Iterator[None]:
         raise InputError(f"{path}: cannot be read ({error})") from None
 
 
+class RecordColumns(NamedTuple):
+    """Consecutive records of a file as columns, without `Record` objects or metadata (the token cache's lean path):
+    record `first + i` of the file has id `ids[i]` and sequence `sequences[i]`."""
+
+    first: int
+    ids: list[str]
+    sequences: list[str]
+
+
 def read_records(path: str | Path, options: ReaderOptions | None = None,
                  stats: PolicyStats | None = None) -> Iterator[Record]:
     """Stream the records of `path`; raises InputError for an unreadable, empty or malformed file."""
+    path, options, stats, fmt = _reader_arguments(path, options, stats)
+    if fmt == "fasta":
+        for run, descriptions in _fasta_columns(path, options, stats):
+            for index, identifier, sequence, description in zip(count(run.first), run.ids, run.sequences,
+                                                                 descriptions):
+                yield Record(identifier, sequence, {"description": description.strip()}, index)
+        return
+    reader = {"genbank": _read_genbank, "csv": _read_table, "tsv": _read_table, "smi": _read_smi,
+              "text": _read_text}[fmt]
+    with _reading(path, fmt, stats) as (handle, ids):
+        for record in reader(handle, path, options, stats, fmt):
+            ids.add(hash(record.id))
+            yield record
+
+
+def read_columns(path: str | Path, options: ReaderOptions | None = None, stats: PolicyStats | None = None,
+                 characters: int = 1 << 20) -> Iterator[RecordColumns]:
+    """The records of `read_records`, with the same policies, counts and errors, as columns in runs that close at
+    the first record that brings them to `characters` sequence characters (the last run may hold fewer). FASTA is
+    parsed straight into columns, a block of text at a time; other formats are gathered from `read_records`.
+    Each run is yielded as soon as it closes, and the last one once the reader has finished (its counts taken), so
+    `stats` fills in the order that a loop over `read_records` gives."""
+    path, options, stats, fmt = _reader_arguments(path, options, stats)
+    if fmt == "fasta":
+        runs = (run for run, _ in _fasta_columns(path, options, stats))
+    else:
+        runs = (RecordColumns(r.index, [r.id], [r.sequence]) for r in read_records(path, options, stats))
+    yield from _gathered(runs, characters)
+
+
+def _gathered(runs: Iterator[RecordColumns], characters: int) -> Iterator[RecordColumns]:
+    """The records of `runs` regrouped: a run closes at the first record that brings it to `characters` sequence
+    characters or more (the last run may hold fewer), wherever the given runs were cut."""
+    first, ids, sequences, size = 0, [], [], 0
+    for run in runs:
+        ends = list(accumulate(map(len, run.sequences)))
+        start = 0
+        while start < len(ends):
+            before = ends[start - 1] if start else 0
+            # the first record whose end reaches `characters` counting what is pending; past the run if none
+            stop = bisect_left(ends, characters - size + before, start) + 1
+            if not ids:
+                first = run.first + start
+            ids += run.ids[start:stop]
+            sequences += run.sequences[start:stop]
+            size += ends[min(stop, len(ends)) - 1] - before
+            if size >= characters:
+                yield RecordColumns(first, ids, sequences)
+                ids, sequences, size = [], [], 0
+            start = stop
+    if ids:
+        yield RecordColumns(first, ids, sequences)
+
+
+def _reader_arguments(path: str | Path, options: ReaderOptions | None,
+                      stats: PolicyStats | None) -> tuple[Path, ReaderOptions, PolicyStats, str]:
+    """A reader's arguments with their defaults filled in, and the file's format."""
     path = Path(path)
     options = options or ReaderOptions()
-    stats = stats if stats is not None else PolicyStats()
-    fmt = detect_format(path, options.format)
-    reader = {"fasta": _read_fasta, "genbank": _read_genbank, "csv": _read_table, "tsv": _read_table,
-              "smi": _read_smi, "text": _read_text}[fmt]
-    count = 0
-    # Hashes of the ids, counted in memory that does not grow with the file: known once the last record is read.
+    return path, options, stats if stats is not None else PolicyStats(), detect_format(path, options.format)
+
+
+@contextmanager
+def _reading(path: Path, fmt: str, stats: PolicyStats) -> Iterator[tuple[IO[bytes], DuplicateCounter]]:
+    """The open file and a counter that the reader adds every record's id to: read failures become InputErrors, a
+    byte-order mark is counted, and once the last record is read, repeated ids are counted (in memory that does not
+    grow with the file) and a file without records is refused."""
     ids = DuplicateCounter()
     try:
         with open_binary(path) as handle, _read_errors(path):
             if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
                 stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
-            for record in reader(handle, path, options, stats, fmt):
-                count += 1
-                ids.add(hash(record.id))
-                yield record
+            yield handle, ids
         if duplicates := ids.count():
             stats["duplicate_ids"] += duplicates
     finally:
         ids.close()
-    if count == 0:
+    if ids.added == 0:
         raise _no_records(path, fmt)
 
 
@@ -210,28 +280,41 @@ def _no_records(path: Path, fmt: str) -> InputError:
     return InputError(f"{path}: no records found ({fmt} format{'; the file is empty' if path.stat().st_size == 0 else ''})")
 
 
-def _read_fasta(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
-                fmt: str) -> Iterator[Record]:
-    from biotf.data.fasta import fasta_records
+def _fasta_columns(path: Path, options: ReaderOptions,
+                   stats: PolicyStats) -> Iterator[tuple[RecordColumns, list[str]]]:
+    """The FASTA records of `path` a block of text at a time, as columns with their descriptions, counted as
+    `_reading` counts. A header without a sequence (unless `keep_empty`) is an InputError once the records before
+    it are yielded."""
+    from biotf.data.fasta import fasta_runs
 
-    stream = _text(handle)
-    for number, first in enumerate(stream, 1):
-        if first.strip():
-            break
-    else:
-        return
-    if not first.startswith(">"):
-        raise InputError(f"{path}: line {number}: expected a FASTA header starting with '>', "
-                         f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
-
-    for index, (title, sequence) in enumerate(fasta_records(stream, first)):
-        # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
-        identifier, description = (title.split(None, 1) + ["", ""])[:2]
-        if not sequence and not options.keep_empty:
-            line = _header_line(path, index)
-            raise InputError(f"{path}: record {identifier!r}{f' (line {line})' if line else ''} "
-                             "has a header but no sequence")
-        yield Record(identifier, sequence, {"description": description.strip()}, index)
+    with _reading(path, "fasta", stats) as (handle, counter):
+        stream = _text(handle)
+        for number, first in enumerate(stream, 1):
+            if first.strip():
+                break
+        else:
+            return
+        if not first.startswith(">"):
+            raise InputError(f"{path}: line {number}: expected a FASTA header starting with '>', "
+                             f"found {first.strip()[:40]!r} (not a FASTA file? give the format explicitly)")
+        index = 0
+        for titles, sequences in fasta_runs(stream, first):
+            ids, descriptions = [], []
+            for title in titles:
+                # the id ends at the first whitespace of any kind (tab included), as in Biopython's SeqIO
+                parts = title.split(None, 1)
+                ids.append(parts[0] if parts else "")
+                descriptions.append(parts[1] if len(parts) == 2 else "")
+            if not options.keep_empty and "" in sequences:
+                at = sequences.index("")
+                if at:
+                    yield RecordColumns(index, ids[:at], sequences[:at]), descriptions[:at]
+                line = _header_line(path, index + at)
+                raise InputError(f"{path}: record {ids[at]!r}{f' (line {line})' if line else ''} "
+                                 "has a header but no sequence")
+            counter.add_ids(ids)
+            yield RecordColumns(index, ids, sequences), descriptions
+            index += len(ids)
 
 
 def _genbank_entries(handle: IO[bytes], path: Path) -> Iterator[tuple[int, object, str]]:

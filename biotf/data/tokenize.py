@@ -1,14 +1,15 @@
 """Tokenizing records as they stream from a file: chunked `encode_batch` calls, and `tokenize_file`.
 
-`encode_chunks` is the one loop the shard cache, the embedding pipeline and `tokenize_file` share: one
-vectorised `encode_batch` call per chunk of records, a tokenizer error naming the file (tokenizers see texts,
-not files). `tokenize_file` is what `biotf tokenize` prints: `id<TAB>tokens` (or token ids) per record, with
-counts that always cover the whole file; memory does not grow with the file.
+`encode_chunks` is the one loop the embedding pipeline and `tokenize_file` share: one vectorised `encode_batch`
+call per chunk of records, a tokenizer error naming the file (`naming_source`, which the shard cache's columns
+use too: tokenizers see texts, not files). `tokenize_file` is what `biotf tokenize` prints: `id<TAB>tokens` (or
+token ids) per record, with counts that always cover the whole file; memory does not grow with the file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import NamedTuple, TextIO
@@ -29,16 +30,23 @@ def record_chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]
         yield chunk
 
 
+@contextmanager
+def naming_source(source: str | Path | None) -> Iterator[None]:
+    """A tokenizer error raised inside, naming the file `source` (tokenizers see texts, not files)."""
+    try:
+        yield
+    except TokenizationError as error:
+        raise (error if source is None else with_source(error, source)) from None
+
+
 def encode_chunks(chunks: Iterable[list[Record]], tokenizer: Tokenizer, add_special_tokens: bool,
                   stats: PolicyStats | None = None, source: str | Path | None = None
                   ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
     """Each chunk with its records' token ids; policy counts go to `stats`, and a tokenizer error names `source`."""
     for chunk in chunks:
-        try:
+        with naming_source(source):
             encoded = tokenizer.encode_batch([r.sequence for r in chunk], add_special_tokens,
                                              records=[r.id for r in chunk], stats=stats)
-        except TokenizationError as error:
-            raise (error if source is None else with_source(error, source)) from None
         yield chunk, encoded
 
 

@@ -77,6 +77,19 @@ class Tokenizer(ABC):
         names = records if records is not None else [None] * len(texts)
         return [np.asarray(self.encode(t, add_special_tokens, record=r), dtype=np.int32) for t, r in zip(texts, names)]
 
+    def encode_flat(
+        self,
+        texts: Sequence[str],
+        add_special_tokens: bool = True,
+        records: Sequence[str] | None = None,
+        stats: PolicyStats | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_batch`'s arrays joined into one, and each text's number of ids: for callers that store a batch
+        as one array (the token cache). Schemes whose fast path builds the joined array return it directly."""
+        encoded = self.encode_batch(texts, add_special_tokens, records=records, stats=stats)
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        return (np.concatenate(encoded) if encoded else np.zeros(0, np.int32)), lengths
+
     @abstractmethod
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text of `ids`; exact inverse of `encode` where the scheme is reversible."""

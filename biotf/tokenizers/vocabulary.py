@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.tokenizers._arrays import assemble
+from biotf.tokenizers._arrays import assemble_flat, cut
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 
@@ -36,8 +36,13 @@ class VocabularyTokenizer(Tokenizer):
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
         """One int32 array per text, `<cls>` ... `<eos>` around each when `add_special_tokens`."""
+        return cut(*self.encode_flat(texts, add_special_tokens, records, stats))
+
+    def encode_flat(self, texts: Sequence[str], add_special_tokens: bool = True,
+                    records: Sequence[str] | None = None,
+                    stats: PolicyStats | None = None) -> tuple[np.ndarray, np.ndarray]:
         ids, counts = self._content(texts, records, stats)[:2]
-        return assemble(ids, counts, *(self.cls_id, self.eos_id) if add_special_tokens else (None, None))
+        return assemble_flat(ids, counts, *(self.cls_id, self.eos_id) if add_special_tokens else (None, None))
 
     def encode(self, text: str, add_special_tokens: bool = True, record: str | None = None,
                stats: PolicyStats | None = None) -> list[int]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.data.cache import file_digest, tokenize_to_cache, token_dtype
+from biotf.data.cache import file_digest, token_counts, tokenize_to_cache, token_dtype
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.data.validation_split import is_validation
-from biotf.errors import TokenizationError
+from biotf.errors import InputError, TokenizationError
 
 SEQUENCES = {f"p{i}": "MKVLAACDEFGHIKLMNPQRSTVWY"[: 3 + i % 20] * (1 + i % 3) for i in range(200)}
 
@@ -95,3 +95,17 @@ def test_policy_stats_are_kept_with_the_cache(tmp_path, write_fasta, char_tokeni
 def test_helpers(fasta):
     assert token_dtype(65536) == np.uint16 and token_dtype(151665) == np.int32
     assert file_digest(fasta) == file_digest(fasta) and len(file_digest(fasta)) == 32
+
+
+@pytest.mark.parametrize("vocab_size", [1, 33, 256, 257, 70000])
+@pytest.mark.parametrize("n", [0, 1, 2, 999, 1000])
+def test_token_counts_are_bincount(vocab_size, n):
+    tokens = np.random.default_rng(n).integers(0, vocab_size, n).astype(np.int32)
+    counts = token_counts(tokens, vocab_size)
+    assert counts.tolist() == np.bincount(tokens, minlength=vocab_size).tolist() and len(counts) == vocab_size
+
+
+def test_ids_outside_the_vocabulary_are_refused(fasta, tmp_path, char_tokenizer, monkeypatch):
+    monkeypatch.setattr(type(char_tokenizer), "vocab_size", property(lambda self: 10))
+    with pytest.raises(InputError, match=r"tokenizer produced an id outside 0\.\.9; its vocab_size is wrong"):
+        tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from biotf.data.readers import ReaderOptions, detect_format, read_records
+from biotf.data.readers import ReaderOptions, detect_format, read_columns, read_records
 from biotf.errors import InputError
 from biotf.tokenizers.base import PolicyStats
 
@@ -160,7 +160,7 @@ def test_keep_empty_is_out_of_the_cache_key_unless_set():
     assert ReaderOptions(keep_empty=True).as_key()["keep_empty"] is True
 
 
-@pytest.mark.parametrize("name, content, message", [
+BAD_FILES = [
     ("empty.fasta", b"", r"empty\.fasta: no records found .*the file is empty"),
     ("blank.fasta", b"\n\n", r"no records found"),
     ("trunc.fasta", b">a\nMK\n>b\n>c\nVL\n", r"record 'b' \(line 3\) has a header but no sequence"),
@@ -175,12 +175,44 @@ def test_keep_empty_is_out_of_the_cache_key_unless_set():
     ("trunc.fasta.gz", gzip.compress(b">a\nMKVL\n" * 200)[:-20], r"damaged or truncated compressed file"),
     ("x.unknownext", b">a\nMK\n", r"cannot tell the format of .*allowed: fasta, genbank"),
     ("bad.gb", b"LOCUS  broken\nnonsense\n", r"bad\.gb"),
-])
-def test_bad_files_are_one_clear_input_error(tmp_path, name, content, message):
+]
+
+
+@pytest.mark.parametrize("name, content, message", BAD_FILES)
+@pytest.mark.parametrize("reader", [read_records, read_columns])
+def test_bad_files_are_one_clear_input_error(tmp_path, name, content, message, reader):
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(InputError, match=message):
-        list(read_records(path))
+        list(reader(path))
+
+
+@pytest.mark.parametrize("name, content, options", [
+    ("p.fasta", b"\xef\xbb\xbf" + b"".join(b">r%d x\r\nMKV%s\r\nLL\n" % (i % 7, b"A" * (i % 13)) for i in range(60)),
+     ReaderOptions()),
+    ("e.fasta", b">a\nCCO\n>b\n>c\nC\n>d\n" * 5, ReaderOptions(keep_empty=True)),
+    ("t.csv", b"id,sequence\n" + b"".join(b"r%d, MK%s\n" % (i % 9, b"V" * (i % 11)) for i in range(60)),
+     ReaderOptions()),
+    ("l.txt", b"".join(b"MK%s\n\n" % (b"V" * (i % 5)) for i in range(60)), ReaderOptions()),
+])
+@pytest.mark.parametrize("characters", [0, 1, 7, 50, 1 << 20])
+def test_read_columns_are_read_records_in_runs(tmp_path, monkeypatch, name, content, options, characters):
+    """The token cache's lean path: the same records, counts (in the same order) and runs that close at the first
+    record reaching `characters`, wherever the FASTA blocks fall."""
+    from biotf.data import fasta
+
+    monkeypatch.setattr(fasta, "BLOCK_CHARACTERS", 16)
+    path = tmp_path / name
+    path.write_bytes(content)
+    record_stats, column_stats = PolicyStats(), PolicyStats()
+    records = [(r.index, r.id, r.sequence) for r in read_records(path, options, record_stats)]
+    runs = list(read_columns(path, options, column_stats, characters))
+    assert [(run.first + i, identifier, sequence) for run in runs
+            for i, (identifier, sequence) in enumerate(zip(run.ids, run.sequences))] == records
+    assert list(column_stats.items()) == list(record_stats.items())
+    sizes = [[len(sequence) for sequence in run.sequences] for run in runs]
+    assert all(sum(run) >= characters for run in sizes[:-1])
+    assert all(len(run) == 1 or sum(run[:-1]) < characters for run in sizes)
 
 
 def test_missing_column_names_file_and_columns(shared_data):

@@ -54,3 +54,20 @@ def test_encode_chunks_keeps_chunks_whole_and_names_the_source_only_when_given(c
     assert bare.value.source is None and "record 'r3'" in str(bare.value)
     with pytest.raises(TokenizationError, match="in.fasta"):
         list(tokenize.encode_chunks([records[3:]], char_tokenizer, False, source="in.fasta"))
+
+
+@pytest.mark.parametrize("scheme", ["protein", "dna", "smiles", "test-char"])
+@pytest.mark.parametrize("add_special_tokens", [True, False])
+def test_encode_flat_is_encode_batch_joined(char_tokenizer, scheme, add_special_tokens):
+    """The token cache's flat encoding: the batch's arrays joined, and their lengths (the empty text included)."""
+    import numpy as np
+
+    from biotf.tokenizers import build_tokenizer
+
+    tokenizer = char_tokenizer if scheme == "test-char" else build_tokenizer({"kind": scheme})
+    texts = {"protein": ["MKV", "", "acdU", "<mask>LL"], "dna": ["ACGT", "", "acgtn" * 3],
+             "smiles": ["CCO", "", "c1ccccc1"], "test-char": ["MKV", "", "acd"]}[scheme]
+    batch = tokenizer.encode_batch(texts, add_special_tokens)
+    flat, lengths = tokenizer.encode_flat(texts, add_special_tokens)
+    assert lengths.tolist() == [len(ids) for ids in batch]
+    assert flat.tolist() == np.concatenate(batch).tolist()

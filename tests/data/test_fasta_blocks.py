@@ -46,13 +46,19 @@ from biotf.data.duplicates import DuplicateCounter  # noqa: E402
 
 
 @pytest.mark.parametrize("buffer", [3, 1 << 20])
-def test_repeated_ids_are_counted_alike_in_memory_and_spilled_to_bucket_files(monkeypatch, buffer):
+@pytest.mark.parametrize("bulk", [False, True])
+def test_repeated_ids_are_counted_alike_in_memory_and_spilled_to_bucket_files(monkeypatch, buffer, bulk):
     monkeypatch.setattr(duplicates, "BUFFER_KEYS", buffer)
     rng = random.Random(0)
     ids = [f"id{rng.randint(0, 60)}" for _ in range(200)] + ["", "x", "x"]
     counter = DuplicateCounter()
-    for identifier in ids:
-        counter.add(hash(identifier))
+    if bulk:  # in runs of 7: runs that fill the buffer partly, wholly and more than once
+        for at in range(0, len(ids), 7):
+            counter.add_ids(ids[at:at + 7])
+    else:
+        for identifier in ids:
+            counter.add(hash(identifier))
+    assert counter.added == len(ids)
     spilled = counter.spilled
     assert (spilled is not None) is (buffer == 3)
     assert counter.count() == len(ids) - len(set(ids))
