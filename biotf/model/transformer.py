@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from os import PathLike
 from typing import Any, NamedTuple
 
@@ -76,6 +76,7 @@ from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
+from biotf.model.segment_batches import CALL_COST, SegmentBatches
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -140,6 +141,9 @@ class Transformer(nn.Module):
     # layer; above it attention runs in chunks of queries sized to fit it (`attention_mask.AttentionMask`), so memory
     # grows linearly with length. Not an architecture: the outputs are the same either way (up to float rounding).
     attention_element_budget = 2 ** 26
+    # Packed rows: what one more SDPA call costs, in score multiply-adds, when deciding whether their records are
+    # attended apart or through the block-diagonal mask (`segment_batches.SegmentBatches`). Results are the same.
+    segment_call_cost = CALL_COST
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -401,6 +405,10 @@ class Transformer(nn.Module):
                              chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids)
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
+        if segment_ids is not None:  # packed rows: their records attended apart where that is cheaper
+            batches = SegmentBatches.of(mask, heads * self.config.head_dim, self.segment_call_cost)
+            if batches is not None:
+                return replace(mask, segment_batches=batches), False
         return mask.block(), False
 
     # --- Hugging Face checkpoints ---------------------------------------------------------------
