@@ -13,12 +13,14 @@ sees the keys the whole mask lets it see, with the same bias: outputs and gradie
 rounding. Padding tokens (segment 0) get output 0 (their outputs are unspecified, as with the mask).
 
 Buckets: records sorted by length, longest first; a record joins the current bucket while padding it to the bucket's
-longest adds at most a quarter of the bucket row's work or less than one call's fixed cost, else it opens a bucket.
+longest adds at most a quarter of that slot's work or less than one call's fixed cost, else it opens a bucket.
 `SegmentBatches.of` returns None where the whole mask is estimated cheaper: work counted in score multiply-adds
-(queries x keys x head dims), each call beyond the mask's one charged `call_cost` (Python and SDPA's own overhead: on
-a CPU core ~35-100 us forward and backward, about the attention of a 64-token record at 4 heads of 32). Many short
-records in short rows stay on the mask; rows that hold one whole record each are their own single bucket, taken
-without a gather.
+(queries x keys x head dims), each call charged `call_cost` (its fixed cost, Python and SDPA's own, forward and
+backward: ~40 us on a CPU core, the attention of a 32-token record at 4 heads of 32), the gather, the scatter and
+their autograd nodes GATHER_CALLS calls more (~0.3-0.4 ms measured on small batches), against the mask's work and
+its one call. So a few short rows stay on the mask (attention that small costs less than the fixed costs: 8 rows of
+64 tokens ran 1.3 ms with the mask, 1.6-2.0 ms apart), and rows that each hold one whole record are one bucket taken
+as they are, without a gather and without the mask.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import torch
 from biotf.model.attention_mask import AttentionMask
 from biotf.model.segments import segment_runs
 
-# One more bucket is worth it when it saves at least this much padding work, in score multiply-adds: ~64^2 x 128.
-CALL_COST = 2 ** 19
+# One SDPA call's fixed cost in score multiply-adds (32^2 scores x 128 head dims), and the gather and scatter's in calls.
+CALL_COST = 2 ** 17
+GATHER_CALLS = 24
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +58,8 @@ class SegmentBatches:
         estimated cheaper. `head_dims`: heads x head_dim, what one score costs in multiply-adds."""
         rows, length = mask.segments.shape
         starts, lengths = segment_runs(mask.segments)
+        if not lengths:  # rows of padding alone
+            return None
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: whole rows stay in row order
         slack = call_cost / head_dims  # one call's cost in (query x key) scores
         buckets: list[list[int]] = []
@@ -66,8 +71,9 @@ class SegmentBatches:
                     continue
             buckets.append([i])
         shapes = [(len(bucket), lengths[bucket[0]]) for bucket in buckets]
-        work = sum(count * longest ** 2 for count, longest in shapes) * head_dims + (len(shapes) - 1) * call_cost
-        if work > rows * length ** 2 * head_dims:
+        whole = len(lengths) == rows and min(lengths) == length  # each row one record
+        work = sum(count * longest ** 2 for count, longest in shapes) * head_dims
+        if not whole and work + (len(shapes) + GATHER_CALLS) * call_cost > rows * length ** 2 * head_dims + call_cost:
             return None
         device = mask.segments.device
         index, real = [], []
@@ -82,8 +88,7 @@ class SegmentBatches:
         padded = not bool(real.all())
         masks = [cls._bucket_mask(mask, longest, lengths[bucket[-1]] < longest, real_slots.view(len(bucket), longest))
                  for bucket, (_, longest), real_slots in zip(buckets, shapes, real.split([c * l for c, l in shapes]))]
-        return cls(index, real if padded else None, index[real] if padded else index, shapes, masks,
-                   whole=shapes == [(rows, length)] and not padded)
+        return cls(index, real if padded else None, index[real] if padded else index, shapes, masks, whole)
 
     @staticmethod
     def _bucket_mask(mask: AttentionMask, longest: int, padded: bool,

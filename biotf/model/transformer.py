@@ -29,7 +29,8 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   no target (the next record's first token is not its continuation): each record's logits, hidden states and
   loss terms are those of the record run alone. Per-token ids rather than cumulative lengths: they have the
   shape of the tokens, so collation, chunked attention (`AttentionMask.segments`) and the loss's shift index them
-  directly. Without them nothing of this runs.
+  directly. Where it is estimated cheaper than the block-diagonal mask, the records are attended apart, gathered
+  into batches of similar length (`segment_batches.py`; same results). Without them nothing of this runs.
 - `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
   block, then each block's output, the last one after the final norm and before any head transform (as HF).
 - `attentions` (with `output_attentions=True`) holds n_layers float32 tensors (batch, n_heads, T, keys): each
@@ -384,7 +385,8 @@ class Transformer(nn.Module):
         the sliding window), so that its fused kernels never build a mask; otherwise `AttentionMask`'s whole block (a
         boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
         `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
-        the description itself otherwise (attention then runs in chunks).
+        the description itself otherwise (attention then runs in chunks). Packed rows whose mask fits carry their
+        records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
         """
         causal = self.config.causal
         length, total = query_positions.shape[-1], key_positions.shape[-1]

@@ -17,8 +17,8 @@ from biotf.model.segment_batches import SegmentBatches
 TOLERANCE = 1e-5
 LENGTH = 24
 # Rows of 24 tokens: a whole-row record, records of one length (a bucket without padding), records of nearly one
-# length (a padded bucket), short and long records with padding after them.
-ROWS = [[7, 9, 5], [13, 11], [24], [8, 8, 8], [6, 7, 8], [3]]
+# length (a padded bucket), short and long records with padding after them, a row of padding alone.
+ROWS = [[7, 9, 5], [13, 11], [24], [8, 8, 8], [6, 7, 8], [3], []]
 ALWAYS, NEVER = 0, 10 ** 15  # `segment_call_cost`s that make records attended apart always / never the cheaper
 
 
@@ -80,6 +80,12 @@ def test_rows_of_one_whole_record_each_are_the_one_bucket_as_they_are():
     torch.testing.assert_close(model(ids, segment_ids=segments).logits, model(ids).logits, atol=TOLERANCE, rtol=0)
 
 
+def test_one_padded_bucket_as_long_as_the_rows_is_not_taken_for_the_rows_themselves():
+    # As many records as rows and one a whole row, all in one bucket (19^2 - 1 is under a call's 32^2 scores); but
+    # row 1 holds two records and row 2 none: a gather of as many scores as the mask, so the mask is cheaper.
+    assert SegmentBatches.of(mask_of([[20], [19, 1], []], 20), head_dims=128) is None
+
+
 def mask_of(rows: list[list[int]], length: int) -> AttentionMask:
     segments = segments_of(rows, length)
     positions = torch.zeros_like(segments)
@@ -87,18 +93,20 @@ def mask_of(rows: list[list[int]], length: int) -> AttentionMask:
 
 
 def test_records_of_similar_length_share_a_bucket_and_the_rest_open_their_own():
-    # 100^2 - 90^2 is under a quarter of 100^2: together; 50 would waste more, and more than a call (2^19 / 128 =
-    # 64^2 scores): its own bucket, which 48 and 10 join (50^2 - 10^2 < 64^2).
-    batches = SegmentBatches.of(mask_of([[100, 50, 10], [90, 48]], 160), head_dims=128)
-    assert batches.shapes == [(2, 100), (3, 50)]
+    # 100^2 - 90^2 is under a quarter of 100^2: together; 50 would waste more, and more than a call (2^17 / 128 =
+    # 32^2 scores): its own bucket, which 48 joins; 10 would waste more than a quarter and a call: its own.
+    batches = SegmentBatches.of(mask_of([[100, 50, 10], [90, 48]], 400), head_dims=128)
+    assert batches.shapes == [(2, 100), (2, 50), (1, 10)]
     assert batches.real is not None and int(batches.real.sum()) == len(batches.tokens) == 298
-    assert sorted(batches.tokens.tolist()) == list(range(100 + 50 + 10 + 90 + 48))  # every real token once
+    assert sorted(batches.tokens.tolist()) == list(range(160)) + list(range(400, 400 + 138))  # each real token once
 
 
-def test_short_records_in_short_rows_stay_on_the_mask_and_long_rows_go_apart():
-    # Sixteen 8-token records in two 64-token rows: one bucket of 16 x 8, an eighth of the rows' scores. Six records
-    # of 12-52 tokens: one bucket too (padding them costs less than a call), but padded to 52 they score more than
-    # the three rows' 64 x 64. Long records of many lengths: five buckets, still under half of the rows' scores.
-    assert SegmentBatches.of(mask_of([[8] * 8] * 2, 64), head_dims=128) is not None
+def test_a_few_short_rows_stay_on_the_mask_and_longer_ones_go_apart():
+    # Two rows of eight 8-token records: one bucket of 16 x 8, but the rows' whole attention costs less than the
+    # gather's fixed cost. Eight rows of 256 hold 32 records each: one bucket, 1/32 of the rows' scores. Six records
+    # of 12-52 tokens in three rows of 64: two buckets (52, 44 | 34, 30, 20, 12) that score 80% of the rows, not enough
+    # to pay for two calls and the gather. Long records of many lengths in rows of 512: five buckets, 57% of the scores.
+    assert SegmentBatches.of(mask_of([[8] * 8] * 2, 64), head_dims=128) is None
+    assert SegmentBatches.of(mask_of([[8] * 32] * 8, 256), head_dims=128).shapes == [(256, 8)]
     assert SegmentBatches.of(mask_of([[30, 34], [20, 44], [12, 52]], 64), head_dims=128) is None
-    assert SegmentBatches.of(mask_of([[300, 212], [100, 412], [256, 256]], 512), head_dims=128) is not None
+    assert len(SegmentBatches.of(mask_of([[300, 212], [100, 412], [256, 256]], 512), head_dims=128).shapes) == 5
