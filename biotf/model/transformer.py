@@ -143,8 +143,9 @@ class Transformer(nn.Module):
     # grows linearly with length. Not an architecture: the outputs are the same either way (up to float rounding).
     attention_element_budget = 2 ** 26
     # Packed rows: what one more SDPA call costs, in score multiply-adds, when deciding whether their records are
-    # attended apart or through the block-diagonal mask (`segment_batches.SegmentBatches`). Results are the same.
-    segment_call_cost = CALL_COST
+    # attended apart or through the block-diagonal mask (`segment_batches.SegmentBatches`); None: always the mask.
+    # Results are the same either way.
+    segment_call_cost: int | None = CALL_COST
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -407,7 +408,7 @@ class Transformer(nn.Module):
                              chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids)
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
-        if segment_ids is not None:  # packed rows: their records attended apart where that is cheaper
+        if segment_ids is not None and self.segment_call_cost is not None:  # packed rows: records apart if cheaper
             batches = SegmentBatches.of(mask, heads * self.config.head_dim, self.segment_call_cost)
             if batches is not None:
                 return replace(mask, segment_batches=batches), False

@@ -5,6 +5,8 @@ DeepLoc sample shipped with biotf) and a UniRef-like log-normal one (median ~250
 Sides, each over the same records, timed in rotating order so that machine drift hits all alike:
 - biotf packed: `PackedBatchSampler` rows of max_length (first-fit decreasing), segment ids;
 - biotf padded: `LengthGroupedBatchSampler` batches, as training does without packing;
+- biotf packed with the block-diagonal mask: the same rows with their records never attended apart
+  (`Transformer.segment_call_cost = None`), what packing cost before they were;
 - biotf padded in input order (training only): batches of consecutive records, what a loop without length grouping
   gets (embedding has no such user: `Embedder` always sorts a block's windows by length);
 - transformers `EsmForMaskedLM` / `EsmModel` of the same shape (protein-small: rotary, 4 x 128, sdpa), on the same
@@ -102,6 +104,17 @@ def sorted_batches(encoded: list) -> list[list]:
     return batches
 
 
+def with_mask(model, fn):
+    """`fn` with packed rows' records never attended apart: attention through the block-diagonal mask."""
+    def run():
+        cost, model.segment_call_cost = model.segment_call_cost, None
+        try:
+            return fn()
+        finally:
+            model.segment_call_cost = cost
+    return run
+
+
 def padding_fraction(batches: list[dict], key: str) -> float:
     real = sum(int((batch[key] != 0).sum()) for batch in batches)
     return 1 - real / sum(batch["input_ids"].numel() for batch in batches)
@@ -150,6 +163,7 @@ def training(bench, label: str, sequences: list[str], repeats: int) -> None:
 
     rotate(bench, f"{label} MLM training step (protein-small, max_length {MAX_LENGTH}, {BATCH} rows)",
            {"biotf packed": lambda: biotf(packed), "biotf padded": lambda: biotf(padded),
+            "biotf packed with the block-diagonal mask": with_mask(ours, lambda: biotf(packed)),
             "biotf padded in input order": lambda: biotf(in_order),
             "transformers (EsmForMaskedLM sdpa, padded)": hf}, float(lengths.sum()), repeats, pad_shares)
 
@@ -189,6 +203,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
     pad_shares = {"packed": 1 - real / packed_tokens, "padded": 1 - real / padded_tokens}
     rotate(bench, f"{label} embedding (protein-small, mean pool, {BATCH_TOKENS} tokens a batch)",
            {"biotf packed": lambda: list(packed.embed(records)), "biotf padded": lambda: list(padded.embed(records)),
+            "biotf packed with the block-diagonal mask": with_mask(ours, lambda: list(packed.embed(records))),
             "transformers (EsmModel sdpa, padded)": hf}, real, repeats, pad_shares)
 
 

@@ -19,7 +19,7 @@ LENGTH = 24
 # Rows of 24 tokens: a whole-row record, records of one length (a bucket without padding), records of nearly one
 # length (a padded bucket), short and long records with padding after them, a row of padding alone.
 ROWS = [[7, 9, 5], [13, 11], [24], [8, 8, 8], [6, 7, 8], [3], []]
-ALWAYS, NEVER = 0, 10 ** 15  # `segment_call_cost`s that make records attended apart always / never the cheaper
+ALWAYS, NEVER = 0, None  # `segment_call_cost`s: records attended apart always (no cost is cheaper) / never
 
 
 def segments_of(rows: list[list[int]], length: int = LENGTH) -> torch.Tensor:
@@ -38,7 +38,7 @@ def build(pos: str, causal: bool, n_kv_heads: int, **changes) -> Transformer:
                                          d_ff=64, max_seq_len=64, init_std=0.2, pos=pos, causal=causal, **changes))
 
 
-def run(model: Transformer, call_cost: int, ids: torch.Tensor, segments: torch.Tensor):
+def run(model: Transformer, call_cost: int | None, ids: torch.Tensor, segments: torch.Tensor):
     """Loss, real tokens' hidden states and gradients of one training forward and backward, and whether the records
     were attended apart."""
     model.segment_call_cost = call_cost
