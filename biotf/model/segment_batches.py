@@ -2,7 +2,7 @@
 block-diagonal mask over whole rows.
 
 With the mask, SDPA scores every query of a row against all L keys of the row (L^2 a row, most of them hidden) and
-takes its masked kernel, which also reads the mask (on a CPU core ~15% slower per score than the unmasked one at
+takes its masked kernel, which also reads the mask (on a CPU core 10-17% slower per score than the unmasked one at
 protein-small's shape). The records need only sum(l_i^2). Here each layer gathers the records' queries, keys and
 values out of their rows (one `index_select` each), runs one SDPA call per bucket of records of similar length, padded
 to the bucket's longest, and scatters the outputs back (one `index_copy`). A bucket's mask is its own: none when its
