@@ -12,6 +12,10 @@ so memory grows with the length, not its square. In training each chunk is recom
 (torch.utils.checkpoint) rather than keeping every chunk's mask and, in PyTorch's math kernel, scores; the chunks'
 outputs equal the whole call's up to float rounding (the same softmax over the same keys).
 
+Packed rows (segment ids) whose records are cheaper attended apart than through the block-diagonal mask carry
+`AttentionMask.segment_batches`: SDPA then runs once per bucket of records gathered out of the rows
+(`segment_batches.py`), mostly without a mask, and the outputs go back to the rows.
+
 Attention probabilities are computed only when asked (`attentions`, a list the layer appends its own to): then
 an explicit softmax(q k^T / sqrt(head_dim) + mask) path runs instead of SDPA, which never materialises them.
 """
@@ -27,6 +31,7 @@ from biotf.model.attention_mask import AttentionMask
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.positions import apply_rotary
+from biotf.model.segment_batches import SegmentBatches
 
 
 class Attention(nn.Module):
@@ -62,7 +67,8 @@ class Attention(nn.Module):
             y = self._explicit(q, k, v, mask.block() if isinstance(mask, AttentionMask) else mask, is_causal,
                                attentions)
         elif isinstance(mask, AttentionMask):
-            y = self._chunked(q, k, v, mask)
+            y = self._chunked(q, k, v, mask) if mask.segment_batches is None else self._batched(q, k, v,
+                                                                                                mask.segment_batches)
         else:
             y = self._sdpa(q, k, v, mask, is_causal)
         return self.out(y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim))
@@ -88,6 +94,25 @@ class Attention(nn.Module):
                 outputs.append(self._rows(rows, k, v, mask, start, stop))
             start = stop
         return torch.cat(outputs, dim=2)
+
+    def _batched(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batches: SegmentBatches) -> torch.Tensor:
+        """SDPA per bucket of records (`SegmentBatches`): one gather of each of q, k, v out of the rows (one scatter
+        back in backward), a `split` into buckets (one cat in backward), one call per bucket, one scatter of the
+        outputs into the rows; padding tokens get 0."""
+        if batches.whole:
+            return self._sdpa(q, k, v, *batches.masks[0])
+        batch, heads, length, dim = q.shape
+        pieces = [t.transpose(1, 2).reshape(batch * length, t.shape[1], dim).index_select(0, batches.index)
+                  .split_with_sizes([count * longest for count, longest in batches.shapes]) for t in (q, k, v)]
+        outputs = []
+        for (count, longest), mask, *bucket in zip(batches.shapes, batches.masks, *pieces):
+            q_, k_, v_ = (t.view(count, longest, t.shape[1], dim).transpose(1, 2) for t in bucket)
+            outputs.append(self._sdpa(q_, k_, v_, *mask).transpose(1, 2).reshape(count * longest, heads, dim))
+        y = torch.cat(outputs)
+        if batches.real is not None:
+            y = y[batches.real]
+        y = q.new_zeros(batch * length, heads, dim).index_copy(0, batches.tokens, y)
+        return y.view(batch, length, heads, dim).transpose(1, 2)
 
     def _rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask, start: int,
               stop: int) -> torch.Tensor:

@@ -13,6 +13,9 @@ of, each O(batch x keys):
 - `segments`: (batch, keys) integer segment ids of packed rows (several records in one row): a query sees the keys
   of its own segment only, so attention is block-diagonal (and causal within a record for a causal model), hidden in
   `_visible` as padding is. Padding is segment 0 and is also `key_padding`.
+- `segment_batches`: where the transformer found it cheaper than the whole mask, the records of the packed rows
+  gathered into batches of their own (`segment_batches.SegmentBatches`): attention then runs on those, and `block()`
+  serves only the explicit path that returns attention probabilities.
 
 `block()` materialises the mask, what `scaled_dot_product_attention` takes as `attn_mask`: a bool 'may attend' mask,
 or an additive float mask when there is a bias; it is what the transformer built before this module existed, value
@@ -27,8 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from biotf.model.segment_batches import SegmentBatches
 
 Bias = Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -47,6 +54,7 @@ class AttentionMask:
     bias: Bias | None = None
     chunk_rows: int | None = None
     segments: torch.Tensor | None = None
+    segment_batches: SegmentBatches | None = None
 
     @property
     def queries(self) -> int:

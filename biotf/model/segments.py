@@ -51,6 +51,15 @@ def by_segment(values: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def segment_runs(segment_ids: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Each record's (run of a nonzero id's) first token, as an index into the flattened (batch x length) ids, and its
+    length, in row order."""
+    starts = _run_starts(segment_ids).reshape(-1).nonzero().squeeze(1)  # every run's, padding's too
+    lengths = torch.diff(starts, append=starts.new_tensor([segment_ids.numel()]))
+    records = segment_ids.reshape(-1)[starts] != 0
+    return starts[records].tolist(), lengths[records].tolist()
+
+
 def _run_starts(segment_ids: torch.Tensor) -> torch.Tensor:
     """True where a run of equal ids starts (the first token of every row too)."""
     starts = torch.ones_like(segment_ids, dtype=torch.bool)

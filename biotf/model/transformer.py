@@ -29,7 +29,8 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   no target (the next record's first token is not its continuation): each record's logits, hidden states and
   loss terms are those of the record run alone. Per-token ids rather than cumulative lengths: they have the
   shape of the tokens, so collation, chunked attention (`AttentionMask.segments`) and the loss's shift index them
-  directly. Without them nothing of this runs.
+  directly. Where it is estimated cheaper than the block-diagonal mask, the records are attended apart, gathered
+  into batches of similar length (`segment_batches.py`; same results). Without them nothing of this runs.
 - `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
   block, then each block's output, the last one after the final norm and before any head transform (as HF).
 - `attentions` (with `output_attentions=True`) holds n_layers float32 tensors (batch, n_heads, T, keys): each
@@ -57,7 +58,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from os import PathLike
 from typing import Any, NamedTuple
 
@@ -76,6 +77,7 @@ from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
+from biotf.model.segment_batches import CALL_COST, SegmentBatches
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -140,6 +142,10 @@ class Transformer(nn.Module):
     # layer; above it attention runs in chunks of queries sized to fit it (`attention_mask.AttentionMask`), so memory
     # grows linearly with length. Not an architecture: the outputs are the same either way (up to float rounding).
     attention_element_budget = 2 ** 26
+    # Packed rows: what one more SDPA call costs, in score multiply-adds, when deciding whether their records are
+    # attended apart or through the block-diagonal mask (`segment_batches.SegmentBatches`); None: always the mask.
+    # Results are the same either way.
+    segment_call_cost: int | None = CALL_COST
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -380,7 +386,8 @@ class Transformer(nn.Module):
         the sliding window), so that its fused kernels never build a mask; otherwise `AttentionMask`'s whole block (a
         boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
         `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
-        the description itself otherwise (attention then runs in chunks).
+        the description itself otherwise (attention then runs in chunks). Packed rows whose mask fits carry their
+        records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
         """
         causal = self.config.causal
         length, total = query_positions.shape[-1], key_positions.shape[-1]
@@ -401,6 +408,10 @@ class Transformer(nn.Module):
                              chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids)
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
+        if segment_ids is not None and self.segment_call_cost is not None:  # packed rows: records apart if cheaper
+            batches = SegmentBatches.of(mask, heads * self.config.head_dim, self.segment_call_cost)
+            if batches is not None:
+                return replace(mask, segment_batches=batches), False
         return mask.block(), False
 
     # --- Hugging Face checkpoints ---------------------------------------------------------------

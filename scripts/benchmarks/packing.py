@@ -2,15 +2,22 @@
 
 Two length distributions: DeepLoc's proteins (data/proteins/deeploc_test_set.fasta in /work/shared, else the
 DeepLoc sample shipped with biotf) and a UniRef-like log-normal one (median ~250 residues, random residues).
-Three sides, each over the same records, timed in rotating order so that machine drift hits all alike:
+Sides, each over the same records, timed in rotating order so that machine drift hits all alike:
 - biotf packed: `PackedBatchSampler` rows of max_length (first-fit decreasing), segment ids;
 - biotf padded: `LengthGroupedBatchSampler` batches, as training does without packing;
+- biotf packed with the block-diagonal mask: the same rows with their records never attended apart
+  (`Transformer.segment_call_cost = None`), what packing cost before they were;
+- biotf padded in input order (training only): batches of consecutive records, what a loop without length grouping
+  gets (embedding has no such user: `Embedder` always sorts a block's windows by length);
 - transformers `EsmForMaskedLM` / `EsmModel` of the same shape (protein-small: rotary, 4 x 128, sdpa), on the same
   length-grouped padded batches as biotf padded.
 MLM training: the default run's shape (max_length 256, batch_size 16 rows or records), fused loss + backward +
 AdamW step. Embedding: mean pooling, records cut to the model's 512 positions (no chunking on any side), batches of
 16,384 padded tokens (biotf's default; HF batches the length-sorted records the same way).
-Targets (issue #29): packed >= 1.5x padded biotf and >= 2x transformers.
+Targets (issue #29): packed >= 1.5x padded biotf and >= 2x transformers. Next to packed vs padded biotf the section
+prints what removing padding alone could give: 1/(1 - the padded batches' pad share) if packed rows had no padding,
+(1 - packed rows' pad share)/(1 - padded batches') for the rows it packs; more than that must come from attention
+(a record attends to itself alone: sum(l^2) scores instead of a padded batch's rows x longest^2).
 CLM training, what document masking costs: `PackedBlockDataset` blocks with `document_masking` (`data.packing: true`:
 `<eos> record <eos>`, segment ids) against the concatenated blocks (records joined by `<eos>`, attention across
 them), the smiles_clm experiment's shape (protein-small made causal, blocks of 128, 16 a batch) on MOSES SMILES, and
@@ -67,8 +74,11 @@ def models():
     return tokenizer, ours, transformers.EsmForMaskedLM(hf_config)
 
 
-def rotate(bench, name: str, sides: dict, work: float, repeats: int) -> None:
-    """Time every side once per round, the order rotating each round; report packed against each other side."""
+def rotate(bench, name: str, sides: dict, work: float, repeats: int, pad_shares: dict[str, float] | None = None
+           ) -> None:
+    """Time every side once per round, the order rotating each round; report packed against each other side, and
+    against padded biotf the bound of removing padding alone (`pad_shares`: "packed" and "padded", fractions; needed
+    where a side is "biotf padded")."""
     names = list(sides)
     for fn in sides.values():  # warm-up
         fn()
@@ -81,8 +91,35 @@ def rotate(bench, name: str, sides: dict, work: float, repeats: int) -> None:
     packed, *others = names
     targets = {"biotf padded": 1.5, "transformers": 2.0}
     for other in others:
-        bench.add(f"{name}: {packed} vs {other}", "real tokens", work, seconds[packed], seconds[other],
-                  anchor_name=other, target=targets.get(other.split(" (")[0]))
+        comparison = bench.add(f"{name}: {packed} vs {other}", "real tokens", work, seconds[packed], seconds[other],
+                               anchor_name=other, target=targets.get(other.split(" (")[0]))
+        if other == "biotf padded":
+            bound = 1 / (1 - pad_shares["padded"])
+            bench.record(f"{name}: padding bound of packed vs biotf padded, 1/(1 - padded pad share)", bound, "x",
+                         note=f"measured {comparison.ratio:.2f}x; with packed rows' own pad share "
+                              f"{pad_shares['packed']:.3f}: {bound * (1 - pad_shares['packed']):.3f}x")
+
+
+def sorted_batches(encoded: list) -> list[list]:
+    """Length-sorted token id lists cut as `Embedder` cuts its windows without packing: each batch as many rows of
+    its longest as fit BATCH_TOKENS (one at least)."""
+    batches, start = [], 0
+    while start < len(encoded):
+        rows = max(1, BATCH_TOKENS // len(encoded[start]))
+        batches.append(encoded[start:start + rows])
+        start += rows
+    return batches
+
+
+def with_mask(model, fn):
+    """`fn` with packed rows' records never attended apart: attention through the block-diagonal mask."""
+    def run():
+        cost, model.segment_call_cost = model.segment_call_cost, None
+        try:
+            return fn()
+        finally:
+            model.segment_call_cost = cost
+    return run
 
 
 def padding_fraction(batches: list[dict], key: str) -> float:
@@ -108,9 +145,10 @@ def training(bench, label: str, sequences: list[str], repeats: int) -> None:
     packed = [packed_collate([items[i] for i in batch])
               for batch in PackedBatchSampler(lengths, BATCH, MAX_LENGTH)]
     in_order = [padded_collate(items[i:i + BATCH]) for i in range(0, len(items), BATCH)]
+    pad_shares = {"packed": padding_fraction(packed, "segment_ids"), "padded": padding_fraction(padded, "attention_mask")}
     bench.record(f"{label} training: pad share, packed rows | length-grouped batches | batches in input order",
-                 padding_fraction(packed, "segment_ids"), "fraction",
-                 note=f"length-grouped {padding_fraction(padded, 'attention_mask'):.3f}, input order "
+                 pad_shares["packed"], "fraction",
+                 note=f"length-grouped {pad_shares['padded']:.3f}, input order "
                       f"{padding_fraction(in_order, 'attention_mask'):.3f}; {len(packed)} packed vs "
                       f"{len(padded)} padded steps for {len(items)} records")
     optimizers = {id(m): torch.optim.AdamW(m.parameters(), lr=1e-4) for m in (ours, theirs)}
@@ -132,12 +170,15 @@ def training(bench, label: str, sequences: list[str], repeats: int) -> None:
 
     rotate(bench, f"{label} MLM training step (protein-small, max_length {MAX_LENGTH}, {BATCH} rows)",
            {"biotf packed": lambda: biotf(packed), "biotf padded": lambda: biotf(padded),
-            "transformers (EsmForMaskedLM sdpa, padded)": hf}, float(lengths.sum()), repeats)
+            "biotf packed with the block-diagonal mask": with_mask(ours, lambda: biotf(packed)),
+            "biotf padded in input order": lambda: biotf(in_order),
+            "transformers (EsmForMaskedLM sdpa, padded)": hf}, float(lengths.sum()), repeats, pad_shares)
 
 
 def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
     import torch
 
+    from biotf.data.packing import first_fit_decreasing
     from biotf.data.readers import Record
     from biotf.export import Embedder, EmbedOptions
 
@@ -151,11 +192,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
 
     def hf():
         with torch.inference_mode():
-            start = 0
-            while start < len(encoded):
-                rows = max(1, BATCH_TOKENS // len(encoded[start]))
-                batch = encoded[start:start + rows]
-                start += rows
+            for batch in sorted_batches(encoded):
                 ids = torch.full((len(batch), len(batch[0])), tokenizer.pad_id, dtype=torch.long)
                 mask = torch.zeros_like(ids)
                 for row, sequence in enumerate(batch):
@@ -164,9 +201,17 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
                 (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
 
     real = float(sum(len(ids) for ids in encoded))
+    padded_tokens = sum(len(batch) * len(batch[0]) for batch in sorted_batches(encoded))
+    rows = first_fit_decreasing(np.array([len(ids) for ids in encoded]), len(encoded[0]))
+    widths = [sum(len(encoded[i]) for i in row) for row in rows]  # a batch is as wide as its fullest row
+    per_batch = max(1, BATCH_TOKENS // len(encoded[0]))
+    packed_tokens = sum(len(widths[i:i + per_batch]) * max(widths[i:i + per_batch])
+                        for i in range(0, len(widths), per_batch))
+    pad_shares = {"packed": 1 - real / packed_tokens, "padded": 1 - real / padded_tokens}
     rotate(bench, f"{label} embedding (protein-small, mean pool, {BATCH_TOKENS} tokens a batch)",
            {"biotf packed": lambda: list(packed.embed(records)), "biotf padded": lambda: list(padded.embed(records)),
-            "transformers (EsmModel sdpa, padded)": hf}, real, repeats)
+            "biotf packed with the block-diagonal mask": with_mask(ours, lambda: list(packed.embed(records))),
+            "transformers (EsmModel sdpa, padded)": hf}, real, repeats, pad_shares)
 
 
 def causal_training(bench, label: str, sequences: list[str], tokenizer, block: int, repeats: int) -> None:
