@@ -1,7 +1,8 @@
 """Tokenize once into memory-mapped token shards, reuse them on every later run (nanoGPT's idea).
 
-A cache entry is a directory holding, per split, a flat token array (`uint16` when the vocabulary
-fits, else `int32`), `int64` record offsets into it, the records' positions in the input file, and
+A cache entry is a directory holding, per split, a flat token array (the narrowest of `uint8`, `uint16`
+and `int32` that holds the vocabulary: a protein or DNA cache is half the bytes it would be in `uint16`, written, copied
+and checksummed once each), `int64` record offsets into it, the records' positions in the input file, and
 unigram token counts; plus `meta.json`. Its name is a hash of everything that changes the result:
 the input file's content, the tokenizer fingerprint, the reader options, the split fraction and
 seed, and whether special tokens are added. Options applied later (max length, long-sequence
@@ -98,7 +99,12 @@ def file_digest(path: Path) -> str:
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+    """The narrowest type of the shard's token ids. Entries store theirs in meta.json, so an entry of another width
+    (uint16 protein caches written before uint8 existed) loads as it is."""
+    for dtype in (np.uint8, np.uint16):
+        if vocab_size <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    return np.dtype(np.int32)
 
 
 def cache_key(input_digest: str, tokenizer: Tokenizer, options: ReaderOptions, validation_fraction: float,
@@ -115,7 +121,7 @@ def token_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
     whose row and column sums are the counts of the pairs' first and second ids."""
     if vocab_size > 256 or len(tokens) < 2:
         return np.bincount(tokens, minlength=vocab_size)
-    ids = tokens.astype(np.uint8)
+    ids = tokens.astype(np.uint8, copy=False)
     pairs = np.bincount(ids[:len(ids) // 2 * 2].view(np.uint16), minlength=1 << 16).reshape(256, 256)
     counts = pairs.sum(axis=0) + pairs.sum(axis=1)
     if len(ids) % 2:

@@ -1,7 +1,8 @@
 """The token cache's files pinned: the same input and settings give the same entry name (key), token ids,
 split assignment, order, counts, policy stats (in meta.json's order) and checksums as the builds that wrote
 existing caches, so those stay valid. The figures in PINNED_RESULTS come from the cache code before issue 29's
-faster build (records as columns, bulk split hashing)."""
+faster build (records as columns, bulk split hashing); meta.json's CRC-32 since token ids that fit a byte are stored
+as uint8 (its dtype and the tokens file's size and CRC-32 changed with them, nothing else)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from biotf.data import fasta
@@ -65,28 +67,38 @@ PINNED = {
 
 def summary(cache: ShardCache, path: Path) -> dict:
     """What pins an entry: its name's key, its policy counts in the order meta.json lists them, the records and
-    tokens of each split, the CRC-32 of its files (tokens, offsets, records, counts), and of meta.json less the
-    input's path (which differs per run)."""
+    tokens of each split, the CRC-32 of its files (offsets, records, counts) and of its token ids as the uint16 that
+    entries held before ids that fit a byte were stored as uint8, and of meta.json less the input's path (which
+    differs per run)."""
     meta_text = (cache.directory / "meta.json").read_text()
     meta = json.loads(meta_text)
+
+    def crc32(name: str, kind: str, file: dict) -> int:
+        if kind != "tokens":
+            return file["crc32"]
+        ids = np.fromfile(cache.directory / f"{name}.tokens.bin", meta["dtype"])
+        assert zlib.crc32(ids.tobytes()) == file["crc32"]
+        return zlib.crc32(ids.astype(np.uint16).tobytes())
+
     return {"key": cache.directory.name.rsplit("-", 1)[1], "policy_stats": list(meta["policy_stats"].items()),
-            "splits": {name: (split["records"], split["tokens"], *(file["crc32"] for file in split["files"].values()))
+            "splits": {name: (split["records"], split["tokens"],
+                              *(crc32(name, kind, file) for kind, file in split["files"].items()))
                        for name, split in meta["splits"].items()},
             "meta_crc32": zlib.crc32(meta_text.replace(json.dumps(str(path)), '"<input>"').encode())}
 
 
 PINNED_RESULTS = {
-    "default": {"key": "36592c1ba86b10275d38f6e1", "meta_crc32": 3378202717,
+    "default": {"key": "36592c1ba86b10275d38f6e1", "meta_crc32": 3783862792,
         "policy_stats": [("byte_order_mark_stripped", 1), ("duplicate_ids", 250), ("stop_stripped", 29),
                          ("lowercase_folded", 9579)],
         "splits": {"train": (382, 56565, 2406987690, 3896253354, 3009633494, 1608616769),
                    "validation": (18, 3110, 1211533851, 2154231691, 2476206214, 2795520115)}},
-    "policies": {"key": "f68003b3494da713d2e1f64d", "meta_crc32": 3345221188,
+    "policies": {"key": "f68003b3494da713d2e1f64d", "meta_crc32": 1099391275,
         "policy_stats": [("byte_order_mark_stripped", 1), ("lowercase_folded", 9579), ("rare_to_X", 136),
                          ("stop_stripped", 29), ("duplicate_ids", 250)],
         "splits": {"train": (290, 40522, 3000235094, 873225530, 981982052, 2233356458),
                    "validation": (110, 18353, 3176791932, 2730016073, 447959938, 824483236)}},
-    "csv": {"key": "cc3a52b9822f85cf46fe9aea", "meta_crc32": 2258814496,
+    "csv": {"key": "cc3a52b9822f85cf46fe9aea", "meta_crc32": 1421045993,
         "policy_stats": [("whitespace_stripped", 266), ("lowercase_folded", 9579), ("stop_to_unk", 29),
                          ("duplicate_ids", 250)],
         "splits": {"train": (382, 56591, 1517555398, 1235058538, 3009633494, 1540287459),

@@ -24,7 +24,7 @@ def test_shards_hold_exact_ids_in_their_split(fasta, tmp_path, char_tokenizer):
     records = list(read_records(fasta))
     seen = 0
     for name, shard in cache.splits.items():
-        assert shard.tokens.dtype == np.uint16
+        assert shard.tokens.dtype == np.uint8  # the vocabulary fits a byte
         for i in range(len(shard)):
             record = records[int(shard.records[i])]
             assert is_validation(record.sequence, 0.25, 1) == (name == "validation")
@@ -93,6 +93,7 @@ def test_policy_stats_are_kept_with_the_cache(tmp_path, write_fasta, char_tokeni
 
 
 def test_helpers(fasta):
+    assert token_dtype(256) == np.uint8 and token_dtype(257) == np.uint16
     assert token_dtype(65536) == np.uint16 and token_dtype(151665) == np.int32
     assert file_digest(fasta) == file_digest(fasta) and len(file_digest(fasta)) == 32
 
@@ -109,3 +110,20 @@ def test_ids_outside_the_vocabulary_are_refused(fasta, tmp_path, char_tokenizer,
     monkeypatch.setattr(type(char_tokenizer), "vocab_size", property(lambda self: 10))
     with pytest.raises(InputError, match=r"tokenizer produced an id outside 0\.\.9; its vocab_size is wrong"):
         tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+
+
+def test_an_entry_written_in_uint16_before_uint8_is_reused_with_the_same_ids(fasta, tmp_path, char_tokenizer,
+                                                                            monkeypatch):
+    """Caches written before ids that fit a byte were stored as uint8 keep their key and load as they are."""
+    import biotf.data.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "token_dtype", lambda vocab_size: np.dtype(np.uint16))
+    old = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    monkeypatch.undo()
+    fresh = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "fresh")
+    reused = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")
+    assert (old.status, reused.status, reused.directory.name) == ("built", "reused", fresh.directory.name)
+    for name, shard in reused.splits.items():
+        assert shard.tokens.dtype == np.uint16 and fresh.splits[name].tokens.dtype == np.uint8
+        assert np.array_equal(shard.tokens, fresh.splits[name].tokens)
+        assert np.array_equal(shard.counts, fresh.splits[name].counts)
