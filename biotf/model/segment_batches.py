@@ -32,7 +32,8 @@ import torch
 from biotf.model.attention_mask import AttentionMask
 from biotf.model.segments import segment_runs
 
-# One SDPA call's fixed cost in score multiply-adds (32^2 scores x 128 head dims), and the gather and scatter's in calls.
+# One SDPA call's fixed cost in score multiply-adds (32^2 scores x 128 head dims), and the gather and scatter's in
+# calls.
 CALL_COST = 2 ** 17
 GATHER_CALLS = 24
 

@@ -145,7 +145,8 @@ def training(bench, label: str, sequences: list[str], repeats: int) -> None:
     packed = [packed_collate([items[i] for i in batch])
               for batch in PackedBatchSampler(lengths, BATCH, MAX_LENGTH)]
     in_order = [padded_collate(items[i:i + BATCH]) for i in range(0, len(items), BATCH)]
-    pad_shares = {"packed": padding_fraction(packed, "segment_ids"), "padded": padding_fraction(padded, "attention_mask")}
+    pad_shares = {"packed": padding_fraction(packed, "segment_ids"),
+                  "padded": padding_fraction(padded, "attention_mask")}
     bench.record(f"{label} training: pad share, packed rows | length-grouped batches | batches in input order",
                  pad_shares["packed"], "fraction",
                  note=f"length-grouped {pad_shares['padded']:.3f}, input order "
