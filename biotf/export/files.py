@@ -25,7 +25,7 @@ from biotf.tokenizers.base import PolicyStats
 def open_embedder(model_source: str | Path, options: EmbedOptions = EmbedOptions(), device: str = "cpu",
                   tokenizer_options: Mapping[str, Any] | None = None) -> tuple[Embedder, dict[str, Any]]:
     """The model's `Embedder` and the metadata its vectors carry (the `info` of an embedding file: the model and
-    tokenizer with their fingerprints, pooling, layers, windows), for `embed_file` and for any other command
+    tokenizer with their fingerprints, pooling, layers, windows, packing), for `embed_file` and for any other command
     that embeds records (`biotf search` queries) the same way."""
     model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
     embedder = Embedder(model, tokenizer, options)
@@ -34,7 +34,7 @@ def open_embedder(model_source: str | Path, options: EmbedOptions = EmbedOptions
         "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
         "tokenizer_options": dict(tokenizer_options or {}), "pool": options.pool,
         "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
-        "overlap": options.overlap, "dim": model.config.d_model}
+        "overlap": options.overlap, "packing": options.packing, "dim": model.config.d_model}
     return embedder, info
 
 
@@ -80,8 +80,8 @@ class EmbedRun:
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         keys = ("model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
-                "long", "overlap")
-        return {"command": "embed", **{key: self.info[key] for key in keys}, "packing": self.options.packing}
+                "long", "overlap", "packing")
+        return {"command": "embed", **{key: self.info[key] for key in keys}}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
         stats = EmbedStats()

@@ -164,3 +164,4 @@ def test_packing_writes_the_unpacked_vectors(capsys, tmp_path, model_dir):
     plain, packed = np.load(tmp_path / "plain.npz"), np.load(tmp_path / "packed.npz")
     assert npz_text(packed, "ids").tolist() == npz_text(plain, "ids").tolist()
     np.testing.assert_allclose(packed["embeddings"], plain["embeddings"], rtol=0, atol=1e-5)
+    assert [json.loads(str(data["info"]))["packing"] for data in (plain, packed)] == [False, True]  # provenance
