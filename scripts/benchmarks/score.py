@@ -16,9 +16,7 @@ Both sides are checked to agree (1e-4 nats per record) first; the pad share of e
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -63,14 +61,6 @@ def hf_pll(model, tokenizer, sequences: list[str]) -> list[float]:
     return totals
 
 
-def deeploc_sequences(n: int) -> list[str]:
-    """The packing section's DeepLoc sample (one source of the length distribution for every section)."""
-    spec = importlib.util.spec_from_file_location("biotf_bench_packing", Path(__file__).with_name("packing.py"))
-    packing = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(packing)
-    return packing.deeploc_sequences(n)
-
-
 def pad_share(scorer, sequences: list[str], method: str) -> float:
     """The share of pad tokens in the forwards of one `sequence_scores` call."""
     seen = {"tokens": 0, "real": 0}
@@ -95,7 +85,7 @@ def run_packing(bench, quick: bool) -> None:
     from biotf.tokenizers import build_tokenizer
 
     tokenizer = build_tokenizer({"kind": "protein"})
-    deeploc = deeploc_sequences(1024)
+    deeploc = bench.section("packing").deeploc_sequences(1024)  # one DeepLoc sample for every section
     cases = (("pll", False, [s for s in deeploc if len(s) < 150][:8 if quick else 32]),
              ("causal", True, deeploc[:48 if quick else 256]))
     for method, causal, sequences in cases:
