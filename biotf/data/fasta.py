@@ -19,15 +19,10 @@ BLOCK_CHARACTERS = 1 << 20
 ASCII_OTHER_WHITESPACE = "\t\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace in ASCII, less " ", "\n", "\r"
 
 
-def fasta_records(stream: IO[str], first: str) -> Iterator[tuple[str, str]]:
-    """(title, sequence) of each record of `stream`, whose first record's header line `first` was already read."""
-    for titles, sequences in fasta_runs(stream, first):
-        yield from zip(titles, sequences)
-
-
 def fasta_runs(stream: IO[str], first: str) -> Iterator[tuple[list[str], list[str]]]:
-    """The titles and sequences of `fasta_records`, as two lists per block of text read (a run of records: the
-    callers that want columns, such as the token cache, build no per-record objects)."""
+    """The title and sequence of each record of `stream`, whose first record's header line `first` was already
+    read, as two lists per block of text read (a run of records: the callers that want columns, such as the token
+    cache, build no per-record objects)."""
     for texts, plain in record_text_runs(stream, first):
         titles, sequences = [], []
         for text in texts:

@@ -9,7 +9,7 @@ import pytest
 from Bio.SeqIO.FastaIO import SimpleFastaParser
 
 from biotf.data import fasta
-from biotf.data.fasta import fasta_records
+from biotf.data.fasta import fasta_runs
 
 PIECES = ["ACGT", "MKV", "\n", "\n", "\n>", ">", " ", "\t", "\r", "\x0c", "\x1d", "\xa0", "  \n", "x y", "*-", "\n\n", "é"]
 
@@ -21,7 +21,7 @@ def biopython(text: str) -> list[tuple[str, str]]:
 def ours(text: str) -> list[tuple[str, str]]:
     stream = io.StringIO(text)
     first = stream.readline()
-    return list(fasta_records(stream, first))
+    return [record for titles, sequences in fasta_runs(stream, first) for record in zip(titles, sequences)]
 
 
 @pytest.mark.parametrize("block", [1, 2, 3, 7, 64])
