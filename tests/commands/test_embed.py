@@ -7,23 +7,18 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 from biotf.cli import main
-from biotf.checkpoint import save_pretrained
 from biotf.export import npz_text
-from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
+from tiny_models import save_tiny_protein_model
 
 FASTA = ">P1 Nucleus-S test\nMKVLAAGIVG\n>P2 Cytoplasm-U test\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n>P3 Nucleus-M test\nMA\n"
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=16,
-                               causal=False, pos="rope", norm="layernorm", mlp="gelu")
-    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
+    return save_tiny_protein_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 def embed(capsys, *args: str) -> tuple[int, str, str]:

@@ -12,15 +12,12 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
-import torch
 
-from biotf.checkpoint import save_pretrained
 from biotf.cli import main
 from biotf.data.readers import read_records
 from biotf.data.sharded import work_folder
-from biotf.model import Transformer, TransformerConfig
 from biotf.resources import SAMPLES_DIR
-from biotf.tokenizers import AminoAcidTokenizer
+from tiny_models import save_tiny_protein_model
 from torchrun_helpers import free_port
 from torchrun_helpers import torchrun as torchrun_command
 
@@ -49,10 +46,7 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=64,
-                               causal=False, pos="rope", norm="layernorm", mlp="gelu")
-    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
+    return save_tiny_protein_model(tmp_path_factory.mktemp("models") / "tiny", max_seq_len=64)
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from biotf.checkpoint import save_pretrained
 from biotf.cli import main
 from biotf.data import sharded
 from biotf.data.sharded import Launch, add_counts, work_folder
 from biotf.export import npz_text
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
+from tiny_models import save_tiny_protein_model
 
 # Five records, one with lowercase letters (a counted tokenizer policy) and one repeating an id (a counted reader
 # policy): the counts a sharded run reports must be the one-process ones.
@@ -24,16 +24,9 @@ FASTA = (">P1 Nucleus-S test\nMKVLAAGIVGlk\n>P2 Cytoplasm-U\nMSTNPKPQRKTKRNTNRRP
          ">P1 again\nMKKLLPTAAAGLLLLAAQPAMA\n>P5 Membrane\nGAVLIPFMWSTCYNQDEKRH\n")
 
 
-def tiny_model(directory, causal: bool = False):
-    torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=16,
-                               causal=causal, pos="rope", norm="layernorm", mlp="gelu")
-    return save_pretrained(Transformer(config), AminoAcidTokenizer(), directory)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+    return save_tiny_protein_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture
@@ -183,7 +176,7 @@ def test_a_changed_input_model_or_setting_refuses_to_resume_naming_it(capsys, tm
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert f"holds parts of another run: the input (now {fasta.stat().st_size} bytes" in err and "--overwrite" in err
     fasta.write_text(FASTA)
-    other = tiny_model(tmp_path / "other", causal=True)
+    other = save_tiny_protein_model(tmp_path / "other", causal=True)
     status, err = run(capsys, *embed_args(other, fasta, out, "--part-records", "2"))
     assert status == 2 and "model_fingerprint (" in err
     status, err = run(capsys, *embed_args(model_dir, fasta, out, "--part-records", "2", "--pool", "max"))
