@@ -87,6 +87,40 @@ def prediction_row(record: str, ids: np.ndarray, predicted: np.ndarray, score: n
     return row + [f"{p:.6f}" for p in score] if info.task == "classification" else row
 
 
+def prediction_header(info: TaskInfo) -> list[str]:
+    """The output's columns: id, prediction, and one probability column per class for classification."""
+    classes = info.classes if info.task == "classification" else []
+    return ["id", "prediction"] + [f"p_{c}" for c in classes]
+
+
+def prediction_rows(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, records: Iterable[Record],
+                    summary: PredictionSummary, batch_size: int = 32, packing: bool = False,
+                    source: str | Path | None = None) -> list[list[str]]:
+    """One row (`prediction_header`'s columns) per record the model's long_policy keeps, in order, `batch_size`
+    records a batch; counts into `summary`. `source` names the file in an error about a record."""
+    rows: list[list[str]] = []
+    batch: list[tuple[str, np.ndarray]] = []
+
+    def flush() -> None:
+        predictions, scores = predict(model, tokenizer, [ids for _, ids in batch], packing)
+        rows.extend(prediction_row(record, ids, predicted, score, info, tokenizer)
+                    for (record, ids), predicted, score in zip(batch, predictions, scores))
+        batch.clear()
+
+    for record in records:
+        summary.records += 1
+        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy,
+                              summary.counts, summary.policies, source)
+        if ids is not None:
+            batch.append((record.id, ids))
+        if len(batch) == batch_size:
+            flush()
+    if batch:
+        flush()
+    summary.rows += len(rows)
+    return rows
+
+
 class PredictRun:
     """A fine-tuned model's predictions for records: the whole file (`predict_file`), or the parts of a sharded run
     and their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines of the output's text fields)."""
@@ -101,32 +135,12 @@ class PredictRun:
         self.tokenizer_options = dict(tokenizer_options or {})
         self.model, self.tokenizer, self.info = load_task_model(model_source, tokenizer_options)
         check_packable(packing, self.model.trunk.config)
-        classes = self.info.classes if self.info.task == "classification" else []
-        self.header = ["id", "prediction"] + [f"p_{c}" for c in classes]
+        self.header = prediction_header(self.info)
 
     def rows(self, records: Iterable[Record], summary: PredictionSummary) -> list[list[str]]:
-        """One row per record the run's long_policy keeps, in order; counts into `summary`."""
-        rows: list[list[str]] = []
-        batch: list[tuple[str, np.ndarray]] = []
-
-        def flush() -> None:
-            predictions, scores = predict(self.model, self.tokenizer, [ids for _, ids in batch], self.packing)
-            rows.extend(prediction_row(record, ids, predicted, score, self.info, self.tokenizer)
-                        for (record, ids), predicted, score in zip(batch, predictions, scores))
-            batch.clear()
-
-        for record in records:
-            summary.records += 1
-            ids = encode_for_task(self.tokenizer, record.sequence, record.id, self.info.max_length,
-                                  self.info.long_policy, summary.counts, summary.policies, self.input_path)
-            if ids is not None:
-                batch.append((record.id, ids))
-            if len(batch) == self.batch_size:
-                flush()
-        if batch:
-            flush()
-        summary.rows += len(rows)
-        return rows
+        """One row per record the run's long_policy keeps, in order (`prediction_rows`); counts into `summary`."""
+        return prediction_rows(self.model, self.tokenizer, self.info, records, summary, self.batch_size, self.packing,
+                               self.input_path)
 
     def write(self, rows: Iterable[list[str]]) -> None:
         """The output file (tab-separated unless its name ends in .csv), atomically."""

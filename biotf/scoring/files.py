@@ -102,6 +102,34 @@ def _progress(progress: bool, description: str):
     return tqdm(unit="pos", unit_scale=True, desc=description, leave=False)
 
 
+def sequence_rows(scorer: Scorer, method: str, records: Iterable[Record], summary: ScoreSummary, progress=None,
+                  source: str | Path | None = None) -> list[dict[str, object]]:
+    """One row per record (the module docstring's columns), in order, RECORDS_PER_CALL records sharing batches;
+    counts into `summary` (its tokenizer policies too). `source` names the file in a tokenizer error; `progress` (a
+    tqdm bar or None) advances by the positions scored."""
+    scorer.policies = PolicyStats()
+    rows = []
+    records = iter(records)
+    while chunk := list(islice(records, RECORDS_PER_CALL)):
+        try:
+            scores = scorer.sequence_scores([r.sequence for r in chunk], method, [r.id for r in chunk], progress)
+        except TokenizationError as error:
+            raise (with_source(error, source) if source is not None else error) from None
+        for record, score in zip(chunk, scores):
+            summary.records += 1
+            summary.tokens += score.tokens
+            summary.windows += score.windows
+            summary.chunked += score.windows > 1
+            rows.append(_with_metadata(record, {
+                "id": record.id, "sequence": record.sequence, "method": method,
+                "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
+                "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
+                "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
+                "windows": score.windows}))
+    summary.policies.update(scorer.policies)
+    return rows
+
+
 class ScoreRun:
     """One model scoring the records of a file: the whole table (`score_file`), or the parts of a sharded run and
     their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines, whose floats read back exactly)."""
@@ -119,35 +147,13 @@ class ScoreRun:
         self.method = self.scorer.resolve(method)
 
     def rows(self, records: Iterable[Record], summary: ScoreSummary) -> list[dict[str, object]]:
-        """One row per record, in order, RECORDS_PER_CALL records sharing batches; counts into `summary` (its
-        tokenizer policies too)."""
-        self.scorer.policies = PolicyStats()
-        rows = []
+        """One row per record, in order (`sequence_rows`), with a progress bar if asked for."""
         bar = _progress(self.progress, f"scoring {Path(self.input_path).name}")
-        records = iter(records)
         try:
-            while chunk := list(islice(records, RECORDS_PER_CALL)):
-                try:
-                    scores = self.scorer.sequence_scores([r.sequence for r in chunk], self.method,
-                                                         [r.id for r in chunk], bar)
-                except TokenizationError as error:
-                    raise with_source(error, self.input_path) from None
-                for record, score in zip(chunk, scores):
-                    summary.records += 1
-                    summary.tokens += score.tokens
-                    summary.windows += score.windows
-                    summary.chunked += score.windows > 1
-                    rows.append(_with_metadata(record, {
-                        "id": record.id, "sequence": record.sequence, "method": self.method,
-                        "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
-                        "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
-                        "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
-                        "windows": score.windows}))
+            return sequence_rows(self.scorer, self.method, records, summary, bar, self.input_path)
         finally:
             if bar is not None:
                 bar.close()
-        summary.policies.update(self.scorer.policies)
-        return rows
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
