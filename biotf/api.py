@@ -29,22 +29,20 @@ import torch
 
 from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, check_architecture,
                                           load_hf_model, parse_dtype, read_checked_config, read_hf_config)
-from biotf.checkpoint.loading import MODEL_SOURCES, find_source, load_fine_tuned, load_hf_directory
+from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
-from biotf.checkpoint.task_model import TaskInfo, load_task_model
+from biotf.checkpoint.task_model import load_task_model
 from biotf.data.readers import Record
-from biotf.errors import CheckpointError, ConfigError
+from biotf.data.packing import check_packable
+from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import Sampling
-from biotf.inference.predict import PredictionSummary, prediction_header, prediction_rows
-from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint
-from biotf.model import Transformer
-from biotf.model.tasks import TaskModel
+from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
+from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
-from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.loading import with_options
 
 if TYPE_CHECKING:
@@ -88,18 +86,12 @@ def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.Data
 
 
 @dataclass
-class Model:
-    """A loaded model: its `network` (a `biotf.model.Transformer`, eval mode), its `tokenizer`, where it came from
-    (`source`, `kind`: the `MODEL_SOURCES` name), its generation defaults and, when fine-tuned, its `task` model (the
-    trunk is `network`) and `task_info`. Build one with `Model.load`."""
+class Model(LoadedModel):
+    """A loaded model (`LoadedModel`: its `network`, a `biotf.model.Transformer` in eval mode, its `tokenizer`, where it
+    came from, and when fine-tuned its `task` model and `task_info`) with its generation defaults, and every job.
+    Build one with `Model.load`."""
 
-    network: Transformer
-    tokenizer: Tokenizer
-    source: str | None = None
-    kind: str = "in memory"
     generation: GenerationDefaults | None = None
-    task: TaskModel | None = None
-    task_info: TaskInfo | None = None
     _decoder: DecodingModel | None = field(default=None, repr=False)
 
     # --- loading and saving -------------------------------------------------------------------------------
@@ -110,21 +102,25 @@ class Model:
         policies of its tokenizer, never its vocabulary (`stop="strip_terminal"`, `unknown="to_unk"`: what
         `--option` sets in the commands). Every file is checked as the commands check it (CRCs, the tokenizer
         against the weights, the config against the weights' shapes) before a tensor is allocated. With
-        `for_generation`, a Hugging Face directory of a family or architecture biotf does not generate with is
-        refused before its weights are read (`decoding` refuses a biotf masked-LM)."""
+        `for_generation` (what `biotf generate` loads with), a Hugging Face decoder's matrices are read straight into
+        their decoding layout, one copy per tensor (`load_hf_checkpoint`), and a directory of a family or
+        architecture biotf does not generate with is refused before its weights are read (`decoding` refuses a
+        masked-LM)."""
         path = Path(source)
         loader = find_source(path)
         torch_dtype = parse_dtype(dtype)  # an unknown dtype is refused before any weight is read
-        if for_generation and loader.load is load_hf_directory:
-            read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")
         task = info = generation = None
         if loader.load is load_fine_tuned:
             task, tokenizer, info = load_task_model(path)
             network = task.trunk
-        elif loader.load is load_hf_directory and _generates(path, read_hf_config(path)):
+        elif loader.load is load_hf_directory and for_generation:  # refused before any weight is read
+            read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")
             network, tokenizer, generation = load_hf_checkpoint(path, torch_dtype)
         elif loader.load is load_hf_directory:
             network, tokenizer = load_hf_model(path, torch_dtype)
+            hf_config = read_hf_config(path)
+            if _generates(path, hf_config):
+                generation = GenerationDefaults.from_hf(read_generation_config(path, hf_config), tokenizer)
         else:
             network, tokenizer = loader.load(path)
         if loader.load is not load_hf_directory and network.config.causal:  # biotf's own runs store no settings
@@ -133,7 +129,7 @@ class Model:
         if task is not None:
             task.to(device=device, dtype=torch_dtype).eval()
         tokenizer = with_options(tokenizer, tokenizer_options or {})
-        return cls(network, tokenizer, str(path), loader.name, generation, task, info)
+        return cls(network, tokenizer, str(path), loader.name, task, info, dict(tokenizer_options or {}), generation)
 
     def save(self, directory: str | Path, hf: str | None = None) -> Path:
         """Write the model into a new `directory`: a biotf export (config.json, model.safetensors, tokenizer.json;
@@ -202,12 +198,12 @@ class Model:
         """A fine-tuned model's prediction for each sequence, with the columns of `biotf predict`'s table: id,
         prediction (the class name, the value, or one label a residue), p_<class> for classification. Sequences
         the model's long-sequence policy drops have no row (counted in `summary`)."""
-        if self.task is None or self.task_info is None:
-            raise CheckpointError(f"{self.source or 'this model'} is not a fine-tuned model (it has no task head); "
-                                  "train one with `python train.py experiment=finetune ...`")
-        summary = summary if summary is not None else PredictionSummary(rows=0, records=0, task=self.task_info.task)
-        header = prediction_header(self.task_info)
-        rows = prediction_rows(self.task, self.tokenizer, self.task_info, as_records(sequences, ids), summary,
+        loaded = loaded_task_model(self)
+        check_int("batch_size", batch_size)
+        check_packable(packing, self.network.config)
+        summary = summary if summary is not None else PredictionSummary(rows=0, records=0, task=loaded.task_info.task)
+        header = prediction_header(loaded.task_info)
+        rows = prediction_rows(loaded.task, loaded.tokenizer, loaded.task_info, as_records(sequences, ids), summary,
                                batch_size, packing)
         return _frame([dict(zip(header, row)) for row in rows], header)
 
@@ -217,7 +213,7 @@ class Model:
         """One (L, L) float32 map of contact probabilities per protein (L its residues), as `biotf contacts`
         predicts them, from a model with a contact head (ESM-2 checkpoints ship one; `biotf contacts fit` fits
         one)."""
-        check_contact_head(self.network, self.source or "model")
+        check_contact_head(self.network, self.source)
         summary = summary if summary is not None else ContactStats()
         found = proteins(as_records(sequences, ids), self.tokenizer, self.network.config.max_seq_len,
                          summary.policies)

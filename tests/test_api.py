@@ -83,7 +83,8 @@ def test_predict_equals_the_predict_command(tmp_path, fasta, capsys):
 
 def test_contacts_equal_the_contacts_command(random_esm, save_esm, tmp_path, fasta, capsys):
     directory = save_esm(random_esm(seed=7, query_key_std=0.3), tmp_path / "esm")
-    assert main(["contacts", "--model", str(directory), "--input", str(fasta), "--output", str(tmp_path / "c.npz")]) == 0
+    assert main(["contacts", "--model", str(directory), "--input", str(fasta),
+                 "--output", str(tmp_path / "c.npz")]) == 0
     maps = biotf.Model.load(directory).contacts(list(PROTEINS.values()), ids=list(PROTEINS))
     with np.load(tmp_path / "c.npz") as written:
         for (name, sequence), found in zip(PROTEINS.items(), maps):

@@ -16,7 +16,7 @@ from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 def loaded(monkeypatch, tied):
     """Skip reloading the checkpoint for every command (loading has its own tests and one here)."""
     def load(source, dtype="float32", tokenizer_options=None, for_generation=False):
-        return Model(tied.model, tied.tokenizer, str(source), HF_SOURCE, tied.defaults)
+        return Model(tied.model, tied.tokenizer, str(source), HF_SOURCE, generation=tied.defaults)
 
     monkeypatch.setattr(Model, "load", load)
     return tied
