@@ -150,7 +150,7 @@ class Embedder:
                               allowed=f"1..{model.config.max_seq_len} (the model's max_seq_len)")
         if options.pool == "cls" and tokenizer.cls_id is None:
             raise ConfigError("pool", "cls", allowed=", ".join(p for p in POOLS if p != "cls"),
-                              reason=f"the {tokenizer.kind} tokenizer has no <cls> token")
+                              reason=f"the {tokenizer.scheme} tokenizer has no <cls> token")
         self.special = np.fromiter(tokenizer.special_ids, np.int64)
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
         self._prefix: np.ndarray | None = None
@@ -170,10 +170,10 @@ class Embedder:
         if at is not None:
             self._prefix, self._suffix = full[:at], full[at + len(content):]
         else:
-            raise InputError(f"record {record.id!r}: the {self.tokenizer.kind} tokenizer's special tokens do not "
+            raise InputError(f"record {record.id!r}: the {self.tokenizer.scheme} tokenizer's special tokens do not "
                              "surround its content, so windows cannot be formed")
         if self.options.pool == "cls" and (len(self._prefix) == 0 or self._prefix[0] != self.tokenizer.cls_id):
-            raise ConfigError("pool", "cls", reason=f"the {self.tokenizer.kind} tokenizer does not start records "
+            raise ConfigError("pool", "cls", reason=f"the {self.tokenizer.scheme} tokenizer does not start records "
                               "with <cls>", allowed="mean, max, none")
         width = self.max_length - len(self._prefix) - len(self._suffix)
         if width < 1:
