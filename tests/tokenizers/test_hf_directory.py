@@ -204,6 +204,38 @@ def test_a_pipeline_without_padding_or_truncation_keeps_its_fingerprint(director
     assert load_tokenizer(padded).fingerprint == load_tokenizer(plain).fingerprint
 
 
+SCHEMES = {"bert": "WordPiece", "bert-cased": "WordPiece", "protbert": "WordPiece", "dnabert": "WordPiece",
+           "gpt2": "byte-level BPE", "protgpt2": "byte-level BPE", "roberta": "byte-level BPE",
+           "chemberta": "byte-level BPE", "bloom": "byte-level BPE", "llama": "SentencePiece-BPE",
+           "mistral": "SentencePiece-BPE"}
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_messages_name_the_tokenizer_by_its_scheme_not_bpe(kind, directories):
+    """`scheme` reads the pipeline's model type, pre-tokenizer and decoder; "the bpe tokenizer" (the kind that wraps
+    every Hugging Face pipeline) named WordPiece too."""
+    from biotf.errors import ConfigError
+    from biotf.export.embed import Embedder, EmbedOptions
+    from biotf.model import Transformer, TransformerConfig
+
+    tokenizer = read_hf_tokenizer(directories[kind])
+    assert tokenizer.kind == "bpe" and tokenizer.scheme == SCHEMES[kind]
+    if tokenizer.cls_id is None:
+        model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=8, n_layers=1, n_heads=2,
+                                              n_kv_heads=2, d_ff=16, max_seq_len=16))
+        with pytest.raises(ConfigError, match=f"the {SCHEMES[kind]} tokenizer has no <cls> token"):
+            Embedder(model, tokenizer, EmbedOptions(pool="cls"))
+
+
+def test_unigram_and_word_level_pipelines_are_named_so():
+    from tokenizers import Tokenizer, models
+
+    unigram = Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], unk_id=0))
+    assert BPETokenizer(unigram).scheme == "Unigram"
+    assert BPETokenizer(Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))).scheme == "word-level"
+    assert BPETokenizer(Tokenizer(models.BPE())).scheme == "BPE"
+
+
 def test_checkpoint_model_types_read_their_tokenizer_here():
     from biotf.checkpoint.hf_directory import TOKENIZER_READERS
 
