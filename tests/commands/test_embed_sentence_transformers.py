@@ -123,7 +123,7 @@ def test_a_sentence_transformers_directory_embeds_as_sentence_transformer_encode
 
 def test_the_older_layout_and_what_biotf_cannot_compute(bert_directory, tmp_path, capsys):
     """sentence-transformers 2-4 wrote pooling flags and sentence_bert_config.json's max_seq_length (still read
-    by sentence-transformers today); a module or pooling biotf does not compute is refused in one line, and --pool
+    by sentence-transformers today), version 1 the checkpoint in `0_Transformer/`; a module or pooling biotf does not compute is refused in one line, and --pool
     still embeds the directory."""
     from sentence_transformers import SentenceTransformer
 
@@ -137,6 +137,19 @@ def test_the_older_layout_and_what_biotf_cannot_compute(bert_directory, tmp_path
     sentences.write_text("\n".join(SENTENCES) + "\n")
     output = tmp_path / "old.npz"
     embed(capsys, "--model", str(directory), "--input", str(sentences), "--output", str(output))
+    assert np.abs(np.load(output)["embeddings"] - expected).max() <= TOLERANCE
+    # sentence-transformers 1 kept the checkpoint in a subdirectory, which modules.json names
+    nested = shutil.copytree(directory, tmp_path / "nested")
+    (nested / "0_Transformer").mkdir()
+    for item in list(nested.iterdir()):
+        if item.is_file() and item.name not in ("modules.json", "config_sentence_transformers.json", "README.md"):
+            item.rename(nested / "0_Transformer" / item.name)
+    modules = json.loads((nested / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (nested / "modules.json").write_text(json.dumps(modules))
+    nested_expected = SentenceTransformer(str(nested), device="cpu").encode(SENTENCES, convert_to_numpy=True)
+    assert np.abs(nested_expected - expected).max() <= TOLERANCE
+    embed(capsys, "--model", str(nested), "--input", str(sentences), "--output", str(output), "--overwrite")
     assert np.abs(np.load(output)["embeddings"] - expected).max() <= TOLERANCE
 
     refused = {"1_Pooling/config.json": ({"pooling_mode": "weightedmean"}, r"pooling mode 'weightedmean'.*--pool"),
