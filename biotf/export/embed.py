@@ -218,7 +218,7 @@ class Embedder:
         for order, window in enumerate(windows):
             ids = np.concatenate([self._prefix, content[window.start:window.end], self._suffix])
             offset = len(self._prefix) - window.start
-            # With pool_specials the record's own prefix and suffix count: the first window owns one, the last the other.
+            # With pool_specials the record's prefix and suffix count: the first window owns one, the last the other.
             start = 0 if specials and order == 0 else window.own_start + offset
             end = len(ids) if specials and order == len(windows) - 1 else window.own_end + offset
             keep = np.ones(end - start, bool) if specials else ~np.isin(ids[start:end], self.special)

@@ -3,7 +3,7 @@ vectors.
 
 `SentenceTransformer.save` writes `modules.json`, the modules in order, each at a path of the directory:
 - a Transformer (the Hugging Face checkpoint, at "" or a subdirectory such as `0_Transformer`), whose maximum length is
-  `max_seq_length` in its `sentence_bert_config.json` (sentence-transformers before 5) or else its tokenizer's
+  `max_seq_length` in its `sentence_bert_config.json` (older sentence-transformers) or else its tokenizer's
   `model_max_length` (what sentence-transformers reads today); longer inputs are cut there;
 - a Pooling (`1_Pooling/config.json`: `pooling_mode` "mean" | "cls" | "max", or the older `pooling_mode_mean_tokens`,
   `pooling_mode_cls_token`, `pooling_mode_max_tokens` flags). It pools every token of the attention mask, [CLS] and
@@ -11,7 +11,7 @@ vectors.
 - optionally a Normalize (unit L2 norm).
 Anything else (a Dense module, a `mean_sqrt_len_tokens` / `weightedmean` / `lasttoken` pooling, several modes
 concatenated, a default prompt, `do_lower_case`) would give other vectors than biotf computes, and is refused naming
-it; an explicit `--pool` embeds with biotf's own pooling instead and reads none of this.
+it; an explicit `--pool` embeds with biotf's own pooling instead, reading only where the Transformer is.
 """
 
 from __future__ import annotations
