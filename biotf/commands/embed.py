@@ -80,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
     prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
-    source, pooling = embed_defaults(args.model, args.pool, args.max_length, args.long)
+    _, pooling = embed_defaults(args.model, args.pool, args.max_length, args.long)
     options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                            overlap=args.overlap, packing=args.packing)
     reader = reader_options(args)
     progress = not args.no_progress and sys.stderr.isatty()
     launched = launch()
-    model = load_model(args, args.device if launched is None else launched.device(args.device), source=source)
+    model = load_model(args, args.device if launched is None else launched.device(args.device))
     with as_option_errors(model.tokenizer_options):
         if launched is None:
             note_waiting_parts(args)

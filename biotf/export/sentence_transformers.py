@@ -117,20 +117,26 @@ def _optional(path: Path, what: str) -> dict[str, Any]:
     return read_json_object(path, what) if path.is_file() else {}
 
 
-def embed_defaults(model: str | Path, pool: str | None, max_length: int | None,
+def transformer_directory(directory: Path) -> Path:
+    """The model a sentence-transformers directory holds (its first module, a Transformer), else `directory` itself."""
+    if not (directory / MODULES_FILE).is_file():
+        return directory
+    first = _modules(directory)[0]
+    return directory / first["path"] if first["type"].endswith("Transformer") else directory
+
+
+def embed_defaults(model: str | Path | None, pool: str | None, max_length: int | None,
                    long: str | None) -> tuple[str | Path, dict[str, Any]]:
     """(the model source to load, `EmbedOptions` fields) for `biotf embed` given the user's `pool`, `max_length`
     and `long` (None: not given). A sentence-transformers directory's model is its Transformer module; without `pool`
     it supplies its pooling (`pool_specials`, `normalize`), its maximum length and `long="truncate"` (it cuts inputs
     there) where not given. An explicit `pool`, and any other source, get biotf's defaults (the model's length,
     chunk)."""
-    directory = Path(model)
-    if not (directory / MODULES_FILE).is_file():
+    directory = Path(model) if model is not None else None
+    if directory is None or not (directory / MODULES_FILE).is_file():
         return model, {"pool": pool or "mean", "max_length": max_length, "long": long or "chunk"}
     if pool is not None:
-        first = _modules(directory)[0]
-        source = directory / first["path"] if first["type"].endswith("Transformer") else directory
-        return source, {"pool": pool, "max_length": max_length, "long": long or "chunk"}
+        return transformer_directory(directory), {"pool": pool, "max_length": max_length, "long": long or "chunk"}
     sentence = read_sentence_pooling(directory)
     return sentence.model, {"pool": sentence.pool, "pool_specials": True, "normalize": sentence.normalize,
                             "max_length": max_length or sentence.max_length,

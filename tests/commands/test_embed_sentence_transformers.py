@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import biotf
 from biotf.cli import main
 from biotf.export import npz_text
 from hf_tokenizer_dirs import with_fixed_padding_and_truncation, write_tokenizer
@@ -113,6 +114,8 @@ def test_a_sentence_transformers_directory_embeds_as_sentence_transformer_encode
                                                                                          MAX_SEQ_LENGTH)
     if normalize:
         assert np.allclose(np.linalg.norm(exported["embeddings"], axis=1), 1, atol=1e-6)
+    # biotf.Model pools as the directory says too, the same vectors as the command
+    np.testing.assert_array_equal(biotf.Model.load(directory).embed(SENTENCES), exported["embeddings"])
 
     # An explicit --pool is biotf's own pooling (content tokens, no normalization), on the whole records.
     err = embed(capsys, "--model", str(directory), "--input", str(sentences), "--output", str(output), "--pool",
