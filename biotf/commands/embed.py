@@ -20,7 +20,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
                                          reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 from biotf.errors import ConfigError
 
@@ -77,31 +77,31 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
-    prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
-    options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
-                           max_length=args.max_length, long=args.long, overlap=args.overlap, packing=args.packing)
-    reader = reader_options(args)
-    tokenizer_options = parse_options(args.option)
-    progress = not args.no_progress and sys.stderr.isatty()
-    launched = launch()
-    with as_option_errors(tokenizer_options):
-        if launched is None:
-            note_waiting_parts(args)
-            stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
-                               progress=progress, tokenizer_options=tokenizer_options)
-        else:
-            work = EmbedRun(args.model, args.input, args.output, options, launched.device(args.device),
-                            progress and launched.rank == 0, tokenizer_options)
-            done = run_in_parts(args, work, launched)
-            if done is None:
-                return 0
-            stats = stats_from_counts(done.counts)
-            stats.policies.update(done.reader_policies)
-    print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
-    if args.plot is not None:
-        from biotf.analysis.plot import plot_file
+    with claim_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",)):
+        options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
+                               max_length=args.max_length, long=args.long, overlap=args.overlap, packing=args.packing)
+        reader = reader_options(args)
+        tokenizer_options = parse_options(args.option)
+        progress = not args.no_progress and sys.stderr.isatty()
+        launched = launch()
+        with as_option_errors(tokenizer_options):
+            if launched is None:
+                note_waiting_parts(args)
+                stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
+                                   progress=progress, tokenizer_options=tokenizer_options)
+            else:
+                work = EmbedRun(args.model, args.input, args.output, options, launched.device(args.device),
+                                progress and launched.rank == 0, tokenizer_options)
+                done = run_in_parts(args, work, launched)
+                if done is None:
+                    return 0
+                stats = stats_from_counts(done.counts)
+                stats.policies.update(done.reader_policies)
+        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+        if args.plot is not None:
+            from biotf.analysis.plot import plot_file
 
-        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
-                           overwrite=args.overwrite)
-        print(f"map ({method}) -> {args.plot}", file=sys.stderr)
-    return 0
+            method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
+                               overwrite=args.overwrite)
+            print(f"map ({method}) -> {args.plot}", file=sys.stderr)
+        return 0

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors,
                                           parse_options, reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.errors import ConfigError, check_int
 from biotf.wording import counted
 
@@ -157,26 +157,21 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.generation import TextStreamer, encode_prompts, fit_prompts, generate_ids
-    from biotf.inference.pretrained import load_for_generation
     from biotf.tokenizers.base import PolicyStats
 
     if args.model is None:
         args.generate_parser.error("the following arguments are required: --model (or use `biotf generate evaluate`)")
     check_sample_arguments(args)
+    if args.system is not None and not args.chat:
+        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     if args.num_samples is not None:
         from biotf.inference.sampling import sample_format
 
         sample_format(args.output)
-        prepare_outputs(args, {"--output": args.output}, [args.model])
-    else:
-        prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
-    if args.system is not None and not args.chat:
-        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
-    tokenizer_options = parse_options(args.option)
-    with as_option_errors(tokenizer_options):
-        model, tokenizer, defaults = load_for_generation(args.model, args.dtype, tokenizer_options)
-    if args.num_samples is not None:
-        return run_samples(args, model, tokenizer, defaults)
+        with claim_outputs(args, {"--output": args.output}, [args.model]):
+            return run_samples(args, *load_model(args))
+    prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
+    model, tokenizer, defaults = load_model(args)
     policies = PolicyStats()
     sampling = sampling_settings(args, defaults, defaults.temperature)
     # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
@@ -214,6 +209,15 @@ def run(args: argparse.Namespace) -> int:
     if policies:
         print(f"tokenizer policies: {policies.summary()}", file=sys.stderr)
     return 0
+
+
+def load_model(args: argparse.Namespace) -> tuple:
+    """--model's model, tokenizer (with --option's policies) and generation defaults."""
+    from biotf.inference.pretrained import load_for_generation
+
+    tokenizer_options = parse_options(args.option)
+    with as_option_errors(tokenizer_options):
+        return load_for_generation(args.model, args.dtype, tokenizer_options)
 
 
 def fast_decoder(model, verbose: bool):
@@ -277,23 +281,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
     inputs = [args.input, *tests.values(), *([args.train] if args.train else [])]
     if args.output is not None:
         metric_format(args.output)
-        prepare_outputs(args, {"--output": args.output}, inputs)
-    evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
-                               ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
-                               args.batch_size, args.device)
-    for name, loaded in evaluation.references.items():
-        how = (f"read from {loaded.path}" if loaded.how == "cache" else
-               f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
-               + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
-        left_out = loaded.statistics.rows - loaded.statistics.molecules
-        invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
-        print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
-              file=sys.stderr)
-    if args.output is not None:
-        write_metrics(args.output, evaluation)
-    print("\t".join(COLUMNS))
-    for row in evaluation.rows:
-        print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
-    if evaluation.input_policies:
-        print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, inputs):
+        evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
+                                   ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
+                                   args.batch_size, args.device)
+        for name, loaded in evaluation.references.items():
+            how = (f"read from {loaded.path}" if loaded.how == "cache" else
+                   f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
+                   + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
+            left_out = loaded.statistics.rows - loaded.statistics.molecules
+            invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
+            print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
+                  file=sys.stderr)
+        if args.output is not None:
+            write_metrics(args.output, evaluation)
+        print("\t".join(COLUMNS))
+        for row in evaluation.rows:
+            print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
+        if evaluation.input_policies:
+            print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
+        return 0
