@@ -1,7 +1,7 @@
 """Two runs at once over one output: one output rule holds for the whole run. A second run over an output being
 written is refused at once in one line; a file another program put there meanwhile is not replaced without
---overwrite; two `search add` on one index take turns (both records kept, exact and approximate index); a killed
-run's lock blocks no one and is removed by the next run.
+--overwrite; two `search add` on one index take turns (both records kept, exact and approximate index), and an
+index opened as an add commits is read whole; a killed run's lock blocks no one and is removed by the next run.
 
 The runs are real processes. They are made to overlap without sleeps: the first run waits before its first rename
 at a FIFO (`BIOTF_PAUSE_BEFORE_PUBLISH`) until the test lets it go, or the test process holds the lock itself."""
@@ -174,6 +174,28 @@ def test_two_adds_on_one_index_at_once_take_turns(tmp_path, kind):
     assert len(opened.ids) == 260 and opened.ids[-60:] == [*(f"a{i}" for i in range(30)), *(f"b{i}" for i in range(30))]
     assert kind == "exact" or opened.approx.ntotal == 260
     assert not (tmp_path / ".ix.lock").exists()
+
+
+
+def test_an_index_opened_while_an_add_commits_is_read_whole(tmp_path, monkeypatch):
+    """A query opening an approximate index just as an add commits (and removes the faiss file it replaced) reads
+    the new index instead of failing with faiss's "could not open approx-200.faiss"."""
+    faiss = pytest.importorskip("faiss")
+    from biotf.analysis.search.index import SearchIndex, add_records, build_index
+
+    index = tmp_path / "ix"
+    build_index(write_embeddings(tmp_path / "base.npz", [f"r{i}" for i in range(200)], 0), index, "approx")
+    more = write_embeddings(tmp_path / "a.npz", [f"a{i}" for i in range(30)], 1)
+    read_index = faiss.read_index
+
+    def add_first(name: str):  # between the query's read of index.json and of the faiss file it names
+        monkeypatch.setattr(faiss, "read_index", read_index)
+        add_records(index, more)
+        return read_index(name)
+
+    monkeypatch.setattr(faiss, "read_index", add_first)
+    opened = SearchIndex.open(index)
+    assert len(opened.ids) == 230 and opened.approx.ntotal == 230
 
 
 def commands(tmp_path: Path, model_dir: Path, fasta: Path) -> dict[str, tuple[list[str], Path]]:
