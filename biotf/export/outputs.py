@@ -1,7 +1,8 @@
 """Where a command may write a user-named file: the one overwrite rule, and the leftovers of killed runs.
 
 The rule (every command that writes a file the user names: `embed --output/--plot`, `plot --output`,
-`compare --out`, `predict --output`, `score --output`, `generate --output`), checked before any work is done:
+`compare --out`, `predict --output`, `score --output`, `contacts --output`, `generate --output`, `generate
+evaluate --output`, `search query --output`, `tokens --output/--plot`), checked before any work is done:
 - an output that is one of the command's inputs (the same file, `os.path.samefile`) is refused, always;
 - an output that is a directory, or whose parent is a file, is refused;
 - an existing output is refused unless `overwrite` (`--overwrite`); the new file still replaces it
@@ -212,16 +213,18 @@ def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] |
         except BaseException:
             os.close(descriptor)
             raise
-        if _same_file(descriptor, lock) and created:
+        ours = _same_file(descriptor, lock)
+        if ours and created:
             break
-        if _same_file(descriptor, lock):  # locked by no one: left by a killed run
+        if ours:  # it was there, and locked by no one: left by a killed run
             os.unlink(lock)
             removed.append(lock)
         os.close(descriptor)  # else the run that held it ended and removed it meanwhile: take a new one
     try:
         yield removed
     finally:
-        os.unlink(lock)
+        if _same_file(descriptor, lock):  # never another run's, should someone have deleted ours
+            os.unlink(lock)
         os.close(descriptor)
 
 
