@@ -20,7 +20,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 from biotf.errors import ConfigError
 
@@ -79,30 +79,30 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
-    prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
-    _, pooling = embed_defaults(args.model, args.pool, args.max_length, args.long)
-    options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
-                           overlap=args.overlap, packing=args.packing)
-    reader = reader_options(args)
-    progress = not args.no_progress and sys.stderr.isatty()
-    launched = launch()
-    model = load_model(args, args.device if launched is None else launched.device(args.device))
-    with as_option_errors(model.tokenizer_options):
-        if launched is None:
-            note_waiting_parts(args)
-            stats = embed_file(model, args.input, args.output, options, reader, progress=progress)
-        else:
-            work = EmbedRun(model, args.input, args.output, options, progress=progress and launched.rank == 0)
-            done = run_in_parts(args, work, launched)
-            if done is None:
-                return 0
-            stats = stats_from_counts(done.counts)
-            stats.policies.update(done.reader_policies)
-    print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
-    if args.plot is not None:
-        from biotf.analysis.plot import plot_file
+    with claim_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",)):
+        _, pooling = embed_defaults(args.model, args.pool, args.max_length, args.long)
+        options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
+                               overlap=args.overlap, packing=args.packing)
+        reader = reader_options(args)
+        progress = not args.no_progress and sys.stderr.isatty()
+        launched = launch()
+        model = load_model(args, args.device if launched is None else launched.device(args.device))
+        with as_option_errors(model.tokenizer_options):
+            if launched is None:
+                note_waiting_parts(args)
+                stats = embed_file(model, args.input, args.output, options, reader, progress=progress)
+            else:
+                work = EmbedRun(model, args.input, args.output, options, progress=progress and launched.rank == 0)
+                done = run_in_parts(args, work, launched)
+                if done is None:
+                    return 0
+                stats = stats_from_counts(done.counts)
+                stats.policies.update(done.reader_policies)
+        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+        if args.plot is not None:
+            from biotf.analysis.plot import plot_file
 
-        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
-                           overwrite=args.overwrite)
-        print(f"map ({method}) -> {args.plot}", file=sys.stderr)
-    return 0
+            method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
+                               overwrite=args.overwrite)
+            print(f"map ({method}) -> {args.plot}", file=sys.stderr)
+        return 0
