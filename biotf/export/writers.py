@@ -45,6 +45,7 @@ import numpy as np
 
 from biotf.atomic import atomic_write
 from biotf.errors import InputError
+from biotf.npz import NpzNames
 from biotf.export.embed import RecordEmbedding
 from biotf.export.choices import EMBEDDING_FORMATS
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
@@ -235,25 +236,6 @@ class EmbeddingWriter:
 def _chunks(rows: list[Any]) -> Iterator[list[Any]]:
     """An in-memory list (ids) cut like the spools, CHUNK_ROWS at a time."""
     return (rows[start:start + CHUNK_ROWS] for start in range(0, len(rows), CHUNK_ROWS))
-
-
-class NpzNames:
-    """The array names of one .npz, refused in one line when `np.load` could not tell two owners' apart: numpy
-    stores array `x` as member `x.npy`, and `np.load(path)[key]` gives member `key` when there is one, else
-    `key.npy`, so equal names, or a name that is another plus ".npy" (`a` and `a.npy`), read one array under both.
-    Every .npz writer of biotf (embed, contacts) claims its names here before it writes."""
-
-    def __init__(self, fix: str):
-        self.fix = fix  # how the user avoids a clash, ending the message
-        self.owners: dict[str, str] = {}  # every name and its ".npy" form -> who claimed it
-
-    def add(self, owner: str, *names: str) -> None:
-        """Claim `names` for `owner` ("record 'a' (record 1)"), or refuse the first that clashes, naming both owners."""
-        for name in names:
-            for alias in (name, f"{name}.npy"):
-                if self.owners.setdefault(alias, owner) != owner:
-                    raise InputError(f"{self.owners[alias]} and {owner} cannot share one .npz: both would be read as "
-                                     f"np.load(path)[{alias!r}] (numpy stores array x as member x.npy); {self.fix}")
 
 
 def _npz_entry(archive: zipfile.ZipFile, name: str, dtype: np.dtype, shape: tuple[int, ...],

@@ -21,7 +21,7 @@ import numpy as np
 
 from biotf.data.readers import Record
 from biotf.errors import InputError
-from biotf.export.writers import NpzNames
+from biotf.npz import NpzNames
 
 CONTACT_FORMATS = (".npz", ".tsv", ".rr")
 RR_LINE = 50  # residues per sequence line of an RR block
