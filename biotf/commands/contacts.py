@@ -11,7 +11,8 @@ layer x head attention map, symmetrised and APC-corrected, through the model's l
 2020), as transformers' EsmForMaskedLM.predict_contacts computes it. .npz: one L x L float32 map per id under
 contacts/<id>, with ids and sequences; .tsv: id, i, j, probability for every pair i < j (1-based); .rr: CASP RR, one
 block per protein. A model without a contact head, a record longer than the model's max_seq_len, a record whose
-residues are not one token each and a repeated id are refused in one line. An existing output is replaced only
+residues are not one token each, a repeated id and (.npz) two ids np.load would read as one map (`a`, `a.npy`)
+are refused in one line. An existing output is replaced only
 with --overwrite, and never when it is the input.
 
 Predicting is the command's plain form (`biotf contacts --model ...`, what `biotf contacts` has always done) and

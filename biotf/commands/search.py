@@ -91,7 +91,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_query(args: argparse.Namespace) -> int:
     from biotf.analysis.search.index import SearchIndex
-    from biotf.analysis.search.query import expression_queries, hits, id_queries, sequence_queries
+    from biotf.analysis.search.query import HIT_COLUMNS, expression_queries, hits, id_queries, sequence_queries
     from biotf.errors import ConfigError
     from biotf.scoring.files import output_format, write_table
 
@@ -122,9 +122,9 @@ def run_query(args: argparse.Namespace) -> int:
             queries, stats = sequence_queries(index, load_model(args, args.device), args.input, reader_options(args))
             summary = f" ({stats.summary()})"
         rows = list(hits(index, queries, args.k, metric, args.ef_search))
-        write_table(args.output, rows)
-        print(f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {args.output}: {len(rows):,} hits, {index.kind} {metric} "
-              f"search of {len(index.ids):,} records", file=sys.stderr)
+        write_table(args.output, rows, HIT_COLUMNS)
+        print(f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {args.output}: "
+              f"{len(rows):,} hits, {index.kind} {metric} search of {len(index.ids):,} records", file=sys.stderr)
         return 0
 
 

@@ -10,7 +10,7 @@ file without the suffix both work. The format comes from the extension (`.gz` ig
 A non-UTF-8 byte, a header without a sequence, a CSV row with the wrong number of fields or a
 missing column is one `InputError` naming the file and the line or record.
 
-Nothing is dropped silently: skipped blank text lines and stripped CSV whitespace are counted in the
+Nothing is dropped silently: skipped blank lines (text, .smi, one-column CSV/TSV) and stripped CSV whitespace are counted in the
 `PolicyStats` the caller passes in, and so are records whose id an earlier record already had
 (`duplicate_ids`, counted once the last record is read, in bounded memory: `duplicates.py`): both are kept,
 never merged. A leading UTF-8 byte-order mark is dropped (so it never
@@ -76,8 +76,8 @@ class ReaderOptions:
         `id_column`, a column named `id` (any case) holds the ids, else they are the row numbers 0, 1, ...
     header: whether a CSV/TSV file's first row names the columns.
     strip: remove whitespace around CSV/TSV fields (counted as `whitespace_stripped`).
-    skip_blank_lines: text and .smi files skip empty lines (counted as `blank_lines_skipped`)
-        instead of failing on them.
+    skip_blank_lines: text, .smi and one-column CSV/TSV files skip empty lines (counted as
+        `blank_lines_skipped`) instead of failing on them (a blank line of a wider table lacks fields: refused).
     quoting: "minimal" (standard CSV quotes) or "none" (a quote is an ordinary character);
         None means "minimal" for CSV and "none" for TSV, which is unquoted by convention.
     keep_empty: a record with an empty sequence (a blank text line, an empty CSV field, a FASTA header without
@@ -426,8 +426,14 @@ def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: Po
             id_at = next((i for i, name in enumerate(names) if name.lower() == DEFAULT_ID_COLUMN and i != sequence_at),
                          None)
         rows = reader if options.header else _chain_one(first_row, reader)
-        for index, row in enumerate(rows):
+        index = -1
+        for row in rows:
             line = reader.line_num
+            if not row and len(names) == 1:  # a blank line of a one-column table: a text file's blank line
+                if not _keep_blank(path, line, options, stats):
+                    continue
+                row = [""]
+            index += 1
             if len(row) != len(names):
                 if not row:
                     raise InputError(f"{path}: line {line}: empty row")
@@ -461,14 +467,21 @@ def _nonblank_lines(handle: IO[bytes], path: Path, options: ReaderOptions,
     for number, text in enumerate(_text(handle), 1):
         text = text.rstrip("\n")
         if not text.strip():
-            if options.keep_empty:
+            if _keep_blank(path, number, options, stats):
                 yield number, ""
-                continue
-            if not options.skip_blank_lines:
-                raise InputError(f"{path}: line {number}: blank line (allow with skip_blank_lines)")
-            stats["blank_lines_skipped"] += 1
             continue
         yield number, text
+
+
+def _keep_blank(path: Path, line: int, options: ReaderOptions, stats: PolicyStats) -> bool:
+    """The rule for a blank line of a text, .smi or one-column CSV/TSV file: kept as an empty record
+    (`keep_empty`), skipped and counted (`skip_blank_lines`), or refused."""
+    if options.keep_empty:
+        return True
+    if not options.skip_blank_lines:
+        raise InputError(f"{path}: line {line}: blank line (allow with skip_blank_lines)")
+    stats["blank_lines_skipped"] += 1
+    return False
 
 
 def _read_text(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,

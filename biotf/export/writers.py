@@ -17,7 +17,8 @@ Layout, every format (N records, D dimensions):
   A column of very unequal lengths (proteins) is two arrays instead, `<name>.utf8` (uint8: every string's UTF-8
   bytes back to back) and `<name>.offsets` (int64, N + 1: string i is bytes offsets[i]:offsets[i+1]), because a
   fixed width costs 4 bytes x the longest string for every row. No pickles either way (`np.load` needs no
-  allow_pickle); `npz_text(np.load(path), name)` gives the strings of either layout.
+  allow_pickle); `npz_text(np.load(path), name)` gives the strings of either layout. A metadata column whose
+  array names could be read as another's is refused in one line (`NpzNames`; e.g. `x` and `x.npy`).
   .parquet: one row per record, columns `id`, `sequence`, metadata, `embeddings`, `layer_<i>` (fixed-size
   float32 lists); `info` in the schema metadata under b"biotf".
   .h5ad: `obs` = id (index), sequence, metadata; `X` = embeddings; `obsm["layer_<i>"]`; `uns["biotf"]` = info.
@@ -44,6 +45,7 @@ import numpy as np
 
 from biotf.atomic import atomic_write
 from biotf.errors import InputError
+from biotf.npz import NpzNames
 from biotf.export.embed import RecordEmbedding
 from biotf.export.choices import EMBEDDING_FORMATS
 from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
@@ -108,6 +110,7 @@ class EmbeddingWriter:
             spool_dir = Path(tempfile.mkdtemp(prefix=work_prefix(self.path), suffix=SPOOL_SUFFIX, dir=self.path.parent))
         self.spool_dir = spool_dir
         self.spools: dict[str, _Spool] = {}
+        self.npz_names = NpzNames("rename one column in the input, or write .parquet or .h5ad")
         self.text = open(self.spool_dir / LOCK_FILE, "w", encoding="utf-8")  # [sequence, metadata] per line
         lock(self.text)  # held while this run lives: `remove_leftovers` of a later run leaves it alone
 
@@ -125,6 +128,7 @@ class EmbeddingWriter:
         self.ids.append(record.id)
         self.text.write(json.dumps([record.sequence, record.metadata], ensure_ascii=False) + "\n")
         for column, text in (("sequence", record.sequence), *record.metadata.items()):
+            self._claim(column)
             self.sizes[column] = self.sizes.get(column, 0) + utf8_size(text)
             self.widths[column] = max(self.widths.get(column, 0), len(text))
         vectors = item.vectors if self.per_token else item.vectors[:, None]  # (layers, rows, D)
@@ -135,6 +139,15 @@ class EmbeddingWriter:
             self._spool("record_index", np.full(len(item.positions), len(self.ids) - 1, np.int64))
             self._spool("position", item.positions)
             self._spool("token_id", item.token_ids)
+
+    def _claim(self, column: str) -> None:
+        """A metadata column's .npz names, claimed when it first appears (`NpzNames`): `metadata/<column>`, the
+        two arrays a long column becomes, and for a name that looks like one of those, the column it would read as."""
+        if self.format != ".npz" or column in self.sizes:
+            return
+        name = f"metadata/{column}"
+        looks_like = [name.rpartition(".")[0]] if name.endswith((".utf8", ".offsets")) else []
+        self.npz_names.add(f"metadata column {column!r}", name, f"{name}.utf8", f"{name}.offsets", *looks_like)
 
     def columns(self) -> list[str]:
         """Metadata column names in order of first appearance (records lacking one get "")."""
@@ -194,6 +207,7 @@ class EmbeddingWriter:
         self.ids.extend(state["ids"])
         self.lengths.extend(state["lengths"])
         for column, size in state["sizes"].items():
+            self._claim(column)
             self.sizes[column] = self.sizes.get(column, 0) + size
             self.widths[column] = max(self.widths.get(column, 0), state["widths"][column])
         with open(part / LOCK_FILE, encoding="utf-8") as handle:
@@ -430,8 +444,11 @@ def _pooled(text: str, path: Path) -> dict[str, Any]:
 def _read_npz(path: Path) -> EmbeddingTable:
     with np.load(path, allow_pickle=False) as data:
         info = _pooled(str(data["info"]), path)
-        columns = dict.fromkeys(k.removesuffix(".utf8") for k in data.files
-                                if k.startswith("metadata/") and not k.endswith(".offsets"))
+        names = [k for k in data.files if k.startswith("metadata/")]
+        pairs = {k.removesuffix(".utf8") for k in names if k.endswith(".utf8")} & {
+            k.removesuffix(".offsets") for k in names if k.endswith(".offsets")}  # long columns' two arrays
+        columns = dict.fromkeys(k.rpartition(".")[0] if k.endswith((".utf8", ".offsets")) and k.rpartition(".")[0]
+                                in pairs else k for k in names)
         metadata = {k.split("/", 1)[1]: npz_text(data, k) for k in columns}
         arrays = {k: data[k] for k in data.files if k == "embeddings" or k.startswith("layer_")}
         return EmbeddingTable(npz_text(data, "ids"), npz_text(data, "sequences"), metadata, arrays, info)

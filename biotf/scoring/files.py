@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -65,11 +65,14 @@ def output_format(path: str | Path) -> str:
     return suffix
 
 
-def write_table(path: str | Path, rows: list[dict[str, object]]) -> Path:
-    """Rows of equal keys as .csv / .tsv (floats at full precision) or .parquet, atomically."""
-
+def write_table(path: str | Path, rows: list[dict[str, object]], columns: Sequence[str] | None = None) -> Path:
+    """Rows of equal keys as .csv / .tsv (floats at full precision) or .parquet, atomically. The header (the
+    parquet schema) is always written, so a table without rows still reads as one: `columns` names it when `rows`
+    may be empty (a query without hits); by default the first row's keys."""
     suffix = output_format(path)
-    names = list(rows[0]) if rows else []
+    names = list(rows[0]) if rows else list(columns or [])
+    if not names:
+        raise ValueError(f"{path}: a table without rows needs its columns named")
 
     def write(temporary: Path) -> None:
         if suffix == ".parquet":

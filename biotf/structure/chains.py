@@ -10,7 +10,9 @@ The sequence is the chain's observed residues, in file order, of the first model
   is residues the experiment did not see: one `X` per missing number is put in the sequence, so that position i
   of the sequence (and of every map) is residue i of the chain and sequence separations are true ones; these
   positions have no coordinates, so every pair with one of them is unknown (`known`), never counted as a
-  contact or a non-contact (`missing` counts them);
+  contact or a non-contact (`missing` counts them); a gap that would make the chain longer than MAX_CHAIN
+  positions is refused naming the file and the two residue numbers, before anything is put in (a damaged number,
+  mmCIF's are unbounded: a jump of 2e9 must not become 2e9 X), so work stays bounded by the residues read;
 - a gap in the numbering between bonded residues (deposited files renumber domains and tags: 3a4rA jumps from
   0 to 339) is no gap: nothing is put in, and it is counted (`renumbered`).
 A residue's position for contacts is its C-beta, its C-alpha for glycine or a missing C-beta (Rao et al. 2020);
@@ -31,6 +33,7 @@ from biotf.errors import InputError
 
 CONTACT_ANGSTROM = 8.0
 BONDED_CA = 4.2  # consecutive C-alphas are 3.8 angstrom apart (2.9 for a cis peptide); more is a chain break
+MAX_CHAIN = 100_000  # positions, gaps filled: about 3 x titin (~35,000 residues), the longest known protein
 STRUCTURE_SUFFIXES = (".pdb", ".ent", ".cif", ".mmcif")
 STANDARD = {"ALA": "A", "ARG": "R", "ASN": "N", "ASP": "D", "CYS": "C", "GLN": "Q", "GLU": "E", "GLY": "G",
             "HIS": "H", "ILE": "I", "LEU": "L", "LYS": "K", "MET": "M", "PHE": "F", "PRO": "P", "SER": "S",
@@ -102,7 +105,8 @@ def read_chain(path: str | Path, chain: str | None = None) -> Chain:
         raise InputError(f"{path}: {len(chains)} chains with residues ({', '.join(chains) or 'none'}); name one")
     if chain is not None and chain not in chains:
         raise InputError(f"{path}: no chain {chain!r} with residues (chains: {', '.join(chains) or 'none'})")
-    residues = chains[chain if chain is not None else next(iter(chains))]
+    chain = chain if chain is not None else next(iter(chains))
+    residues = chains[chain]
     letters: list[str] = []
     positions: list[np.ndarray] = []
     missing = renumbered = nonstandard = 0
@@ -113,6 +117,11 @@ def read_chain(path: str | Path, chain: str | None = None) -> Chain:
                 renumbered += 1
             else:
                 gap = residue.id[1] - before.id[1] - 1
+                if len(letters) + gap + 1 > MAX_CHAIN:
+                    raise InputError(f"{path}: chain {chain!r}: residue numbers jump from {before.id[1]} to "
+                                     f"{residue.id[1]} between residues that are not bonded; the {gap:,} missing "
+                                     f"residues would make the chain longer than {MAX_CHAIN:,} (no protein is): "
+                                     "a damaged residue number (fix the file or leave it out)")
                 letters.extend("X" * gap)
                 positions.extend([unseen] * gap)
                 missing += gap

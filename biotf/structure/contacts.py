@@ -27,7 +27,7 @@ from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.contacts import predict_contacts
-from biotf.structure.formats import WRITERS, contact_format
+from biotf.structure.formats import WRITERS, check_ids, contact_format
 from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.wording import counted
@@ -181,6 +181,7 @@ def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output
     stats = ContactStats()
     found = proteins(read_records(input_path, reader_options, stats.policies), tokenizer, model.config.max_seq_len,
                      stats.policies, input_path)
+    check_ids(fmt, (p.record for p in found))
     pictures = (picture_paths(plot, [p.record.id for p in found], [input_path], overwrite)
                 if plot is not None else None)
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway

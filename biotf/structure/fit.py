@@ -17,6 +17,7 @@ The model is saved with the head (`contact_head: true`, `contact_head.regression
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,20 +116,30 @@ def fit_regression(features: np.ndarray, labels: np.ndarray, l1_c: float = DEFAU
     """(weight, bias) of the L1 logistic regression of `labels` on `features` (deterministic: liblinear, seed 0)."""
     from sklearn.linear_model import LogisticRegression
 
-    if labels.all() or not labels.any():
-        raise InputError(f"the structures' {len(labels)} residue pairs are all "
-                         f"{'contacts' if labels.any() else 'non-contacts'}: a regression needs both")
+    check_labels(labels)
     regression = LogisticRegression(l1_ratio=1.0, C=l1_c, solver="liblinear", random_state=0, max_iter=1000)
     regression.fit(features, labels)
     return regression.coef_[0].astype(np.float32), float(regression.intercept_[0])
 
 
+def check_labels(labels: np.ndarray, min_separation: int = MIN_SEPARATION) -> None:
+    """Refuse examples a regression cannot be fitted on: none at all, or of one class only."""
+    if not len(labels):
+        raise InputError(f"the structures have no residue pair at separation >= {min_separation} with both residues "
+                         f"observed (every chain is shorter than {min_separation + 1} residues or unobserved there): "
+                         "nothing to fit on; add longer chains")
+    if labels.all() or not labels.any():
+        raise InputError(f"the structures' {len(labels)} residue pairs are all "
+                         f"{'contacts' if labels.any() else 'non-contacts'}: a regression needs both")
+
+
 def checked_l1_c(l1_c: float | None) -> float:
-    """`l1_c`, DEFAULT_L1_C for None; anything but a positive number is refused."""
+    """`l1_c`, DEFAULT_L1_C for None; anything but a finite positive number is refused (sklearn refuses inf only
+    once the model has run)."""
     if l1_c is None:
         return DEFAULT_L1_C
-    if not l1_c > 0:
-        raise ConfigError("--l1-c", l1_c, allowed="a number > 0")
+    if not 0 < l1_c < math.inf:
+        raise ConfigError("--l1-c", l1_c, allowed="a finite number > 0")
     return l1_c
 
 
@@ -137,12 +148,11 @@ def fit_contact_head(model: Transformer, tokenizer: Tokenizer, files: list[Path]
     """Fit the regression on the chains of `files` and attach it to `model` (in place); returns the counts."""
     l1_c = checked_l1_c(l1_c)
     stats = stats if stats is not None else FitStats()
-    features: list[np.ndarray] = []
-    labels: list[np.ndarray] = []
-    for chain, protein in chain_proteins(files, tokenizer, model.config.max_seq_len, stats.structures):
-        rows, columns = scored_pairs(chain)
-        features.append(pair_features(model, protein, rows, columns))
-        labels.append(chain.contacts()[rows, columns])
+    found = chain_proteins(files, tokenizer, model.config.max_seq_len, stats.structures)
+    pairs = [scored_pairs(chain) for chain, _ in found]
+    labels = [chain.contacts()[rows, columns] for (chain, _), (rows, columns) in zip(found, pairs)]
+    check_labels(np.concatenate(labels))  # before the model runs
+    features = [pair_features(model, protein, rows, columns) for (_, protein), (rows, columns) in zip(found, pairs)]
     weight, bias = fit_regression(np.concatenate(features), np.concatenate(labels), l1_c)
     stats.pairs = sum(len(y) for y in labels)
     stats.contacts = int(sum(y.sum() for y in labels))

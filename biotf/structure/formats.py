@@ -2,7 +2,8 @@
 protein's map in memory at a time) into a temporary that becomes the output only when complete (`atomic_write`).
 
 - `.npz`: `ids` and `sequences` (unicode arrays, in input order) and one (L, L) float32 map per protein under
-  `contacts/<id>` (`np.load(path)["contacts/P69905"]`); residue i of the sequence is row and column i - 1.
+  `contacts/<id>` (`np.load(path)["contacts/P69905"]`); residue i of the sequence is row and column i - 1. Two ids
+  whose maps np.load could not tell apart (`a` and `a.npy`: `NpzNames`) are refused before the model runs.
 - `.tsv`: a long table `id, i, j, probability`, every pair i < j of every protein, residues numbered from 1.
 - `.rr`: CASP's RR format, one `PFRMAT RR` ... `END` block per protein: its sequence (50 residues a line), then
   `i j 0 8 probability` for every pair i < j (1-based), most probable first (d1 = 0, d2 = 8 angstrom: the contact
@@ -20,6 +21,7 @@ import numpy as np
 
 from biotf.data.readers import Record
 from biotf.errors import InputError
+from biotf.npz import NpzNames
 
 CONTACT_FORMATS = (".npz", ".tsv", ".rr")
 RR_LINE = 50  # residues per sequence line of an RR block
@@ -33,6 +35,14 @@ def contact_format(path: str | Path) -> str:
         raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} "
                          f"(allowed: {', '.join(CONTACT_FORMATS)})")
     return suffix
+
+
+def check_ids(fmt: str, records: Iterable[Record]) -> None:
+    """Refuse two ids whose maps would be one array of the .npz (`NpzNames`), naming both records."""
+    if fmt == ".npz":
+        names = NpzNames("rename one of them, or write .tsv or .rr")
+        for record in records:
+            names.add(f"record {record.id!r} (record {record.index + 1})", f"contacts/{record.id}")
 
 
 def _upper_pairs(length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,7 @@ expression parser is strict; kNN agreement, Tanimoto and k-mer Jaccard equal han
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -242,3 +243,54 @@ def test_index_json_records_every_files_checksum(tmp_path):
         index.search(clustered(2, 6), 3, "cosine")
     scores, rows = index.search(index.vectors[:3], 2, "l2")
     assert rows[:, 0].tolist() == [0, 1, 2] and np.allclose(scores[:, 0], 0, atol=1e-3)  # distances, not squared
+
+
+def edited_index(tmp_path, kind: str, edit) -> SearchIndex:
+    """An index of 10 records whose index.json `edit` changed in place (a damaged or hand-edited index)."""
+    build_index(write_embeddings(tmp_path / "e.npz", clustered(10, 7), [f"r{i}" for i in range(10)]),
+                tmp_path / "ix", kind)
+    path = tmp_path / "ix" / "index.json"
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+    return tmp_path / "ix"
+
+
+@pytest.mark.parametrize("kind, missing", [("exact", "vectors-0.npy"), ("exact", "ids-0.json"),
+                                           ("approx", "approx-10.faiss")])
+def test_every_file_the_index_needs_is_checked_whatever_the_crc_list_says(tmp_path, kind, missing):
+    """An emptied or shortened crc32 list must not let a damaged file through unchecked."""
+    directory = edited_index(tmp_path, kind, lambda meta: meta["crc32"].pop(missing))
+    with pytest.raises(InputError, match=rf"index\.json has no CRC-32 of {missing}, so it cannot be checked"):
+        SearchIndex.open(directory)
+    directory = edited_index(tmp_path / "emptied", kind, lambda meta: meta["crc32"].clear())
+    with pytest.raises(InputError, match="has no CRC-32 of vectors-0.npy"):
+        SearchIndex.open(directory)
+
+
+@pytest.mark.parametrize("approx", [None, {"file": 3}, {"file": "approx-10.faiss"}])
+def test_an_exact_index_relabelled_approx_is_one_line(tmp_path, approx):
+    def relabel(meta):
+        meta["kind"] = "approx"
+        if approx is not None:
+            meta["approx"] = approx
+
+    with pytest.raises(InputError, match=r"kind 'approx' but no approximate index .*rebuild the index, or set"):
+        SearchIndex.open(edited_index(tmp_path, "exact", relabel))
+
+
+def test_a_malformed_shard_is_one_line(tmp_path):
+    directory = edited_index(tmp_path, "exact", lambda meta: meta["shards"][0].pop("ids"))
+    with pytest.raises(InputError, match="a shard is .* not {\"vectors\": file, \"ids\": file, \"rows\": count}"):
+        SearchIndex.open(directory)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "l2"])
+@pytest.mark.parametrize("text", ["r1 - r2 + r3 - r1 + r2 - r3", "r1 - r1", "r4 + r5 - r4 - r5"])
+def test_an_expression_whose_terms_cancel_is_refused_not_answered_with_noise(tmp_path, metric, text):
+    from biotf.analysis.search.query import expression_queries
+
+    index = SearchIndex.open(edited_index(tmp_path, "exact", lambda meta: None))
+    with pytest.raises(InputError, match=rf"expression {re.escape(repr(text))}: its terms cancel \(norm .*, below 1e-06 x .*, the sum of its terms' norms\)"):
+        expression_queries(index, [text], metric)
+    assert len(expression_queries(index, ["r1 - r2 + r3"], metric).names) == 1

@@ -107,3 +107,18 @@ def test_evaluate_prints_the_embeddings_and_the_kmer_rows(setup, capsys):
     out = capsys.readouterr().out
     assert "leave-one-out: 59 queries" in out and "left out of every row: 1 records without a label" in out
     assert "biotf embeddings, mean pool, cosine" in out and "k-mer identity (Jaccard of 3-mer sets)" in out
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".csv", ".parquet"])
+def test_a_query_without_hits_writes_a_table_with_its_columns(tmp_path, capsys, suffix):
+    """An id query of a one-record index leaves its own record out: no hits, but a table every reader opens."""
+    import pandas as pd
+
+    from biotf.analysis.search.index import build_from_arrays
+
+    build_from_arrays(tmp_path / "ix", np.ones((1, 4), np.float32), ["only"], {})
+    out = tmp_path / f"hits{suffix}"
+    assert main(["search", "query", "--index", str(tmp_path / "ix"), "--ids", "only", "--output", str(out)]) == 0
+    assert "0 hits" in capsys.readouterr().err
+    table = pd.read_parquet(out) if suffix == ".parquet" else pd.read_csv(out, sep="\t" if suffix == ".tsv" else ",")
+    assert list(table.columns) == ["query", "rank", "id", "score"] and len(table) == 0

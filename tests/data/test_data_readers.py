@@ -98,6 +98,28 @@ def test_text_crlf_and_blank_lines_counted(tmp_path, shared_data):
         list(read_records(path, ReaderOptions(skip_blank_lines=False)))
 
 
+@pytest.mark.parametrize("name", ["one.csv", "one.tsv", "one.smi", "one.txt"])
+def test_a_blank_line_of_a_one_column_table_is_a_text_files_blank_line(tmp_path, name):
+    """Skipped and counted by default, refused without skip_blank_lines: one rule for .txt, .smi and such tables."""
+    path = tmp_path / name
+    path.write_bytes((b"" if name.endswith((".smi", ".txt")) else b"sequence\n") + b"CCO\n\nC\n")
+    stats = PolicyStats()
+    records = list(read_records(path, stats=stats))
+    assert [r.sequence for r in records] == ["CCO", "C"] and [r.index for r in records] == [0, 1]
+    assert stats["blank_lines_skipped"] == 1
+    with pytest.raises(InputError, match=rf"{name}: line {2 if name.endswith(('.smi', '.txt')) else 3}: blank line"):
+        list(read_records(path, ReaderOptions(skip_blank_lines=False)))
+
+
+def test_a_blank_line_of_a_wider_table_lacks_its_fields(tmp_path):
+    path = tmp_path / "two.csv"
+    path.write_bytes(b"id,sequence\na,CCO\n\nb,C\n")
+    with pytest.raises(InputError, match="line 3: empty row"):
+        list(read_records(path))
+    with pytest.raises(InputError, match="line 3: empty row"):
+        list(read_records(path, ReaderOptions(keep_empty=True)))
+
+
 def test_fasta_crlf(tmp_path):
     path = tmp_path / "w.fa"
     path.write_bytes(b">a one\r\nMK\r\nVL\r\n>b\r\nAC\r\n")
@@ -143,6 +165,7 @@ def test_smi(tmp_path):
     ("s.txt", b"CCO\n\n  \nC\n", ["CCO", "", "", "C"]),
     ("s.smi", b"CCO a\n\nC b\n", ["CCO", "", "C"]),
     ("s.csv", b"id,sequence\n1,CCO\n2,\n3, \n", ["CCO", "", ""]),
+    ("one.csv", b"sequence\nCCO\n\nC\n\n", ["CCO", "", "C", ""]),  # a one-column table's blank line: ""
     ("s.fasta", b">a\nCCO\n>b\n>c\nC\n>d\n", ["CCO", "", "C", ""]),
 ])
 def test_keep_empty_keeps_every_empty_record_in_place(tmp_path, name, content, expected):

@@ -149,6 +149,34 @@ def test_bad_extension_and_column_clash(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def with_metadata(metadata: dict[str, str]) -> list[RecordEmbedding]:
+    return [RecordEmbedding(Record(e.record.id, e.record.sequence, dict(metadata), i), e.vectors)
+            for i, e in enumerate(items(False))]
+
+
+@pytest.mark.parametrize("first, second, alias", [("x", "x.npy", "metadata/x.npy"),
+                                                  ("x", "x.utf8", "metadata/x.utf8"),
+                                                  ("x.utf8", "x.offsets", "metadata/x")])
+def test_npz_refuses_columns_np_load_would_read_as_one_and_other_formats_keep_them(tmp_path, first, second, alias):
+    """numpy answers np.load(path)["x.npy"] with member x.npy, which is column x's array, not column x.npy's."""
+    entries = with_metadata({first: "first", second: "second"})
+    with pytest.raises(InputError, match=rf"metadata column {first!r} and metadata column {second!r} cannot share "
+                                         rf"one \.npz: both would be read as np\.load\(path\)\[{alias!r}\]"):
+        write(tmp_path / "e.npz", entries)
+    assert list(tmp_path.iterdir()) == []
+    table = read_embeddings(write(tmp_path / "e.parquet", entries))
+    assert table.metadata[first].tolist() == ["first"] * 5 and table.metadata[second].tolist() == ["second"] * 5
+
+
+@pytest.mark.parametrize("column", ["x.utf8", "x.offsets", "x.npy"])
+def test_npz_reads_back_a_column_named_like_a_layout_array(tmp_path, column):
+    """Alone, such a column is no clash: the reader takes `<name>.utf8` + `<name>.offsets` pairs only as one column."""
+    entries = with_metadata({column: "kept"})
+    entries[0].record.metadata["long"] = "A" * 200  # stored as the two arrays long.utf8, long.offsets
+    table = read_embeddings(write(tmp_path / "e.npz", entries))
+    assert {k: v.tolist() for k, v in table.metadata.items()} == {column: ["kept"] * 5, "long": ["A" * 200] + [""] * 4}
+
+
 def test_output_is_readable_like_a_plain_file(tmp_path):
     import os
     import stat

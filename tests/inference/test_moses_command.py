@@ -116,6 +116,20 @@ def test_a_txt_file_of_valid_molecules_and_no_reference(capsys, files):
     assert status == 0 and rows["validity"][0] == "1.0000" and "novelty" not in rows and "FCD/Test" not in rows
 
 
+@pytest.mark.parametrize("name", ["samples.smi", "samples.csv", "samples.tsv"])
+def test_a_blank_line_is_an_invalid_row_in_a_smi_and_a_one_column_table_alike(capsys, files, tmp_path, name):
+    """The same rows, one of them blank, counted the same way whatever the file (the shared readers' rule)."""
+    valid = files["valid"].read_text().splitlines()[:3]
+    path = tmp_path / name
+    path.write_text(("" if name.endswith(".smi") else "SMILES\n") + "\n".join([valid[0], "", *valid[1:]]) + "\n")
+    status = main(["generate", "evaluate", "--input", str(path)] + ([] if name.endswith(".smi") else
+                                                                    ["--column", "SMILES"]))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    rows = table(captured.out)
+    assert rows["rows"][:2] == ["4", "4"] and rows["invalid"] == ["1", "4", "1 empty"]
+
+
 def one_line(status: int, err: str, *fragments: str) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert status == 2 and len(lines) == 1 and "Traceback" not in err, err

@@ -98,3 +98,29 @@ def test_a_list_names_structures_by_file_or_stem_and_refuses_unknown_or_repeated
         structure_files(structures, ["2xcjA", "9zzzA"], listed)
     with pytest.raises(InputError, match="entry 2: '2xcjA.pdb.gz' is listed twice"):
         structure_files(structures, ["2xcjA", "2xcjA.pdb.gz"], listed)
+
+
+def test_an_absurd_jump_in_the_numbering_is_refused_without_filling_it(structures, tmp_path):
+    """mmCIF residue numbers are unbounded: a gap of 2e9 after 1eteA's residue 49 is refused in one line, before
+    2e9 X (and NaN positions) are built; the same file with a normal gap still reads."""
+    from Bio.PDB import MMCIFIO, PDBParser
+
+    with gzip.open(structures / "1eteA.pdb.gz", "rt") as handle:
+        structure = PDBParser(QUIET=True).get_structure("1eteA", handle)
+    chain = next(structure[0].get_chains())
+    for residue in list(chain):
+        if 50 <= residue.id[1] <= 54:
+            chain.detach_child(residue.id)
+    writer = MMCIFIO()
+    writer.set_structure(structure)
+    writer.save(str(tmp_path / "gapped.cif"))
+    assert read_chain(tmp_path / "gapped.cif").missing == 5
+    for residue in sorted(chain, key=lambda r: -r.id[1]):  # from the end: no two residues share a number
+        if residue.id[1] >= 55:
+            residue.id = (residue.id[0], residue.id[1] + 2_000_000_000, residue.id[2])
+    writer.set_structure(structure)
+    writer.save(str(tmp_path / "jump.cif"))
+    with pytest.raises(InputError, match=r"jump\.cif: chain 'A': residue numbers jump from 49 to 2000000055 between "
+                                         r"residues that are not bonded; the 2,000,000,005 missing residues would "
+                                         r"make the chain longer than 100,000"):
+        read_chain(tmp_path / "jump.cif")

@@ -128,6 +128,19 @@ def test_a_repeated_id_is_refused(esm_with_head, tmp_path, capsys):
     assert not (tmp_path / "c.tsv").exists()
 
 
+def test_ids_whose_npz_maps_would_be_one_array_are_refused_naming_both_and_tsv_keeps_them(esm_with_head, tmp_path,
+                                                                                          capsys):
+    """np.load(path)["contacts/a.npy"] is member contacts/a.npy, record a's map: record a.npy's would be unreachable."""
+    directory, model = esm_with_head
+    proteins = {"a": PROTEINS["P1"], "a.npy": PROTEINS["P2"]}
+    refused(capsys, tmp_path, directory, proteins, "record 'a' (record 1) and record 'a.npy' (record 2) cannot share "
+            "one .npz: both would be read as np.load(path)['contacts/a.npy']")
+    status, err = contacts(capsys, "--model", directory, "--input", write_fasta(tmp_path / "p.fasta", proteins),
+                           "--output", tmp_path / "c.tsv")
+    assert status == 0 and {line.split("\t")[0] for line in (tmp_path / "c.tsv").read_text().splitlines()[1:]} == {
+        "a", "a.npy"}
+
+
 def test_residues_that_are_not_one_token_each_are_refused(esm_with_head, tmp_path, capsys):
     """ESM's vocabulary reads `<mask>` as one token: a map numbered by characters would be shifted after it."""
     directory, _ = esm_with_head

@@ -108,7 +108,41 @@ def test_fit_refuses_an_existing_model_directory_before_any_work(base, shared_da
     status = main(["contacts", "fit", "--model", str(base), "--structures", str(shared_data / "structures"),
                    "--output", str(tmp_path / "new"), "--l1-c", "0"])
     err = capsys.readouterr().err
-    assert status == 2 and "invalid --l1-c=0.0 (allowed: a number > 0)" in err and not (tmp_path / "new").exists()
+    assert status == 2 and "invalid --l1-c=0.0 (allowed: a finite number > 0)" in err and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_fit_refuses_an_l1_c_that_is_not_finite_and_positive_before_any_work(base, shared_data, tmp_path, capsys,
+                                                                              value):
+    status = main(["contacts", "fit", "--model", str(base), "--structures", str(shared_data / "structures"),
+                   "--output", str(tmp_path / "new"), "--l1-c", value])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "(allowed: a finite number > 0)" in err, err
+    assert not (tmp_path / "new").exists()
+
+
+def test_fit_on_chains_without_pairs_at_the_minimum_separation_says_so_before_the_model_runs(base, shared_data,
+                                                                                              tmp_path, capsys,
+                                                                                              monkeypatch):
+    """Two 6-residue chains have no pair i, j >= i + 6: not "0 residue pairs are all non-contacts"."""
+    import gzip
+
+    from biotf.structure import fit
+
+    structures = tmp_path / "short"
+    structures.mkdir()
+    for name in TRAIN:
+        with gzip.open(shared_data / "structures" / f"{name}.pdb.gz", "rt") as handle:
+            atoms = [line for line in handle if line.startswith("ATOM")]
+        first = sorted({int(line[22:26]) for line in atoms})[:6]
+        (structures / f"{name}.pdb").write_text("".join(line for line in atoms if int(line[22:26]) in first))
+    monkeypatch.setattr(fit, "pair_features", None)  # the model must not run
+    status = main(["contacts", "fit", "--model", str(base), "--structures", str(structures),
+                   "--output", str(tmp_path / "new")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the structures have no residue pair at separation >= 6 with both residues observed" in err
+    assert not (tmp_path / "new").exists()
 
 
 def test_the_plain_form_without_its_arguments_is_a_usage_error(capsys):

@@ -7,6 +7,9 @@ may hold `-` and `+` themselves (`sp|P1-2|X`); an optional leading sign; quotes 
 holds spaces. Anything else (two ids in a row, two operators in a row, a trailing operator, an empty
 expression, unbalanced quotes) is one line naming the expression and the place. With cosine, terms are added as
 unit vectors (3CosAdd, as gensim's `most_similar`); the ids of the expression are left out of its neighbours.
+An expression whose terms cancel (`A - B + B - A`) is refused, every metric: its vector is then rounding error, not
+zero, and would return arbitrary neighbours. "Cancel" means a norm below CANCELLED (1e-6) x the sum of the terms'
+norms (float64 sums leave about 1e-16 of it), measured before the float32 cast.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from biotf.errors import InputError
 
 OPERATORS = {"+": 1, "-": -1}
+CANCELLED = 1e-6  # an expression's norm, relative to the sum of its terms' norms, below which it is refused
 
 
 def parse_expression(text: str) -> list[tuple[int, str]]:
@@ -59,12 +63,18 @@ def expression_vector(text: str, row_of: Callable[[str], int | None], vectors: n
     """The expression's vector (terms as unit vectors when `unit`) and the rows of its ids; an id `row_of` does
     not know is refused naming it."""
     total = np.zeros(vectors.shape[1], np.float64)
-    rows = []
+    rows, norms = [], 0.0
     for sign, name in parse_expression(text):
         row = row_of(name)
         if row is None:
             raise InputError(f"expression {text!r}: unknown id {name!r} (not in the index)")
         vector = np.asarray(vectors[row], np.float64)
-        total += sign * (vector / np.linalg.norm(vector) if unit else vector)
+        norm = float(np.linalg.norm(vector))
+        total += sign * (vector / norm if unit else vector)
+        norms += 1.0 if unit else norm
         rows.append(row)
+    if not float(np.linalg.norm(total)) >= CANCELLED * norms:
+        raise InputError(f"expression {text!r}: its terms cancel (norm {np.linalg.norm(total):.3g}, below {CANCELLED:g} "
+                         f"x {norms:.3g}, the sum of its terms' norms), so its direction would be rounding error; leave "
+                         "out the terms that cancel")
     return total.astype(np.float32), rows

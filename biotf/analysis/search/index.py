@@ -6,7 +6,8 @@
     scores, rows = index.search(queries, k=10, metric="cosine")
     add_records("proteins.index", "more_proteins.h5ad")  # extends it, the approximate index too, no rebuild
 
-Layout (no pickles anywhere; every file's CRC-32 is in index.json and checked on open):
+Layout (no pickles anywhere; every file's CRC-32 is in index.json and checked on open: every file the index needs,
+whatever index.json's CRC list holds, and a file without a CRC is refused):
 - `index.json`: format, kind, metric, dim, record count, the embedding array used, the embedding files' metadata
   (`embedding_info`: model and tokenizer fingerprints, pool, layers, windows), the shards, the approximate
   index's file and settings, and the CRC-32 of every file;
@@ -105,11 +106,14 @@ class SearchIndex:
     @classmethod
     def _read(cls, directory: Path, meta: dict[str, Any]) -> SearchIndex:
         crcs = meta["crc32"]
-        for name, crc in crcs.items():
+        for name in dict.fromkeys([*index_files(directory, meta), *crcs]):
             path = directory / name
             if not path.is_file():
                 raise InputError(f"search index {directory}: {name} is missing")
-            if file_crc32(path) != crc:
+            if name not in crcs:
+                raise InputError(f"search index {directory}: index.json has no CRC-32 of {name}, so it cannot be "
+                                 "checked (index.json was edited or damaged; rebuild the index with biotf search build)")
+            if file_crc32(path) != crcs[name]:
                 raise InputError(f"search index {directory}: {name} is damaged (CRC-32 differs from index.json)")
         shards = [_Shard(**shard) for shard in meta["shards"]]
         vectors = np.concatenate([np.load(directory / s.vectors, allow_pickle=False) for s in shards])
@@ -193,6 +197,27 @@ def read_meta(directory: Path) -> dict[str, Any]:
         raise InputError(f"search index {directory}: format {meta['biotf_search_index']!r} kind {meta['kind']!r} "
                          f"is not one this biotf reads (format {FORMAT}, kinds {', '.join(KINDS)})")
     return meta
+
+
+def index_files(directory: Path, meta: dict[str, Any]) -> list[str]:
+    """The files an index needs (every shard's vectors and ids; kind "approx": its faiss file), from index.json,
+    whose structure is refused in one line where it is not what `_commit` writes."""
+    where = f"search index {directory}: {INDEX_FILE}"
+    for shard in meta["shards"]:
+        if not (isinstance(shard, dict) and isinstance(shard.get("vectors"), str) and isinstance(shard.get("ids"), str)
+                and type(shard.get("rows")) is int):
+            raise InputError(f"{where}: a shard is {shard!r}, not {{\"vectors\": file, \"ids\": file, \"rows\": "
+                             "count}} (index.json was edited or damaged; rebuild the index with biotf search build)")
+    names = [name for shard in meta["shards"] for name in (shard["vectors"], shard["ids"])]
+    if meta["kind"] == "approx":
+        approx = meta.get("approx")
+        if not (isinstance(approx, dict) and isinstance(approx.get("file"), str)
+                and type(approx.get("ef_search")) is int):
+            raise InputError(f"{where}: kind 'approx' but no approximate index (\"approx\": {approx!r}, expected its "
+                             "\"file\" and \"ef_search\"); index.json was edited or damaged (rebuild the index, "
+                             "or set \"kind\": \"exact\")")
+        names.append(approx["file"])
+    return names
 
 
 def _embedding_rows(path: str | Path, array: str) -> tuple[EmbeddingTable, np.ndarray]:
@@ -285,9 +310,7 @@ def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str,
 
 def _commit(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """index.json with the CRC-32 of every file it names, written atomically: the index's one moment of change."""
-    names = [name for shard in meta["shards"] for name in (shard["vectors"], shard["ids"])]
-    names += [meta["approx"]["file"]] if "approx" in meta else []
-    meta["crc32"] = {name: file_crc32(directory / name) for name in names}
+    meta["crc32"] = {name: file_crc32(directory / name) for name in index_files(directory, meta)}
     atomic_write_text(directory / INDEX_FILE, json.dumps(meta, indent=1, ensure_ascii=False))
     for stale in directory.glob("approx-*.faiss"):  # the approximate index an add replaced
         if stale.name not in meta["crc32"]:
