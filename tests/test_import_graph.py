@@ -186,7 +186,7 @@ def test_no_package_level_import_cycles():
 def test_the_checker_sees_a_function_level_cycle():
     graph = import_graph()
     graph["biotf.tokenizers.loading"].add("biotf.tokenizers.bpe")  # the cycle this package had until issue 17
-    assert {"biotf.tokenizers.bpe", "biotf.tokenizers.loading"} in cycles(graph)
+    assert any({"biotf.tokenizers.bpe", "biotf.tokenizers.loading"} <= cycle for cycle in cycles(graph))
 
 
 def test_an_import_through_a_package_points_at_the_defining_file():
@@ -202,5 +202,5 @@ def test_the_checker_sees_a_package_level_cycle():
     graph = import_graph()
     graph["biotf.model.transformer"].add("biotf.training.config")  # no file cycle, but model <-> training
     assert cycles(graph) == []
-    assert {"biotf.model", "biotf.training"} in cycles(package_graph(graph))
+    assert any({"biotf.model", "biotf.training"} <= cycle for cycle in cycles(package_graph(graph)))
     assert described(package_graph(graph))
