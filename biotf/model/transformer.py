@@ -72,9 +72,9 @@ from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.contacts import ContactHead
+from biotf.model.contact_head import ContactHead
 from biotf.model.head import HeadTransform
-from biotf.model.loss import check_labels, cross_entropy, lm_targets
+from biotf.model.cross_entropy import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
 from biotf.model.segments import check_segments, segment_positions
