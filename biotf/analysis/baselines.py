@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from biotf.chemistry import fingerprint_bits, molecule
 from biotf.errors import ConfigError
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
@@ -90,13 +91,8 @@ def dna_features(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
 
 def morgan_fingerprints(sequences: Sequence[str], ids: Sequence[str]) -> np.ndarray:
     """(N, 2048) Morgan bits; a SMILES RDKit cannot parse is an InputError naming its record."""
-    from biotf.tokenizers.chem import molecule  # raises a BiotfError with the install line when RDKit is missing
-
-    molecules = [molecule(smiles, record) for smiles, record in zip(sequences, ids)]
-    from rdkit.Chem import rdFingerprintGenerator
-
-    generator = rdFingerprintGenerator.GetMorganGenerator(radius=MORGAN_RADIUS, fpSize=MORGAN_BITS)
-    return np.stack([generator.GetFingerprintAsNumPy(m) for m in molecules]).astype(np.float32)
+    molecules = [molecule(smiles, record) for smiles, record in zip(sequences, ids)]  # a BiotfError without RDKit
+    return fingerprint_bits(molecules, MORGAN_RADIUS, MORGAN_BITS).astype(np.float32)
 
 
 # tokenizer kind -> (description, featurizer(sequences, ids))

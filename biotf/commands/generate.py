@@ -226,7 +226,7 @@ def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
         if tokenizer.kind != "smiles":
             raise ConfigError("--valid-only", True, reason=f"it checks SMILES with RDKit, and this model's tokenizer "
                                                            f"is {tokenizer.kind!r}, not 'smiles'")
-        from biotf.tokenizers.chem import is_valid
+        from biotf.chemistry import is_valid
 
         is_valid("C")  # RDKit missing: its install line now, before any sampling
         valid = is_valid

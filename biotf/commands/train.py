@@ -15,7 +15,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.training import entry
+    from biotf.entry import train as entry
 
     # Lightning's DDP launcher re-runs sys.argv[0] in each worker process: point it at the entry module's file,
     # which runs as a script too, so that an installed wheel (no train.py) can launch workers.

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from biotf.chemistry import molecule, murcko_scaffold  # molecule: without RDKit a BiotfError naming the install line
 from biotf.errors import ConfigError, InputError
 
 METHODS = ("random", "group", "identity", "scaffold")
@@ -131,11 +132,7 @@ def identity_clusters(sequences: Sequence[str], threshold: float, k: int | None 
 
 def scaffold_groups(smiles: Sequence[str], ids: Sequence[str]) -> np.ndarray:
     """Group ids by Bemis-Murcko scaffold (RDKit); an unparsable SMILES is an error naming its record."""
-    from biotf.tokenizers.chem import molecule  # a BiotfError naming `pip install 'biotf[chem]'` without RDKit
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-
-    scaffolds = [MurckoScaffold.MurckoScaffoldSmiles(mol=molecule(s, record), includeChirality=False)
-                 for s, record in zip(smiles, ids)]
+    scaffolds = [murcko_scaffold(molecule(s, record), isomeric=False) for s, record in zip(smiles, ids)]
     return exact_groups(scaffolds)
 
 

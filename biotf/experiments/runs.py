@@ -181,8 +181,7 @@ def compose_config(overrides: list[str]) -> TrainConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     from biotf.resources import CONF_DIR
-    from biotf.training.config import register_configs, validate
-    from biotf.training.entry import describe
+    from biotf.training.config import describe, register_configs, validate
 
     register_configs()
     try:

@@ -1,6 +1,7 @@
 """Fine-tuning: a task head on a pretrained trunk, trained on labelled records (`python train.py experiment=finetune`).
 
-- `config`: the `finetune` node of the training config (mode, head, pooling, split, LoRA), checked at construction;
+- the `finetune` node of the training config (mode, head, pooling, split, LoRA) is `biotf.training.finetune_config`,
+  and the modes (full | frozen | lora) are `biotf.model.modes`: the training schema checks both, below this package;
 - `labelled`: records and their labels in the task's form; `batches`: their batches and the resumable loader;
 - `module`: the LightningModule around a `TaskModel`; `metrics`: the task's metrics;
 - `results`: predictions_test.tsv and finetune.json; `run`: `train_task`, the run from data to export.

@@ -22,7 +22,7 @@ from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, ag
                                      save_rng_state)
 from biotf.training.config import TrainConfig
 from biotf.finetune.metrics import task_metrics
-from biotf.finetune.modes import Mode
+from biotf.model.modes import Mode
 from biotf.training.optim import WarmupCosine, parameter_groups
 
 

@@ -43,7 +43,7 @@ from biotf.finetune.batches import FeatureCollator, TaskCollator, task_loader
 from biotf.finetune.features import cached_features
 from biotf.finetune.labelled import LabelledSet, read_labelled
 from biotf.finetune.metrics import LOWER_IS_BETTER
-from biotf.finetune.modes import Mode, build_mode
+from biotf.model.modes import Mode, build_mode
 from biotf.finetune.module import TaskModule, build_task_model, evaluate
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
 from biotf.training.hints import command_line, reader_words

@@ -14,7 +14,7 @@ outputs equal the whole call's up to float rounding (the same softmax over the s
 
 Packed rows (segment ids) whose records are cheaper attended apart than through the block-diagonal mask carry
 `AttentionMask.segment_batches`: SDPA then runs once per bucket of records gathered out of the rows
-(`segment_batches.py`), mostly without a mask, and the outputs go back to the rows.
+(`attention_mask.SegmentBatches`), mostly without a mask, and the outputs go back to the rows.
 
 Attention probabilities are computed only when asked (`attentions`, a list the layer appends its own to): then
 an explicit softmax(q k^T / sqrt(head_dim) + mask) path runs instead of SDPA, which never materialises them.
@@ -27,11 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from biotf.model.attention_mask import AttentionMask
+from biotf.model.attention_mask import AttentionMask, SegmentBatches
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.positions import apply_rotary
-from biotf.model.segment_batches import SegmentBatches
 
 
 class Attention(nn.Module):

@@ -12,25 +12,12 @@ needs every head's features, `contact_features`, a few temporaries of that size)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from biotf.errors import ConfigError
-
-if TYPE_CHECKING:  # transformer.py builds the head: this module does not import it
-    from biotf.model.config import TransformerConfig
-    from biotf.model.transformer import Transformer
-
-
-class ContactHead(nn.Module):
-    """The regression: one weight per (layer, head) map, layer-major as HF and fair-esm order them, and a bias."""
-
-    def __init__(self, config: TransformerConfig):
-        super().__init__()
-        self.n_layers, self.n_heads = config.n_layers, config.n_heads
-        self.regression = nn.Linear(config.n_layers * config.n_heads, 1)
+from biotf.model.contact_head import ContactHead
+from biotf.model.transformer import Transformer
 
 
 def symmetrise(maps: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   loss terms are those of the record run alone. Per-token ids rather than cumulative lengths: they have the
   shape of the tokens, so collation, chunked attention (`AttentionMask.segments`) and the loss's shift index them
   directly. Where it is estimated cheaper than the block-diagonal mask, the records are attended apart, gathered
-  into batches of similar length (`segment_batches.py`; same results). Without them nothing of this runs.
+  into batches of similar length (`attention_mask.SegmentBatches`; same results). Without them nothing of this runs.
 - `hidden_states` (with `output_hidden_states=True`) holds n_layers + 1 tensors: the input of the first
   block, then each block's output, the last one after the final norm and before any head transform (as HF).
 - `attentions` (with `output_attentions=True`) holds n_layers float32 tensors (batch, n_heads, T, keys): each
@@ -68,16 +68,15 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from biotf.errors import ConfigError, InputError
-from biotf.model.attention_mask import AttentionMask
+from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
 from biotf.model.cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.contacts import ContactHead
+from biotf.model.contact_head import ContactHead
 from biotf.model.head import HeadTransform
-from biotf.model.loss import check_labels, cross_entropy, lm_targets
+from biotf.model.cross_entropy import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
-from biotf.model.segment_batches import CALL_COST, SegmentBatches
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -143,7 +142,7 @@ class Transformer(nn.Module):
     # grows linearly with length. Not an architecture: the outputs are the same either way (up to float rounding).
     attention_element_budget = 2 ** 26
     # Packed rows: what one more SDPA call costs, in score multiply-adds, when deciding whether their records are
-    # attended apart or through the block-diagonal mask (`segment_batches.SegmentBatches`); None: always the mask.
+    # attended apart or through the block-diagonal mask (`attention_mask.SegmentBatches`); None: always the mask.
     # Results are the same either way.
     segment_call_cost: int | None = CALL_COST
 

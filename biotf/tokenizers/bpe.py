@@ -33,10 +33,9 @@ import numpy as np
 
 from biotf.errors import ConfigError, InputError, TokenizationError, check_int
 from biotf.tokenizers.base import ROLES, TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
-from biotf.tokenizers.hf_directory import TOKENIZER_CONFIG_FILE, clean_up_tokenization, cleans_up_spaces
-from biotf.tokenizers.loading import load_tokenizer
 from biotf.untrusted import read_json_object, read_text
 
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 DEFAULT_SPECIAL_TOKENS = {"pad": "<pad>", "unk": "<unk>", "cls": "<cls>", "eos": "<eos>", "mask": "<mask>"}
 # Roles of well-known special-token spellings, for `special_tokens` given as a plain list.
@@ -220,9 +219,8 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def check_config(cls, options: dict[str, Any]) -> None:
-        """A `path` must load now; the training options are HF's to check once the data is there."""
-        if options.get("path"):
-            load_tokenizer(options["path"])
+        """A `path` is loaded by `loading.check_tokenizer_config`; the training options are HF's to check once the
+        data is there."""
 
     @classmethod
     def config_options(cls) -> list[str]:
@@ -231,11 +229,9 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def build(cls, options: dict[str, Any], texts: Iterable[str] | None = None,
               files: Sequence[str | Path] | None = None) -> Tokenizer:
-        """From config: load `path` when set; else train (`vocab_size`, `min_frequency`,
-        `special_tokens`) on `files`, or on `texts`. The training options are unused when loading."""
+        """From config: train (`vocab_size`, `min_frequency`, `special_tokens`) on `files`, or on `texts`. A `path`
+        (any saved tokenizer) is loaded by `loading.build_tokenizer` instead, which never calls this."""
         check_options(cls, options)
-        if options.get("path"):
-            return load_tokenizer(options["path"])
         training = {"vocab_size": options.get("vocab_size", 4096), "min_frequency": options.get("min_frequency", 2),
                     "special_tokens": options.get("special_tokens")}
         if files:
@@ -369,3 +365,21 @@ class BPETokenizer(Tokenizer):
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+
+def cleans_up_spaces(backend, config: Mapping[str, Any]) -> bool:
+    """Whether `transformers` decodes with `clean_up_tokenization` under tokenizer_config.json's `config`: when it
+    says so, except for a BPE model (transformers skips it there: it would strip spaces the text had)."""
+    if config.get("clean_up_tokenization_spaces") is not True:
+        return False
+    return type(backend.model).__name__ != "BPE" or \
+        config.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output") is True
+
+
+def clean_up_tokenization(text: str) -> str:
+    """What `transformers`' `PreTrainedTokenizerBase.clean_up_tokenization` does to decoded text: WordPiece decodes
+    "a ." and "don ' t"; the spaces before punctuation and English contractions go."""
+    for spaced, joined in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                           (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(spaced, joined)
+    return text

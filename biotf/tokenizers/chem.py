@@ -1,53 +1,6 @@
-"""RDKit helpers for SMILES data (the `[chem]` extra): validity, canonical form, randomized SMILES.
+"""The RDKit helpers of SMILES data moved to `biotf.chemistry` (the package's one home for chemistry); their names
+stay importable from here."""
 
-RDKit is imported on first use, so biotf runs without it; calling a helper without RDKit raises a
-BiotfError that says how to install it. RDKit's own parse warnings are silenced: a SMILES RDKit
-rejects is reported by the return value (`is_valid`) or one InputError naming it (the others).
-"""
+from biotf.chemistry import canonicalize, is_valid, molecule, parse, randomize
 
-from __future__ import annotations
-
-from biotf.errors import BiotfError, InputError
-
-
-def _chem():
-    try:
-        from rdkit import Chem, RDLogger
-    except ImportError:
-        raise BiotfError("RDKit is not installed; the SMILES chemistry helpers need it: "
-                         "pip install 'biotf[chem]'") from None
-    RDLogger.DisableLog("rdApp.*")
-    return Chem
-
-
-def molecule(smiles: str, record: str | None):
-    """RDKit's molecule of `smiles`; an InputError naming the record if RDKit cannot parse it, a BiotfError with
-    the install line if RDKit is missing."""
-    parsed = _chem().MolFromSmiles(smiles)
-    if parsed is None or not smiles:
-        where = f" (record {record!r})" if record is not None else ""
-        raise InputError(f"RDKit cannot parse SMILES {smiles!r}{where}")
-    return parsed
-
-
-def parse(smiles: str):
-    """RDKit's molecule of `smiles`, or None where RDKit cannot parse it (valences, aromaticity, ring closures) or
-    `smiles` is empty."""
-    return _chem().MolFromSmiles(smiles) if smiles else None
-
-
-def is_valid(smiles: str) -> bool:
-    """Whether RDKit parses `smiles` into a molecule."""
-    return parse(smiles) is not None
-
-
-def canonicalize(smiles: str, record: str | None = None, isomeric: bool = True) -> str:
-    """RDKit's canonical SMILES of `smiles` (stereochemistry kept unless `isomeric=False`)."""
-    return _chem().MolToSmiles(molecule(smiles, record), isomericSmiles=isomeric)
-
-
-def randomize(smiles: str, n: int = 1, seed: int = 0, record: str | None = None) -> list[str]:
-    """`n` randomized SMILES of the same molecule (Bjerrum 2017 augmentation), reproducible by `seed`."""
-    if n < 1:
-        raise BiotfError(f"randomize needs n >= 1, got {n}")
-    return list(_chem().MolToRandomSmilesVect(molecule(smiles, record), n, randomSeed=seed))
+__all__ = ["canonicalize", "is_valid", "molecule", "parse", "randomize"]

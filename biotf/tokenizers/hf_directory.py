@@ -13,7 +13,7 @@ follows `add_bos_token` / `add_eos_token`). It is copied into a `BPETokenizer` (
 `tokenizers.Tokenizer`) with the roles of its special tokens, so encode, decode, fingerprint and `save` (HF's own
 `tokenizer.json` + `tokenizer_config.json`, which `load_tokenizer` and `AutoTokenizer` both read back) are that
 class's. A directory asking for custom code (`auto_map`, a tokenizer class `transformers` lacks) is refused; nothing
-is downloaded. `cleans_up_spaces` / `clean_up_tokenization` are transformers' decoding clean-up, which a WordPiece
+is downloaded. `bpe.cleans_up_spaces` / `bpe.clean_up_tokenization` are transformers' decoding clean-up, which a WordPiece
 (BERT) tokenizer_config.json asks for; `BPETokenizer.decode` applies it where the directory did.
 """
 
@@ -23,17 +23,14 @@ import importlib.util
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from biotf.errors import InputError
-from biotf.tokenizers.base import ROLES, TOKENIZER_FILE, tokenizer_class
+from biotf.tokenizers.base import ROLES, TOKENIZER_FILE
+from biotf.tokenizers.bpe import TOKENIZER_CONFIG_FILE, BPETokenizer, cleans_up_spaces
 from biotf.untrusted import read_json_object
 
-if TYPE_CHECKING:
-    from biotf.tokenizers.bpe import BPETokenizer
-
 CONFIG_FILE = "config.json"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SENTENCEPIECE_FILE = "tokenizer.model"
 # What AutoTokenizer builds a tokenizer from, besides tokenizer.json.
 VOCABULARY_FILES = ("vocab.txt", "vocab.json", SENTENCEPIECE_FILE)
@@ -78,7 +75,7 @@ def from_transformers(reference) -> BPETokenizer:
              "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output":
                  getattr(reference, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False)}
     # through the registry: bpe.py imports this module for the decoding clean-up
-    return tokenizer_class("bpe")(copy, special_tokens=special_token_roles(reference),
+    return BPETokenizer(copy, special_tokens=special_token_roles(reference),
                                   chat_template=reference.chat_template,
                                   clean_up_tokenization_spaces=cleans_up_spaces(copy, flags))
 
@@ -94,24 +91,6 @@ def special_token_roles(reference) -> dict[str, str]:
     if roles["unk"] is not None and roles["unk"] in {token for role, token in roles.items() if role != "unk"}:
         roles["unk"] = None
     return {role: str(token) for role, token in roles.items() if token is not None}
-
-
-def cleans_up_spaces(backend, config: Mapping[str, Any]) -> bool:
-    """Whether `transformers` decodes with `clean_up_tokenization` under tokenizer_config.json's `config`: when it
-    says so, except for a BPE model (transformers skips it there: it would strip spaces the text had)."""
-    if config.get("clean_up_tokenization_spaces") is not True:
-        return False
-    return type(backend.model).__name__ != "BPE" or \
-        config.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output") is True
-
-
-def clean_up_tokenization(text: str) -> str:
-    """What `transformers`' `PreTrainedTokenizerBase.clean_up_tokenization` does to decoded text: WordPiece decodes
-    "a ." and "don ' t"; the spaces before punctuation and English contractions go."""
-    for spaced, joined in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                           (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
-        text = text.replace(spaced, joined)
-    return text
 
 
 def _auto_tokenizer(directory: Path):

@@ -22,6 +22,8 @@ from typing import Any
 
 from biotf.errors import ConfigError, InputError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, check_options, registered_tokenizers, tokenizer_class
+from biotf.tokenizers.bpe import BPETokenizer
+from biotf.tokenizers.hf_directory import VOCABULARY_FILES, read_hf_tokenizer
 from biotf.untrusted import parse_json_object, read_text
 
 
@@ -51,6 +53,8 @@ def build_tokenizer(config: Mapping[str, Any], *, texts: Iterable[str] | None = 
     vocabulary ignore them.
     """
     cls, options = _scheme(config)
+    if _loads_path(cls, options):
+        return load_tokenizer(options["path"])
     return cls.build(options, texts=texts, files=files)
 
 
@@ -97,7 +101,16 @@ def check_tokenizer_config(config: Mapping[str, Any]) -> None:
     """Refuse an unknown kind, option or option value (ConfigError naming the key and the allowed
     values) without reading any data: what training calls at startup."""
     cls, options = _scheme(config)
+    if _loads_path(cls, options):
+        load_tokenizer(options["path"])  # it must load now
+        return
     cls.check_config(options)
+
+
+def _loads_path(cls: type[Tokenizer], options: Mapping[str, Any]) -> bool:
+    """Whether `options` name a saved tokenizer to load instead of a scheme to build: `bpe`'s `path` (any biotf or
+    Hugging Face tokenizer directory / tokenizer.json), loaded here because loading reads every kind."""
+    return issubclass(cls, BPETokenizer) and bool(options.get("path"))
 
 
 def _scheme(config: Mapping[str, Any]) -> tuple[type[Tokenizer], dict[str, Any]]:
@@ -140,8 +153,6 @@ def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
     if path.is_dir():
         file = path / TOKENIZER_FILE
         if not file.is_file():
-            from biotf.tokenizers.hf_directory import VOCABULARY_FILES, read_hf_tokenizer
-
             if any((path / name).is_file() for name in VOCABULARY_FILES):  # a hub directory without tokenizer.json
                 return read_hf_tokenizer(path)
             raise InputError(f"{path} has no {TOKENIZER_FILE}: not a biotf or Hugging Face tokenizer directory")
@@ -169,7 +180,7 @@ def load_tokenizer(path: str | Path | Tokenizer) -> Tokenizer:
             raise InputError(f"{file}: fingerprint {saved} does not match the tokenizer it describes "
                              f"({tokenizer.fingerprint}); the file was edited or written by an incompatible version")
         return tokenizer
-    if "model" in data:  # through the registry: bpe.py imports this module for its `path` option
-        return tokenizer_class("bpe")._from_hf_json(text, file)
+    if "model" in data:
+        return BPETokenizer._from_hf_json(text, file)
     raise InputError(f"{file} is neither a biotf tokenizer (no 'biotf_tokenizer' key) nor a Hugging Face "
                      "tokenizer.json (no 'model' section)")

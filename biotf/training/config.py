@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
@@ -26,7 +27,7 @@ from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
 from biotf.resources import SAMPLES_DIR
 from biotf.tokenizers.loading import check_tokenizer_config
-from biotf.finetune.config import FinetuneConfig, check_finetune
+from biotf.training.finetune_config import FinetuneConfig, check_finetune
 
 PRECISIONS = ("32", "32-true", "bf16-mixed")
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -282,6 +283,21 @@ def validate(cfg: DictConfig) -> TrainConfig:
     if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
         raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. <run>/checkpoints/last.ckpt)")
     return config
+
+
+def describe(error: Exception) -> str:
+    """One line for a configuration error, naming the key and the allowed values where Hydra knows them."""
+    if isinstance(error, MissingConfigException) and error.options is not None and error.missing_cfg_file:
+        group, _, name = error.missing_cfg_file.rpartition("/")
+        return f"invalid config {group}={name!r}: no such option (allowed: {', '.join(sorted(error.options))})"
+    parts = [str(error)]
+    if error.__cause__ is not None and str(error.__cause__) not in parts[0]:
+        parts.append(str(error.__cause__))
+    lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
+    key, equals, value = error.override.partition("=") if isinstance(error, OverrideParseException) else ("", "", "")
+    if equals and "'" not in value:  # e.g. a regex: Hydra reads ( ) [ ] { } , as override syntax
+        lines.append(f"quote the value for Hydra, inside shell quotes: \"{key}='{value}'\"")
+    return "; ".join(lines)
 
 
 def to_plain(config: TrainConfig) -> dict[str, Any]:

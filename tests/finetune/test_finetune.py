@@ -185,7 +185,7 @@ def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
 def test_gradient_checkpointing_switch_reaches_language_model_runs(tmp_path, cache_dir, monkeypatch):
     """trainer.gradient_checkpointing recomputes every block in backward in a masked-LM run too."""
     from biotf.model.block import Block
-    from biotf.training import entry
+    from biotf.entry import train as entry
     from training_helpers import TINY
 
     monkeypatch.chdir(tmp_path)
@@ -233,7 +233,7 @@ def test_a_non_finite_regression_label_is_refused_naming_file_record_and_value(v
 
 def test_a_non_finite_loss_stops_the_run_in_one_line_and_exports_nothing(pretrained, tmp_path, capsys, monkeypatch):
     """Training loss: learning rates that overflow the weights; validation loss: a NaN from the model's outputs."""
-    from biotf.training import entry
+    from biotf.entry import train as entry
     from biotf.finetune.module import NonFiniteLoss, TaskModule
 
     monkeypatch.chdir(tmp_path)

@@ -34,7 +34,7 @@ def training_step(self, batch, batch_idx):
         os.kill(os.getpid(), signal.SIGTERM)
     return step(self, batch, batch_idx)
 TaskModule.training_step = training_step
-from biotf.training.entry import main
+from biotf.entry.train import main
 sys.exit(main(sys.argv[3:], script=sys.argv[2]))
 '''
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from biotf.training import entry
+from biotf.entry import train as entry
 from training_helpers import TINY
 
 FINETUNE = ["experiment=finetune", "data.column=smiles", "data.label_column=label", "data.max_length=64",

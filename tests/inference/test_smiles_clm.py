@@ -11,7 +11,7 @@ import pytest
 
 from biotf.cli import main
 from biotf.resources import SAMPLES_DIR
-from biotf.training import entry
+from biotf.entry import train as entry
 from training_helpers import TINY
 
 

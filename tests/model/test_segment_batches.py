@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.attention_mask import AttentionMask
+from biotf.model.attention_mask import AttentionMask, SegmentBatches
 from biotf.model.loss import language_model_loss
-from biotf.model.segment_batches import SegmentBatches
 
 TOLERANCE = 1e-5
 LENGTH = 24

@@ -24,7 +24,7 @@ from biotf.data.cache import tokenize_to_cache
 from biotf.checkpoint import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
-from biotf.training import entry
+from biotf.entry import train as entry
 from biotf.training.module import LanguageModelTask
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ else:
             os.kill(os.getpid(), signal.SIGKILL)
         return step(self, batch, batch_idx)
     LanguageModelTask.training_step = training_step
-from biotf.training.entry import main
+from biotf.entry.train import main
 sys.exit(main(sys.argv[3:], script=sys.argv[2]))
 '''
 

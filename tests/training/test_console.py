@@ -11,7 +11,7 @@ import pytest
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 from biotf.errors import ConfigError
-from biotf.training import entry
+from biotf.entry import train as entry
 from biotf.training.config import TrainerConfig
 from biotf.training.progress import ProgressLines, progress_form
 from biotf.training.run import build_trainer

@@ -14,7 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from biotf.cli import main
-from biotf.training import entry
+from biotf.entry import train as entry
 from biotf.training.hints import hydra_override
 from biotf.training.rundir import RunDirectoryError, check_run_dir
 from biotf.training.summary import next_steps

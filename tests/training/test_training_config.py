@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from biotf.resources import CONF_DIR, SAMPLES_DIR
-from biotf.training import entry
+from biotf.entry import train as entry
 from biotf.training.config import TrainConfig, validate
 
 EXPERIMENTS = ["protein_mlm", "dna_mlm", "smiles_mlm", "text_clm"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import biotf
-from biotf.training import entry
+from biotf.entry import train as entry
 from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command
 
 

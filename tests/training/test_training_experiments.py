@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from biotf.training import entry
+from biotf.entry import train as entry
 from training_helpers import TINY
 
 # TINY makes the model bidirectional; the causal-LM experiment gets it back, and a small BPE vocabulary.

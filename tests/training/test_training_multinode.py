@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from biotf.training import entry
+from biotf.entry import train as entry
 from torchrun_helpers import free_port, torchrun
 from training_helpers import REPO, SUBPROCESS_ENV, TINY, write_proteins
 
@@ -24,7 +24,7 @@ def training_step(self, batch, batch_idx):
         os.kill(os.getpid(), signal.SIGTERM)
     return step(self, batch, batch_idx)
 LanguageModelTask.training_step = training_step
-from biotf.training.entry import main
+from biotf.entry.train import main
 sys.exit(main(sys.argv[1:], script=sys.argv[0]))
 '''
 

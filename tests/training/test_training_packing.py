@@ -18,7 +18,7 @@ from biotf.data.packing import PackedBatchSampler
 from biotf.model.loss import language_model_loss
 from biotf.resources import CONF_DIR
 from biotf.tokenizers import build_tokenizer
-from biotf.training import entry
+from biotf.entry import train as entry
 from biotf.training.config import DataConfig
 from biotf.errors import ConfigError
 

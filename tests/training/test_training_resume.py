@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from biotf.training import entry
+from biotf.entry import train as entry
 from training_helpers import SUBPROCESS_ENV, TINY, train_command, write_proteins
 
 STEPS = 24

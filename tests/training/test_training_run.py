@@ -13,7 +13,7 @@ import biotf
 from biotf.cli import main as biotf_cli
 from biotf.errors import CheckpointError
 from biotf.tokenizers import build_tokenizer
-from biotf.training import entry
+from biotf.entry import train as entry
 
 from training_helpers import TINY
 

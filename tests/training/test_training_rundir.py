@@ -13,7 +13,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from biotf.training import callbacks, entry
+from biotf.entry import train as entry
+from biotf.training import callbacks
 from biotf.resources import CONF_DIR
 from training_helpers import REPO, SUBPROCESS_ENV, TINY, write_proteins
 
@@ -102,7 +103,7 @@ else:
         os.kill(os.getpid(), signal.SIGTERM)
         return prepare(*args)
     run.prepare_data = prepare_data
-from biotf.training.entry import main
+from biotf.entry.train import main
 sys.exit(main(sys.argv[3:], script=sys.argv[2]))
 '''
 

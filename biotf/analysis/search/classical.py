@@ -18,6 +18,7 @@ import numpy as np
 
 from biotf.analysis.baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies,
                                      morgan_fingerprints)
+from biotf.chemistry import is_valid
 from biotf.errors import ConfigError, InputError
 
 KMER_SIZES = {"protein": (AMINO_ACIDS, 3), "dna": (NUCLEOTIDES, 5)}
@@ -37,8 +38,6 @@ def classical_sets(kind: str, sequences: Sequence[str], ids: Sequence[str]) -> t
         raise ConfigError("--classical", kind, allowed=" | ".join([*KINDS, "none"]),
                           reason="no classical neighbour for this kind of sequence")
     if kind == "smiles":
-        from biotf.tokenizers.chem import is_valid
-
         usable = np.array([is_valid(s) for s in sequences], bool)
         if not usable.any():
             raise InputError("no SMILES of the file can be parsed by RDKit: no Morgan fingerprints to compare")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from biotf.analysis.search.choices import METRICS
+from biotf.chemistry import tanimoto
 from biotf.errors import ConfigError, InputError
 
 LOWER_IS_NEARER = {"l2"}
@@ -67,8 +68,7 @@ def _block_scores(queries: np.ndarray, base: np.ndarray, metric: str, base_sums:
         product *= 2
         product -= base_sums[None, :]
         return product
-    union = queries.sum(axis=1)[:, None] + base_sums[None, :] - product
-    return np.divide(product, union, out=np.zeros_like(product), where=union > 0)
+    return tanimoto(product, queries.sum(axis=1), base_sums, empty=0.0)
 
 
 def _block_top(scores: np.ndarray, offset: int, k: int) -> tuple[np.ndarray, np.ndarray]:

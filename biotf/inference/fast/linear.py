@@ -18,14 +18,12 @@ The row limits were measured on a 2-core CPU (docs/benchmarks.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:  # the plan times this module's products
-    from biotf.inference.fast.plan import DecodePlan
+from biotf.inference.fast.plan import DecodePlan
+from biotf.inference.fast.products import split_product, weight_first_product
 
 SPLIT_MAX_ROWS = 16
 WEIGHT_FIRST_MAX_ROWS = 256
@@ -49,26 +47,6 @@ def streamed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     if parts < 2 or in_features % parts:
         return F.linear(x, weight, bias)
     return split_product(x, weight, bias)
-
-
-def weight_first_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias) as (weight @ x.T).T, returned as that transposed view."""
-    out_features, in_features = weight.shape
-    flat = x.reshape(-1, in_features).t()
-    y = torch.mm(weight, flat) if bias is None else torch.addmm(bias[:, None], weight, flat)
-    return y.t().view(*x.shape[:-1], out_features)
-
-
-def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias) for a transposed `weight` cut into one block of input rows per thread (the number
-    of threads must divide in_features)."""
-    out_features, in_features = weight.shape
-    parts = torch.get_num_threads()
-    depth = in_features // parts
-    blocks = weight.t().view(parts, depth, out_features)  # consecutive input rows of the (in, out) block
-    shares = x.reshape(-1, parts, depth).transpose(0, 1)  # (parts, rows, depth): each block's input
-    y = torch.bmm(shares, blocks).sum(0).view(*x.shape[:-1], out_features)
-    return y if bias is None else y.add_(bias)
 
 
 class StreamedLinear(nn.Linear):

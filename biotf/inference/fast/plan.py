@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from biotf.errors import ConfigError
+from biotf.inference.fast.products import split_product, weight_first_product
 
 # A choice must be this much faster than the plain product to be kept: timing noise must not flip a plan.
 MARGIN = 0.9
@@ -96,8 +97,6 @@ def measured_plan(dtype: torch.dtype, out_features: int, in_features: int, measu
                   threads: int) -> DecodePlan:
     """Times the candidates on enough (out_features, in_features) matrices of `dtype` to fill `measured_bytes`
     (module docstring). `threads` is part of the cache key: the split product's worth depends on it."""
-    from biotf.inference.fast.linear import split_product, weight_first_product
-
     matrix_bytes = out_features * in_features * torch.finfo(dtype).bits // 8
     count = max(1, math.ceil(measured_bytes / matrix_bytes))
     row_major = [torch.empty(out_features, in_features, dtype=dtype).uniform_(-0.05, 0.05) for _ in range(count)]

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from biotf.chemistry import fingerprint_bits, murcko_scaffold, tanimoto
+
 MORGAN_RADIUS = 2
 MORGAN_BITS = 1024
 BLOCK = 4096  # fingerprints unpacked together: BLOCK x 1024 float32 (16 MiB)
@@ -31,11 +33,7 @@ BLOCK = 4096  # fingerprints unpacked together: BLOCK x 1024 float32 (16 MiB)
 
 def fingerprints(molecules: Iterable) -> np.ndarray:
     """(n, 128) uint8: the packed Morgan fingerprints (radius 2, 1024 bits) of RDKit molecules."""
-    from rdkit.Chem import rdFingerprintGenerator
-
-    generator = rdFingerprintGenerator.GetMorganGenerator(radius=MORGAN_RADIUS, fpSize=MORGAN_BITS)
-    rows = [np.packbits(generator.GetFingerprintAsNumPy(molecule).astype(bool)) for molecule in molecules]
-    return np.stack(rows) if rows else np.zeros((0, MORGAN_BITS // 8), dtype=np.uint8)
+    return np.packbits(fingerprint_bits(molecules, MORGAN_RADIUS, MORGAN_BITS).astype(bool), axis=1)
 
 
 def _unpacked(packed: np.ndarray) -> np.ndarray:
@@ -49,10 +47,7 @@ def tanimoto_blocks(reference: np.ndarray, generated: np.ndarray):
     gen_bits = gen.sum(1)
     for start in range(0, len(reference), BLOCK):
         ref = _unpacked(reference[start:start + BLOCK])
-        shared = ref @ gen.T
-        union = ref.sum(1)[:, None] + gen_bits[None, :] - shared
-        with np.errstate(invalid="ignore", divide="ignore"):
-            yield np.where(union > 0, shared / union, 1.0)
+        yield tanimoto(ref @ gen.T, ref.sum(1), gen_bits, empty=1.0)
 
 
 def nearest_neighbour_similarity(reference: np.ndarray, generated: np.ndarray) -> float:
@@ -81,15 +76,11 @@ def fragments(molecule) -> list[str]:
 
 def scaffold(molecule, min_rings: int = 2) -> str | None:
     """The Bemis-Murcko scaffold's canonical SMILES, or None when it has fewer than `min_rings` rings."""
-    from rdkit import Chem
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-
     try:
-        core = MurckoScaffold.GetScaffoldForMol(molecule)
+        smiles = murcko_scaffold(molecule, isomeric=True, min_rings=min_rings)
     except (ValueError, RuntimeError):  # MOSES drops a molecule RDKit cannot reduce, as here
         return None
-    smiles = Chem.MolToSmiles(core)
-    return smiles if smiles and core.GetRingInfo().NumRings() >= min_rings else None
+    return smiles or None
 
 
 def fragment_counts(molecules: Iterable) -> Counter:

@@ -49,7 +49,7 @@ class SmilesFile:
 
 def read_smiles(path: str | Path, options: ReaderOptions, keep_molecules: bool = True) -> SmilesFile:
     """Every row of `path` (read by biotf's readers), parsed by RDKit."""
-    from biotf.tokenizers.chem import parse
+    from biotf.chemistry import parse
 
     parse("C")  # RDKit missing: its install line, before the import below
     from rdkit import Chem

@@ -7,27 +7,28 @@ import json
 from collections.abc import Callable
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from biotf.errors import CheckpointError, ConfigError
+from biotf.model.config import TransformerConfig
 from biotf.model.hf.families import FAMILIES
 from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
                                    read_weights)
 
-if TYPE_CHECKING:  # the model class is passed in by `Transformer.from_hf`: this package does not import it
-    from biotf.model.config import TransformerConfig
-    from biotf.model.transformer import Transformer
+# biotf's Transformer, which `Transformer.from_hf` / `to_hf` hand in: this package never imports transformer.py,
+# which calls into it.
+Model = TypeVar("Model", bound=nn.Module)
 
 
 # How a parameter is materialised from its source tensor: (meta model, name, source, dtype) -> tensor.
 Materialise = Callable[[nn.Module, str, torch.Tensor, torch.dtype], torch.Tensor]
 
 
-def load_hf(model_class: type[Transformer], model_or_directory: Any, dtype: torch.dtype = torch.float32,
-            materialise: Materialise | None = None) -> Transformer:
+def load_hf(model_class: type[Model], model_or_directory: Any, dtype: torch.dtype = torch.float32,
+            materialise: Materialise | None = None) -> Model:
     """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see
     `biotf.model.hf`). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one
     at a time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
@@ -91,7 +92,7 @@ def check_hf_writable(config: TransformerConfig) -> None:
                           "stem; save the model in biotf's own format (biotf export-model without --hf)")
 
 
-def save_hf(model: Transformer, directory: str | PathLike, model_type: str | None = None) -> None:
+def save_hf(model: nn.Module, directory: str | PathLike, model_type: str | None = None) -> None:
     """Write `model` as a checkpoint of family `model_type` (config.json + model.safetensors, float tensors as they
     are) that `transformers` loads. None: the first family, in `FAMILIES` order, that can hold the model's config;
     a named family that cannot is refused, naming the field."""

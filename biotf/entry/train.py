@@ -1,4 +1,8 @@
-"""`python train.py [overrides]` and `biotf train [overrides]`: compose with Hydra, validate, train.
+"""`python train.py [overrides]` and `biotf train [overrides]`: compose with Hydra, validate, train: a language
+model (`biotf.training.run`) or, when the config names a `task`, a fine-tuned one (`biotf.finetune.run`). It sits
+above both packages (`biotf.training` never imports `biotf.finetune`), in a package of its own so that running this
+file as a script (Lightning's DDP workers do) puts no folder on sys.path whose modules shadow others' (`biotf/`
+holds `tokenizers/`, `biotf/commands/` `tokenize.py`).
 
 Before Hydra runs anything, `preflight` composes the config for the given overrides (each value of
 a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment, a missing data
@@ -28,32 +32,17 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError, ConfigError
 from biotf.resources import CONF_DIR
-from biotf.training.config import check_key, register_configs, validate
+from biotf.training.config import check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
 from biotf.training.rundir import check_resume, check_run_dir, checkpoint_run_dir, is_launch_rank_zero
 
 register_configs()
-
-
-def describe(error: Exception) -> str:
-    """One line for a configuration error, naming the key and the allowed values where Hydra knows them."""
-    if isinstance(error, MissingConfigException) and error.options is not None and error.missing_cfg_file:
-        group, _, name = error.missing_cfg_file.rpartition("/")
-        return f"invalid config {group}={name!r}: no such option (allowed: {', '.join(sorted(error.options))})"
-    parts = [str(error)]
-    if error.__cause__ is not None and str(error.__cause__) not in parts[0]:
-        parts.append(str(error.__cause__))
-    lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
-    key, equals, value = error.override.partition("=") if isinstance(error, OverrideParseException) else ("", "", "")
-    if equals and "'" not in value:  # e.g. a regex: Hydra reads ( ) [ ] { } , as override syntax
-        lines.append(f"quote the value for Hydra, inside shell quotes: \"{key}='{value}'\"")
-    return "; ".join(lines)
 
 
 def _expand_sweeps(overrides: list[str]) -> list[list[str]]:

@@ -1,0 +1,88 @@
+"""biotf's one home for chemistry (RDKit, the `[chem]` extra): parsing SMILES (validity, canonical form, randomized
+SMILES), Morgan fingerprints, the Tanimoto similarity of fingerprint bits and Bemis-Murcko scaffolds. Tokenizers,
+splits, baselines, search and the MOSES metrics all take them from here, each with its own settings as parameters
+(fingerprint radius and bits, stereochemistry in a scaffold's SMILES, what two empty fingerprints score).
+
+RDKit is imported on first use, so biotf runs without it; calling a helper without RDKit raises a
+BiotfError that says how to install it. RDKit's own parse warnings are silenced: a SMILES RDKit
+rejects is reported by the return value (`is_valid`) or one InputError naming it (the others).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from biotf.errors import BiotfError, InputError
+
+
+def _chem():
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError:
+        raise BiotfError("RDKit is not installed; the SMILES chemistry helpers need it: "
+                         "pip install 'biotf[chem]'") from None
+    RDLogger.DisableLog("rdApp.*")
+    return Chem
+
+
+def molecule(smiles: str, record: str | None):
+    """RDKit's molecule of `smiles`; an InputError naming the record if RDKit cannot parse it, a BiotfError with
+    the install line if RDKit is missing."""
+    parsed = _chem().MolFromSmiles(smiles)
+    if parsed is None or not smiles:
+        where = f" (record {record!r})" if record is not None else ""
+        raise InputError(f"RDKit cannot parse SMILES {smiles!r}{where}")
+    return parsed
+
+
+def parse(smiles: str):
+    """RDKit's molecule of `smiles`, or None where RDKit cannot parse it (valences, aromaticity, ring closures) or
+    `smiles` is empty."""
+    return _chem().MolFromSmiles(smiles) if smiles else None
+
+
+def is_valid(smiles: str) -> bool:
+    """Whether RDKit parses `smiles` into a molecule."""
+    return parse(smiles) is not None
+
+
+def canonicalize(smiles: str, record: str | None = None, isomeric: bool = True) -> str:
+    """RDKit's canonical SMILES of `smiles` (stereochemistry kept unless `isomeric=False`)."""
+    return _chem().MolToSmiles(molecule(smiles, record), isomericSmiles=isomeric)
+
+
+def randomize(smiles: str, n: int = 1, seed: int = 0, record: str | None = None) -> list[str]:
+    """`n` randomized SMILES of the same molecule (Bjerrum 2017 augmentation), reproducible by `seed`."""
+    if n < 1:
+        raise BiotfError(f"randomize needs n >= 1, got {n}")
+    return list(_chem().MolToRandomSmilesVect(molecule(smiles, record), n, randomSeed=seed))
+
+
+def fingerprint_bits(molecules: Iterable, radius: int, bits: int) -> np.ndarray:
+    """(n, bits) uint8 0/1: the Morgan fingerprints (RDKit's Morgan generator, chirality off, its default) of RDKit
+    molecules; (0, bits) for none."""
+    from rdkit.Chem import rdFingerprintGenerator
+
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
+    rows = [generator.GetFingerprintAsNumPy(molecule) for molecule in molecules]
+    return np.stack(rows) if rows else np.zeros((0, bits), dtype=np.uint8)
+
+
+def tanimoto(shared: np.ndarray, row_bits: np.ndarray, column_bits: np.ndarray, empty: float) -> np.ndarray:
+    """Tanimoto similarity |a & b| / |a | b| of 0/1 rows (the Jaccard of their on-bits), from `shared` = a @ b.T
+    and each side's count of on-bits; `empty`: the score of two empty rows (0/0), 1 in MOSES, 0 in `biotf search`."""
+    union = row_bits[:, None] + column_bits[None, :] - shared
+    return np.divide(shared, union, out=np.full_like(shared, empty), where=union > 0)
+
+
+def murcko_scaffold(molecule, isomeric: bool, min_rings: int = 0) -> str | None:
+    """The canonical SMILES of a molecule's Bemis-Murcko scaffold (RDKit's `GetScaffoldForMol`; an acyclic molecule's
+    is ""), with stereochemistry when `isomeric`; None when it has fewer than `min_rings` rings."""
+    from rdkit import Chem
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    core = MurckoScaffold.GetScaffoldForMol(molecule)
+    smiles = Chem.MolToSmiles(core, isomericSmiles=isomeric)
+    return smiles if core.GetRingInfo().NumRings() >= min_rings else None
