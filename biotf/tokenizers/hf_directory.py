@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
