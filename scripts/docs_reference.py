@@ -111,11 +111,13 @@ def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpars
     return found
 
 
-def command_section(prog: str, summary: str, parser: argparse.ArgumentParser, level: int) -> list[str]:
+def command_section(prog: str, summary: str, parser: argparse.ArgumentParser, level: int,
+                    parent: argparse.ArgumentParser | None = None) -> list[str]:
     lines = [f"{'#' * level} `{prog}`", ""]
     if summary:
         lines += [cell(summary[0].upper() + summary[1:]) + ".", ""]
-    if parser.description and parser.description.strip() != summary:
+    inherited = parent is not None and parser.description == parent.description  # said once, above
+    if parser.description and parser.description.strip() != summary and not inherited:
         raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)  # laid out by hand
         lines += text_block(parser.description) if raw else [cell(parser.description), ""]
     if prog == "biotf train":
@@ -133,7 +135,7 @@ def command_section(prog: str, summary: str, parser: argparse.ArgumentParser, le
         names = [code(a.option_strings[0]) for a in actions if a.option_strings]
         lines += [f"At most one of {', '.join(names)}.", ""]
     for name, help_text, sub in subcommands(parser):
-        lines += command_section(f"{prog} {name}", help_text, sub, level + 1)
+        lines += command_section(f"{prog} {name}", help_text, sub, level + 1, parser)
     return lines
 
 
