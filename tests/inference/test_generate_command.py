@@ -64,8 +64,22 @@ def test_prompt_file_is_one_left_padded_batch_printed_as_json_lines(loaded, tmp_
     (["--prompt", "word " * 200, "--max-new-tokens", "4"],
      "exceeds the model's maximum length of 128.*--truncate-prompt"),
     (["--prompt", "Hi", "--system", "S"], "needs --chat"),
-    (["--prompt", "Hi", "--top-p", "0"], "top_p=0.0"),
-    (["--prompt", "Hi", "--temperature", "-1"], "temperature=-1.0"),
+    (["--prompt", "Hi", "--top-p", "0"], "--top-p=0.0"),
+    (["--prompt", "Hi", "--temperature", "-1"], "--temperature=-1.0"),
+    # Non-finite or absurd sampling values, named by their flag with the range (issue #39: temperature inf sampled
+    # one repeated token while log_prob reported a uniform distribution).
+    (["--prompt", "Hi", "--temperature", "inf"], r"invalid --temperature=inf \(allowed: 0 \(greedy\) or a number in "
+                                                 r"\[0.001, 1000\]\)"),
+    (["--prompt", "Hi", "--temperature", "nan"], "--temperature=nan"),
+    (["--prompt", "Hi", "--temperature", "1e-9"], "--temperature=1e-09"),
+    (["--prompt", "Hi", "--top-p", "nan"], r"--top-p=nan \(allowed: a number in \(0, 1\]\)"),
+    (["--prompt", "Hi", "--top-p", "inf"], "--top-p=inf"),
+    (["--prompt", "Hi", "--top-k", "-1"], "--top-k=-1"),
+    (["--prompt", "Hi", "--repetition-penalty", "inf"], r"--repetition-penalty=inf \(allowed: a number in \[0.001, "),
+    (["--prompt", "Hi", "--repetition-penalty", "nan"], "--repetition-penalty=nan"),
+    (["--prompt", "Hi", "--repetition-penalty", "0"], "--repetition-penalty=0.0"),
+    (["--prompt", "Hi", "--max-new-tokens", "0"], r"--max-new-tokens=0 \(allowed: an integer >= 1\)"),
+    (["--prompt", "Hi", "--max-new-tokens", "-5"], "--max-new-tokens=-5"),
 ])
 def test_errors_are_one_line_with_status_2(loaded, capsys, args, message):
     assert main(["generate", "--model", "x", *args]) == 2
