@@ -138,8 +138,9 @@ def sampling_settings(args: argparse.Namespace, defaults, temperature: float):
     except ConfigError as error:
         if getattr(args, error.key) is not None:
             raise ConfigError(SAMPLING_FLAGS[error.key], error.value, error.allowed) from None
-        raise CheckpointError(f"the generation settings of {args.model} set {error.key}={error.value!r}, which biotf cannot sample with "
-                              f"(allowed: {error.allowed}); override it with {SAMPLING_FLAGS[error.key]}") from None
+        raise CheckpointError(f"the generation settings of {args.model} set {error.key}={error.value!r}, which biotf "
+                              f"cannot sample with (allowed: {error.allowed}); override it with "
+                              f"{SAMPLING_FLAGS[error.key]}") from None
 
 
 def check_sample_arguments(args: argparse.Namespace) -> None:

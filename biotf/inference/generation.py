@@ -27,9 +27,9 @@ output is token for token the same):
 from __future__ import annotations
 
 import logging
-from numbers import Integral
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import NamedTuple
 
 import numpy as np
@@ -219,9 +219,9 @@ def generate_batch(model: Transformer | DecodingModel, prompts: Sequence[Sequenc
     """New token ids for each prompt, up to and including the eos that stopped it.
 
     `pad_token_id` fills left padding and finished rows (default: the first eos id in the vocabulary, else 0); pads
-    are masked, so their value never changes a real token's output. Row i samples from the stream (`seed`, `first_row` + i).
-    `suppress_ids` can never be chosen. `log_probs`: also each row's summed log-probability of its new tokens
-    under the model itself (temperature 1, no cuts, nothing suppressed), the eos included.
+    are masked, so their value never changes a real token's output. Row i samples from the stream (`seed`,
+    `first_row` + i). `suppress_ids` can never be chosen. `log_probs`: also each row's summed log-probability of its
+    new tokens under the model itself (temperature 1, no cuts, nothing suppressed), the eos included.
     """
     decoder = model if isinstance(model, DecodingModel) else DecodingModel(model)
     check_int("max_new_tokens", max_new_tokens)

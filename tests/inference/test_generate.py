@@ -129,8 +129,8 @@ INF, NAN = float("inf"), float("nan")
 
 
 @pytest.mark.parametrize("bad, field", [
-    (dict(temperature=INF), "temperature"), (dict(temperature=NAN), "temperature"), (dict(temperature=1e-9), "temperature"),
-    (dict(temperature=1e6), "temperature"), (dict(temperature="0.7"), "temperature"), (dict(top_p=NAN), "top_p"),
+    (dict(temperature=INF), "temperature"), (dict(temperature=NAN), "temperature"),
+    (dict(temperature=1e-9), "temperature"), (dict(temperature=1e6), "temperature"), (dict(temperature="0.7"), "temperature"), (dict(top_p=NAN), "top_p"),
     (dict(top_p=INF), "top_p"), (dict(top_k=True), "top_k"), (dict(top_k=2.5), "top_k"),
     (dict(repetition_penalty=INF), "repetition_penalty"), (dict(repetition_penalty=NAN), "repetition_penalty"),
     (dict(repetition_penalty=1e-9), "repetition_penalty"),
@@ -143,7 +143,8 @@ def test_non_finite_or_absurd_sampling_values_are_refused_naming_the_field_and_r
 def test_ids_outside_the_vocabulary_are_refused_before_generating(tied):
     model, _, _ = tied
     vocab = model.config.vocab_size
-    with pytest.raises(InputError, match=rf"prompt 1 holds token id {vocab}, outside the model's vocabulary of {vocab}"):
+    with pytest.raises(InputError, match=rf"prompt 1 holds token id {vocab}, outside the model's vocabulary "
+                                         rf"of {vocab}"):
         generate_ids(model, [[1, 2], [3, vocab]], max_new_tokens=2)
     with pytest.raises(ConfigError, match=rf"pad_token_id={vocab} \(allowed: an integer in \[0, {vocab - 1}\]"):
         generate_ids(model, [[1, 2], [3]], max_new_tokens=2, pad_token_id=vocab)

@@ -88,6 +88,18 @@ def test_errors_are_one_line_with_status_2(loaded, capsys, args, message):
     assert re.search(message, err)
 
 
+def test_a_bad_sampling_value_of_the_checkpoint_names_it_and_the_flag_that_overrides_it(tied, monkeypatch, capsys):
+    from dataclasses import replace
+
+    model, tokenizer, defaults = tied
+    edited = (model, tokenizer, replace(defaults, top_p=float("nan")))  # generation_config.json's "top_p": NaN
+    monkeypatch.setattr(pretrained, "load_for_generation", lambda source, dtype, tokenizer_options=None: edited)
+    assert main(["generate", "--model", "x", "--prompt", "Hi", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the generation settings of x set top_p=nan" in err and "--top-p" in err, err
+    assert main(["generate", "--model", "x", "--prompt", "Hi", "--max-new-tokens", "2", "--top-p", "0.9"]) == 0
+
+
 @pytest.mark.parametrize("template, message", [
     ("{% if messages %}{{ messages[0]['content'] }}", "has a syntax error at line 1: Unexpected end of template"),
     ("{% if messages[0]['role'] != 'system' %}{{ raise_exception('Conversations must start with a system "

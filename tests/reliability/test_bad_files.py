@@ -526,7 +526,8 @@ def test_damaged_safetensors_headers_are_one_line_naming_the_file(capsys, tmp_pa
     model = copy_of(gpt2_dir, tmp_path / "hf")
     damage_header(model / "model.safetensors", kind)
     status, _, err = generate_prompt(capsys, model)
-    assert_one_line_error(status, err, model / "model.safetensors", f"not a readable safetensors file (Error while deserializing header: {reason}")
+    assert_one_line_error(status, err, model / "model.safetensors",
+                          f"not a readable safetensors file (Error while deserializing header: {reason}")
     exported = copy_of(model_dir, tmp_path / "exported")
     damage_header(exported / "model.safetensors", kind)
     status, _, err = run_cli(capsys, "generate", "--model", str(exported), "--prompt", "MKV")
