@@ -6,8 +6,9 @@ anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from numbers import Integral
+from numbers import Integral, Real
 
 
 class BiotfError(Exception):
@@ -51,6 +52,16 @@ def check_int(key: str, value: object, minimum: int = 1, optional: bool = False)
         return
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise ConfigError(key, value, f"an integer >= {minimum}" + (", or null" if optional else ""))
+
+
+def check_number(key: str, value: object, allowed: str, minimum: float = -math.inf, maximum: float = math.inf,
+                 above_minimum: bool = False) -> None:
+    """ConfigError (`allowed` says the range) unless `value` is a finite real number (int or float, numpy's too; not a
+    bool) within [`minimum`, `maximum`] (`above_minimum`: strictly above `minimum`). NaN and infinities are refused
+    whatever the range: a comparison with NaN is always false, so `not 0 < nan` is the only safe way to ask."""
+    finite = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(value)
+    if not finite or not (value > minimum if above_minimum else value >= minimum) or not value <= maximum:
+        raise ConfigError(key, value, allowed)
 
 
 class InputError(BiotfError, ValueError):

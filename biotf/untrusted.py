@@ -8,6 +8,11 @@ they hold, the result is either plain values of the expected shape or one line n
   `"model": null` is refused here, not as a TypeError three calls later.
 - `load_tensors(path, what)`: `torch.load(weights_only=True)`; a pickle that holds anything but tensors and plain
   values is refused as a CheckpointError that says what it held, without torch's advice to load it unsafely.
+- `open_safetensors(path, what)` / `read_safetensors(path, what)`: a safetensors file's handle or all its tensors;
+  a damaged one (a header length past the file, a header that is no JSON, offsets beyond a truncated end) is the
+  error class given (CheckpointError by default) naming it, not safetensors' own `SafetensorError`.
+- `check_finite(tensors, source)`: refuses weights holding a NaN or an infinity, naming the file and the first such
+  tensor: a model built from them computes NaN everywhere, and generation would "succeed" with empty samples.
 - `file_crc32(path)`: the CRC-32 of a file's bytes, which writers record so that damaged bytes are refused on read.
 """
 
@@ -105,6 +110,45 @@ def load_tensors(path: str | Path, what: str, **options: Any) -> Any:
     except Exception as cause:  # torch raises RuntimeError, EOFError, KeyError... for a damaged or foreign file
         lines = str(cause).strip().splitlines()
         raise CheckpointError(f"cannot read {what} {path}: {lines[0] if lines else type(cause).__name__}") from None
+
+
+def _safetensors_refusal(path: str | Path, what: str, error: type[BiotfError], cause: Exception) -> BiotfError:
+    lines = str(cause).strip().splitlines()
+    return error(f"cannot read {what} {path}: not a readable safetensors file "
+                 f"({lines[0] if lines else type(cause).__name__})")
+
+
+def open_safetensors(path: str | Path, what: str = "weights", error: type[BiotfError] = CheckpointError) -> Any:
+    """safetensors' `safe_open(path, framework="pt")` (use it as a context manager); a file it cannot parse is
+    `error` naming it (`what`: "weights", "LoRA adapter", ...)."""
+    from safetensors import safe_open
+
+    try:
+        return safe_open(str(path), framework="pt")
+    except Exception as cause:  # SafetensorError, and OSError for a file that vanished or cannot be read
+        raise _safetensors_refusal(path, what, error, cause) from None
+
+
+def read_safetensors(path: str | Path, what: str = "weights",
+                     error: type[BiotfError] = CheckpointError) -> dict[str, Any]:
+    """Every tensor of a safetensors file (`open_safetensors`'s refusals; a tensor that cannot be read too)."""
+    with open_safetensors(path, what, error) as handle:
+        try:
+            return {name: handle.get_tensor(name) for name in handle.keys()}
+        except Exception as cause:
+            raise _safetensors_refusal(path, what, error, cause) from None
+
+
+def check_finite(tensors: Iterable[tuple[str, Any]], source: str | Path) -> None:
+    """CheckpointError naming `source` and the first of the (name, tensor) pairs whose floating-point tensor holds a
+    NaN or an infinity; one `isfinite` pass per tensor (a fraction of the time reading it takes)."""
+    import torch
+
+    for name, tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            kind = "NaN" if bool(torch.isnan(tensor).any()) else "an infinity"
+            raise CheckpointError(f"cannot load weights {source}: tensor {name} holds {kind} (the weights are "
+                                  "damaged or come from a diverged training run; use an earlier checkpoint)")
 
 
 def file_crc32(path: str | Path, chunk: int = 1 << 22) -> int:

@@ -21,7 +21,7 @@ import torch
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer
-from biotf.model.hf import CONFIG_FILE, FAMILIES, Materialise, read_hf_config
+from biotf.model.hf import CONFIG_FILE, FAMILIES, Materialise, hf_model_config, read_hf_config
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
@@ -86,6 +86,7 @@ def read_checked_config(directory: Path, supported: Mapping[str, tuple[str, ...]
         raise CheckpointError(f"model directory {directory} does not exist")
     config = read_hf_config(directory)
     check_architecture(directory, config, supported, purpose)
+    hf_model_config(directory, config)  # a bad field is the config's error, not the tokenizer's read after it
     return config
 
 
@@ -96,7 +97,7 @@ def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.fl
     `lm_head=False`: its hidden states and embeddings work, its logits are refused."""
     directory = Path(directory)
     dtype = parse_dtype(dtype)
-    config = read_checked_config(directory, ARCHITECTURES, "load")
+    config = read_checked_config(directory, ARCHITECTURES, "load")  # before the tokenizer, which reads config.json too
     tokenizer = TOKENIZER_READERS[config["model_type"]](directory)
     model = Transformer.from_hf(directory, dtype=dtype, materialise=materialise)
     if tokenizer.vocab_size > model.config.vocab_size:

@@ -41,7 +41,7 @@ from biotf.model.tasks import TaskModel
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
-from biotf.untrusted import read_json_object
+from biotf.untrusted import check_finite, read_json_object
 
 __all__ = ["MODEL_SOURCES", "LoadedModel", "ModelSource", "Pretrained", "as_loaded", "find_source", "load_pretrained"]
 
@@ -123,6 +123,7 @@ def load_checkpoint(path: str | Path) -> Pretrained:
                               f"fine-tuning run's model loads from its run directory or its {FINETUNED_MODEL_DIR}/")
     tokenizer = tokenizer_from_payload(payload, str(path))
     state = {k[len(STATE_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(STATE_PREFIX)}
+    check_finite(state.items(), path)
     return Pretrained(_model(payload["model"], state, str(path)), tokenizer)
 
 

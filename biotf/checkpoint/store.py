@@ -23,7 +23,7 @@ from biotf.checkpoint.format import CHECKPOINT_KEY, FORMAT_VERSION, WEIGHTS_FILE
 from biotf.model.hf import CONFIG_FILE, check_hf_writable  # an export's config.json is named as a HF directory's
 from biotf.errors import CheckpointError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
-from biotf.untrusted import load_tensors, read_json_object
+from biotf.untrusted import check_finite, load_tensors, read_json_object, read_safetensors
 
 if TYPE_CHECKING:
     from biotf.model import Transformer
@@ -120,17 +120,13 @@ def save_hf_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str 
 
 def read_exported(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """An exported directory's config.json and weights (checked against the recorded CRC-32)."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     for name in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE):
         if not (directory / name).is_file():
             raise CheckpointError(f"exported model directory {directory} has no {name}")
     config = read_json_object(directory / CONFIG_FILE, "model config", CheckpointError, types=EXPORT_CONFIG_TYPES,
                               required=["model"])
-    try:
-        state = load_file(directory / WEIGHTS_FILE)
-    except Exception as error:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"cannot read weights {directory / WEIGHTS_FILE}: {error}") from None
+    state = read_safetensors(directory / WEIGHTS_FILE)
     _check_digest(config.get(EXPORT_DIGEST_KEY), _by_name(state), directory / WEIGHTS_FILE)
+    check_finite(state.items(), directory / WEIGHTS_FILE)
     return config, state

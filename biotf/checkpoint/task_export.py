@@ -30,7 +30,7 @@ from biotf.checkpoint.format import TASK_FILE
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import CheckpointError
 from biotf.model.tasks import RESOLUTIONS, SEQUENCE_POOLS, TASKS
-from biotf.untrusted import file_crc32
+from biotf.untrusted import check_finite, file_crc32, read_safetensors
 
 HEAD_FILE = "task_head.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
@@ -160,14 +160,10 @@ def _check_files(directory: Path, files: Any) -> None:
 
 def _read_head(path: Path, info: TaskInfo) -> dict[str, torch.Tensor]:
     """The head's tensors, which must be those of a head with `info.n_outputs` outputs."""
-    from safetensors.torch import load_file
-
     if not path.is_file():
         raise CheckpointError(f"fine-tuned model directory {path.parent} has no {path.name}")
-    try:
-        state = load_file(str(path))
-    except Exception as error:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"cannot read the head {path}: {str(error).splitlines()[0]}") from None
+    state = read_safetensors(path, "the head")
+    check_finite(state.items(), path)
     if sorted(state) != sorted(HEAD_KEYS):
         raise CheckpointError(f"{path}: tensors {sorted(state)}, a task head has {list(HEAD_KEYS)}")
     n = info.n_outputs

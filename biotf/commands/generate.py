@@ -45,7 +45,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import add_input_arguments, add_tokenizer_options, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
-from biotf.errors import ConfigError, check_int
+from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.wording import counted
 
 
@@ -119,22 +119,40 @@ def option(value, default):
     return default if value is None else value
 
 
+# The flag of each `Sampling` field: a value refused is named as the user gave it.
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+                  "repetition_penalty": "--repetition-penalty"}
+
+
 def sampling_settings(args: argparse.Namespace, defaults, temperature: float):
     """The sampling the flags ask for, each one that is not given taken from the checkpoint's `defaults`
-    (`temperature`: the default temperature, which differs between prompts and drawn samples)."""
+    (`temperature`: the default temperature, which differs between prompts and drawn samples). A value refused is
+    named by its flag, or as the checkpoint's (its generation_config.json) where it came from there."""
     from biotf.inference.generation import Sampling
 
-    return Sampling(temperature=option(args.temperature, temperature), top_k=option(args.top_k, defaults.top_k),
-                    top_p=option(args.top_p, defaults.top_p),
-                    repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+    try:
+        return Sampling(temperature=option(args.temperature, temperature), top_k=option(args.top_k, defaults.top_k),
+                        top_p=option(args.top_p, defaults.top_p),
+                        repetition_penalty=option(args.repetition_penalty, defaults.repetition_penalty))
+    except ConfigError as error:
+        if getattr(args, error.key) is not None:
+            raise ConfigError(SAMPLING_FLAGS[error.key], error.value, error.allowed) from None
+        raise CheckpointError(f"the generation settings of {args.model} set {error.key}={error.value!r}, which biotf "
+                              f"cannot sample with (allowed: {error.allowed}); override it with "
+                              f"{SAMPLING_FLAGS[error.key]}") from None
 
 
 def check_sample_arguments(args: argparse.Namespace) -> None:
-    """Refuse a bad count or a flag of the other mode (prompts vs --num-samples) before anything is loaded."""
+    """Refuse a bad count, a sampling value out of range or a flag of the other mode (prompts vs --num-samples)
+    before anything is loaded."""
+    from biotf.inference.generation import Sampling
+
     for flag, value, minimum in (("--seed", args.seed, 0), ("--batch-size", args.batch_size, 1),
-                                 ("--num-samples", args.num_samples, 1), ("--max-draws", args.max_draws, 1)):
+                                 ("--num-samples", args.num_samples, 1), ("--max-draws", args.max_draws, 1),
+                                 ("--max-new-tokens", args.max_new_tokens, 1)):
         if value is not None:
             check_int(flag, value, minimum)
+    sampling_settings(args, Sampling(), 0.0)  # the flags alone: those not given take valid defaults here
     sample_flags = {"--output": None if args.output is None else str(args.output),
                     "--valid-only": args.valid_only or None, "--max-draws": args.max_draws}
     if args.num_samples is None:

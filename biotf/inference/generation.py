@@ -29,18 +29,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from biotf.errors import ConfigError, InputError, check_int
+from biotf.errors import ConfigError, InputError, check_int, check_number
 from biotf.inference.chat import render_chat
 from biotf.inference.fast import DecodingModel
 from biotf.model import KVCache, Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 log = logging.getLogger(__name__)
+
+# Beyond these, sampling is greedy or uniform to float32 precision (and temperature inf turns every score into NaN
+# or 0): a value outside is a typo, refused rather than sampled from. 0 is greedy.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+MAX_PENALTY = 1e3  # the repetition penalty lies in [1 / MAX_PENALTY, MAX_PENALTY]
 
 # Called with (row, token id) for every token as it is produced (eos included), e.g. to stream text.
 TokenCallback = Callable[[int, int], None]
@@ -56,14 +62,15 @@ class Sampling:
     repetition_penalty: float = 1.0
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise ConfigError("temperature", self.temperature, allowed="a number >= 0 (0 = greedy)")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+        if isinstance(self.temperature, bool) or self.temperature != 0:
+            check_number("temperature", self.temperature, f"0 (greedy) or a number in [{MIN_TEMPERATURE:g}, "
+                         f"{MAX_TEMPERATURE:g}]", MIN_TEMPERATURE, MAX_TEMPERATURE)
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, Integral)
+                                       or self.top_k < 0):
             raise ConfigError("top_k", self.top_k, allowed="an integer >= 0 (0 or None = no top-k cut)")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError("top_p", self.top_p, allowed="a number in (0, 1]")
-        if not self.repetition_penalty > 0:
-            raise ConfigError("repetition_penalty", self.repetition_penalty, allowed="a number > 0 (1 = none)")
+        check_number("top_p", self.top_p, "a number in (0, 1]", 0, 1, above_minimum=True)
+        check_number("repetition_penalty", self.repetition_penalty, f"a number in [{1 / MAX_PENALTY:g}, "
+                     f"{MAX_PENALTY:g}] (1 = none)", 1 / MAX_PENALTY, MAX_PENALTY)
 
     @property
     def greedy(self) -> bool:
@@ -169,6 +176,27 @@ def fit_prompts(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_lengt
     return fitted
 
 
+def check_token_ids(prompts: Sequence[Sequence[int]], pad_token_id: int, suppress_ids: Collection[int],
+                    eos_token_ids: Sequence[int], vocab_size: int) -> None:
+    """Refuse ids the model has no embedding row for (torch's IndexError otherwise, mid-generation): in a prompt
+    (InputError naming it) or as the pad id or a suppressed id (ConfigError). Eos ids are only compared with what is
+    drawn, so one outside the vocabulary is kept, as `transformers` keeps it: it can never be drawn, nor stop a row."""
+    ids = f"an integer in [0, {vocab_size - 1}] (the model's vocabulary has {vocab_size} ids)"
+    for row, prompt in enumerate(prompts):
+        outside = [token for token in prompt if not 0 <= token < vocab_size]
+        if outside:
+            raise InputError(f"prompt {row} holds token id {outside[0]}, outside the model's vocabulary of "
+                             f"{vocab_size} ids (0..{vocab_size - 1}): the tokenizer does not match the model")
+    check_int("pad_token_id", pad_token_id, minimum=0)
+    if pad_token_id >= vocab_size:
+        raise ConfigError("pad_token_id", pad_token_id, ids)
+    for token in suppress_ids:
+        if isinstance(token, bool) or not isinstance(token, Integral) or not 0 <= token < vocab_size:
+            raise ConfigError("suppress_ids", token, ids)
+    for token in eos_token_ids:
+        check_int("eos_token_ids", token, minimum=0)
+
+
 class Generated(NamedTuple):
     """What `generate_batch` returns: new ids per row, and (when asked) each row's log-probability."""
 
@@ -190,18 +218,21 @@ def generate_batch(model: Transformer | DecodingModel, prompts: Sequence[Sequenc
                    truncate_prompt: bool = False) -> Generated:
     """New token ids for each prompt, up to and including the eos that stopped it.
 
-    `pad_token_id` fills left padding and finished rows (default: the first eos id, else 0); pads are masked,
-    so their value never changes a real token's output. Row i samples from the stream (`seed`, `first_row` + i).
-    `suppress_ids` can never be chosen. `log_probs`: also each row's summed log-probability of its new tokens
-    under the model itself (temperature 1, no cuts, nothing suppressed), the eos included.
+    `pad_token_id` fills left padding and finished rows (default: the first eos id in the vocabulary, else 0); pads
+    are masked, so their value never changes a real token's output. Row i samples from the stream (`seed`,
+    `first_row` + i). `suppress_ids` can never be chosen. `log_probs`: also each row's summed log-probability of its
+    new tokens under the model itself (temperature 1, no cuts, nothing suppressed), the eos included.
     """
     decoder = model if isinstance(model, DecodingModel) else DecodingModel(model)
     check_int("max_new_tokens", max_new_tokens)
+    check_int("first_row", first_row, minimum=0)
     if not prompts:
         return []
     prompts = fit_prompts(prompts, max_new_tokens, decoder.config.max_seq_len, truncate_prompt)
+    vocab_size = decoder.config.vocab_size
     if pad_token_id is None:
-        pad_token_id = next(iter(eos_token_ids), 0)
+        pad_token_id = next((i for i in eos_token_ids if 0 <= i < vocab_size), 0)
+    check_token_ids(prompts, pad_token_id, suppress_ids, eos_token_ids, vocab_size)
     device = decoder.device
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]

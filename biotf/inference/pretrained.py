@@ -146,6 +146,13 @@ def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = tor
     config = read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
     model, tokenizer = load_hf_model(directory, dtype, materialise=loaded_in_decode_layout)
     defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
+    vocab_size = model.config.vocab_size
+    if defaults.pad_token_id is not None and not 0 <= defaults.pad_token_id < vocab_size:
+        # Fed to the model for every pad and finished row: transformers' own generate fails there (IndexError).
+        source = GENERATION_CONFIG_FILE if (directory / GENERATION_CONFIG_FILE).is_file() else "config.json"
+        raise CheckpointError(f"{directory / source}: pad_token_id={defaults.pad_token_id} is outside the model's "
+                              f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): set it to a token of the "
+                              "vocabulary, or to null")
     return HFCheckpoint(model, tokenizer, defaults)
 
 

@@ -23,7 +23,7 @@ from os import PathLike
 from pathlib import Path
 
 from biotf.atomic import atomic_write_text
-from biotf.errors import ConfigError, InputError, check_int
+from biotf.errors import CheckpointError, ConfigError, InputError, check_int
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, fit_prompts, generate_batch, stream_seed
 from biotf.inference.pretrained import GenerationDefaults
@@ -80,6 +80,7 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     check_int("num_samples", n)
     check_int("batch_size", batch_size)
     check_int("max_draws", max_draws, optional=True)
+    check_int("max_new_tokens", max_new_tokens, optional=True)
     if valid is None and max_draws is not None:
         raise ConfigError("max_draws", max_draws, reason="only a validity filter draws more than num_samples")
     if max_draws is not None and max_draws < n:
@@ -87,6 +88,11 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     config = model.config
     policies = PolicyStats()
     start = defaults.encode_prompt(tokenizer, prompt, policies)
+    if prompt is None and not 0 <= start[0] < config.vocab_size:
+        raise CheckpointError(f"the start token id {start[0]} (the checkpoint's bos_token_id, else its first "
+                              f"eos_token_id) is outside the model's vocabulary of {config.vocab_size} ids: give a "
+                              f"--prompt, or set bos_token_id in generation_config.json to an id below "
+                              f"{config.vocab_size}")
     if max_new_tokens is None:
         max_new_tokens = defaults.new_tokens(len(start), config.max_seq_len)
     start = fit_prompts([start], max_new_tokens, config.max_seq_len, truncate=False)[0]

@@ -35,6 +35,9 @@ STEMS = ("none", "conv")
 STEM_DEFAULT_POOL = (2, 2)
 STEM_DEFAULT_KERNEL = 15
 PRESET_DIR = CONF_DIR / "model"
+# The most numbers one weight matrix may hold (2**50: 4 PiB in float32, far beyond any machine, yet 2**13 times below
+# the 2**63 bytes where torch's storage size calculation overflows).
+MAX_TENSOR_ELEMENTS = 2**50
 
 
 @dataclass
@@ -170,8 +173,8 @@ class TransformerConfig:
                 raise ConfigError(name, getattr(self, name), "true | false")
         for name in ("dropout", "rope_theta", "norm_eps", "init_std"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(name, value, "a number")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(name, value, "a finite number")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", self.dropout, "0 <= dropout < 1")
         if self.rope_theta <= 0:
@@ -180,6 +183,7 @@ class TransformerConfig:
             raise ConfigError("norm_eps", self.norm_eps, "a number > 0")
         if self.init_std <= 0:
             raise ConfigError("init_std", self.init_std, "a number > 0")
+        self._check_sizes()
         if self.d_model % self.n_heads:
             raise ConfigError("d_model", self.d_model, f"a multiple of n_heads={self.n_heads}",
                               reason=f"d_model must split evenly into n_heads={self.n_heads} heads")
@@ -210,6 +214,19 @@ class TransformerConfig:
             check = getattr(cls, "check_config", None)
             if check is not None:
                 check(self)
+
+    def _check_sizes(self) -> None:
+        """Refuse sizes whose largest matrix could never be allocated, before anything is built: torch cannot even
+        describe a tensor of more than 2**63 bytes (not on the meta device either), and an edited config.json
+        (`n_embd: 1e9`) would otherwise fail deep inside module construction. A size within the limit is checked
+        against the weights' shapes by the loaders."""
+        width = self.d_model
+        for name, elements in (("d_model", 3 * width * width), ("vocab_size", self.vocab_size * width),
+                               ("d_ff", 2 * self.d_ff * width), ("max_seq_len", (self.max_seq_len or 0) * width)):
+            if elements > MAX_TENSOR_ELEMENTS:
+                raise ConfigError(name, getattr(self, name), reason=f"with d_model={width} its matrix would hold "
+                                  f"{elements:.3g} numbers, more than any machine can allocate "
+                                  f"({MAX_TENSOR_ELEMENTS:.3g})")
 
     def _validate_stem(self) -> None:
         check_choice("stem", self.stem, STEMS)  # not among `choices`: those of the block, which every stem composes with

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from biotf.errors import ConfigError, InputError
-from biotf.untrusted import parse_json_object
+from biotf.untrusted import open_safetensors, parse_json_object, read_safetensors
 
 # The linear layers a target name may select (the attribute name of a `Linear` inside a block).
 TARGETS = ("qkv", "out", "up", "gate_up", "down")
@@ -170,16 +170,14 @@ def save_adapter(model: nn.Module, path: str | Path) -> Path:
 def load_adapter(model: nn.Module, path: str | Path) -> dict[str, object]:
     """Wrap `model`'s layers as the adapter file says and load its tensors; every adapter key must match.
     Returns the settings (rank, alpha, targets)."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as handle:
+    with open_safetensors(path, "LoRA adapter", InputError) as handle:
         metadata = handle.metadata() or {}
     if "biotf_lora" not in metadata:
         raise InputError(f"{path}: not a biotf LoRA adapter (no biotf_lora metadata)")
     settings = parse_json_object(metadata["biotf_lora"], str(path), "LoRA adapter metadata",
                                  types={"targets": list, "rank": int, "alpha": (int, float)},
                                  required=["targets", "rank", "alpha"])
-    tensors = load_file(str(path))
+    tensors = read_safetensors(path, "LoRA adapter", InputError)
     apply_lora(model, settings["targets"], settings["rank"], settings["alpha"])
     expected = adapter_state_dict(model)
     if set(tensors) != set(expected):

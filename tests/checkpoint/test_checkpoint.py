@@ -66,6 +66,15 @@ def test_a_changed_step_counter_is_refused_too(model, tmp_path):
         read_checkpoint(path)
 
 
+def test_non_finite_weights_of_a_checkpoint_are_refused_naming_it(model, tmp_path):
+    """A diverged run's checkpoint (CRC-32 intact) loaded and computed NaN everywhere (#39)."""
+    with torch.no_grad():
+        model.blocks[1].attn.qkv.weight[2, 3] = float("nan")
+    path = lightning_checkpoint(model, tmp_path / "last.ckpt")
+    with pytest.raises(CheckpointError, match=r"last.ckpt: tensor blocks.1.attn.qkv.weight holds NaN"):
+        load_pretrained(path)
+
+
 def test_zeroed_bytes_in_exported_weights_are_refused(model, tmp_path):
     directory = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
     zero_inside(directory / "model.safetensors", model.blocks[1].mlp.down.weight)

@@ -125,6 +125,39 @@ def test_sampling_options_are_validated():
             Sampling(**bad)
 
 
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("bad, field", [
+    (dict(temperature=INF), "temperature"), (dict(temperature=NAN), "temperature"),
+    (dict(temperature=1e-9), "temperature"), (dict(temperature=1e6), "temperature"), (dict(temperature="0.7"), "temperature"), (dict(top_p=NAN), "top_p"),
+    (dict(top_p=INF), "top_p"), (dict(top_k=True), "top_k"), (dict(top_k=2.5), "top_k"),
+    (dict(repetition_penalty=INF), "repetition_penalty"), (dict(repetition_penalty=NAN), "repetition_penalty"),
+    (dict(repetition_penalty=1e-9), "repetition_penalty"),
+])
+def test_non_finite_or_absurd_sampling_values_are_refused_naming_the_field_and_range(bad, field):
+    with pytest.raises(ConfigError, match=rf"invalid config {field}=.*\(allowed: "):
+        Sampling(**bad)
+
+
+def test_ids_outside_the_vocabulary_are_refused_before_generating(tied):
+    model, _, _ = tied
+    vocab = model.config.vocab_size
+    with pytest.raises(InputError, match=rf"prompt 1 holds token id {vocab}, outside the model's vocabulary "
+                                         rf"of {vocab}"):
+        generate_ids(model, [[1, 2], [3, vocab]], max_new_tokens=2)
+    with pytest.raises(ConfigError, match=rf"pad_token_id={vocab} \(allowed: an integer in \[0, {vocab - 1}\]"):
+        generate_ids(model, [[1, 2], [3]], max_new_tokens=2, pad_token_id=vocab)
+    with pytest.raises(ConfigError, match="suppress_ids=-1"):
+        generate_ids(model, [[1, 2]], max_new_tokens=2, suppress_ids=[-1])
+    with pytest.raises(ConfigError, match="first_row=-1"):
+        generate_ids(model, [[1, 2]], max_new_tokens=2, first_row=-1)
+    # An eos id outside the vocabulary is kept, as transformers keeps it: it is never drawn, so it stops nothing;
+    # nor is it the default pad id, which is fed to the model.
+    assert generate_ids(model, [[1, 2], [3]], max_new_tokens=3, eos_token_ids=[vocab + 5]) == \
+        generate_ids(model, [[1, 2], [3]], max_new_tokens=3, pad_token_id=0)
+
+
 def test_too_long_prompt_is_refused_or_cut_from_the_left(tied, caplog):
     model, tokenizer, _ = tied  # max_position_embeddings 128
     long = list(range(1000, 1200))

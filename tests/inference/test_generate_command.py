@@ -15,7 +15,7 @@ from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 @pytest.fixture
 def loaded(monkeypatch, tied):
     """Skip reloading the checkpoint for every command (loading has its own tests and one here)."""
-    def load(source, dtype="float32", tokenizer_options=None, for_generation=False):
+    def load(source, device="cpu", dtype="float32", tokenizer_options=None, for_generation=False):
         return Model(tied.model, tied.tokenizer, str(source), HF_SOURCE, generation=tied.defaults)
 
     monkeypatch.setattr(Model, "load", load)
@@ -67,14 +67,41 @@ def test_prompt_file_is_one_left_padded_batch_printed_as_json_lines(loaded, tmp_
     (["--prompt", "word " * 200, "--max-new-tokens", "4"],
      "exceeds the model's maximum length of 128.*--truncate-prompt"),
     (["--prompt", "Hi", "--system", "S"], "needs --chat"),
-    (["--prompt", "Hi", "--top-p", "0"], "top_p=0.0"),
-    (["--prompt", "Hi", "--temperature", "-1"], "temperature=-1.0"),
+    (["--prompt", "Hi", "--top-p", "0"], "--top-p=0.0"),
+    (["--prompt", "Hi", "--temperature", "-1"], "--temperature=-1.0"),
+    # Non-finite or absurd sampling values, named by their flag with the range (issue #39: temperature inf sampled
+    # one repeated token while log_prob reported a uniform distribution).
+    (["--prompt", "Hi", "--temperature", "inf"], r"invalid --temperature=inf \(allowed: 0 \(greedy\) or a number in "
+                                                 r"\[0.001, 1000\]\)"),
+    (["--prompt", "Hi", "--temperature", "nan"], "--temperature=nan"),
+    (["--prompt", "Hi", "--temperature", "1e-9"], "--temperature=1e-09"),
+    (["--prompt", "Hi", "--top-p", "nan"], r"--top-p=nan \(allowed: a number in \(0, 1\]\)"),
+    (["--prompt", "Hi", "--top-p", "inf"], "--top-p=inf"),
+    (["--prompt", "Hi", "--top-k", "-1"], "--top-k=-1"),
+    (["--prompt", "Hi", "--repetition-penalty", "inf"], r"--repetition-penalty=inf \(allowed: a number in \[0.001, "),
+    (["--prompt", "Hi", "--repetition-penalty", "nan"], "--repetition-penalty=nan"),
+    (["--prompt", "Hi", "--repetition-penalty", "0"], "--repetition-penalty=0.0"),
+    (["--prompt", "Hi", "--max-new-tokens", "0"], r"--max-new-tokens=0 \(allowed: an integer >= 1\)"),
+    (["--prompt", "Hi", "--max-new-tokens", "-5"], "--max-new-tokens=-5"),
 ])
 def test_errors_are_one_line_with_status_2(loaded, capsys, args, message):
     assert main(["generate", "--model", "x", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("biotf generate: error:")
     assert re.search(message, err)
+
+
+def test_a_bad_sampling_value_of_the_checkpoint_names_it_and_the_flag_that_overrides_it(tied, monkeypatch, capsys):
+    from dataclasses import replace
+
+    model, tokenizer, defaults = tied
+    edited = Model(model, tokenizer, "x", HF_SOURCE, generation=replace(defaults, top_p=float("nan")))
+    # generation_config.json's "top_p": NaN
+    monkeypatch.setattr(Model, "load", lambda source, **options: edited)
+    assert main(["generate", "--model", "x", "--prompt", "Hi", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the generation settings of x set top_p=nan" in err and "--top-p" in err, err
+    assert main(["generate", "--model", "x", "--prompt", "Hi", "--max-new-tokens", "2", "--top-p", "0.9"]) == 0
 
 
 @pytest.mark.parametrize("template, message", [

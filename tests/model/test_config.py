@@ -42,6 +42,12 @@ def test_defaults_are_plain_values_and_round_trip_through_json():
     (dict(lm_head_activation="swish"), "lm_head_activation", "gelu | gelu_tanh | relu"),
     (dict(sliding_window=0), "sliding_window", "integer >= 1, or null"),
     (dict(causal=False, sliding_window=8), "sliding_window", "null"),
+    # Sizes no machine can allocate: torch overflowed describing the matrix, even on the meta device (#39).
+    (dict(d_model=10**9, n_heads=1), "d_model", "its matrix would hold 3e+18 numbers, more than any machine can"),
+    (dict(vocab_size=2**50), "vocab_size", "more than any machine can allocate"),
+    (dict(d_ff=2**50), "d_ff", "more than any machine can allocate"),
+    (dict(rope_theta=float("inf")), "rope_theta", "a finite number"),
+    (dict(norm_eps=float("nan")), "norm_eps", "a finite number"),
 ])
 def test_invalid_values_name_field_and_allowed_values(changes, field, allowed):
     with pytest.raises(ConfigError) as error:

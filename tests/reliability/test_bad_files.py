@@ -387,3 +387,148 @@ def test_a_checkpoint_whose_stored_model_config_is_crafted(capsys, tmp_path, mod
     status, _, err = run_cli(capsys, "export-model", str(path), str(tmp_path / "exported"))
     assert_one_line_error(status, err, path, "stored model config")
     assert not (tmp_path / "exported").exists()
+
+
+# --- values checked where they enter: a Hugging Face directory's weights, config.json and special ids (#39) --------
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory) -> Path:
+    """A tiny GPT-2 directory without bos/eos ids (each test copies and edits it)."""
+    pytest.importorskip("transformers")
+    from tiny_models import save_tiny_gpt2
+
+    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "gpt2", bos_token_id=None, eos_token_id=None)
+
+
+def copy_of(directory: Path, target: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(directory, target))
+
+
+def generate_prompt(capsys, model: Path, *flags: str) -> tuple[int, str, str]:
+    return run_cli(capsys, "generate", "--model", str(model), "--prompt", "hello", "--max-new-tokens", "3", *flags)
+
+
+def set_weights(directory: Path, value: float, tensor: str = "transformer.h.1.mlp.c_fc.weight") -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(directory / "model.safetensors")
+    state[tensor][0, 0] = value
+    save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "an infinity")])
+def test_non_finite_hf_weights_are_refused_naming_the_file_and_tensor(capsys, tmp_path, gpt2_dir, value, kind):
+    """A directory whose weights hold NaN generated empty samples with exit status 0."""
+    model = copy_of(gpt2_dir, tmp_path / "model")
+    set_weights(model, value)
+    status, out, err = generate_prompt(capsys, model)
+    assert_one_line_error(status, err, model / "model.safetensors", f"tensor transformer.h.1.mlp.c_fc.weight holds "
+                                                                    f"{kind}")
+    assert out == ""
+
+
+def test_non_finite_weights_of_a_pytorch_model_bin_are_refused(tmp_path, gpt2_dir):
+    from safetensors.torch import load_file
+
+    from biotf.checkpoint.loading import load_pretrained
+    from biotf.errors import CheckpointError
+
+    model = copy_of(gpt2_dir, tmp_path / "model")
+    state = load_file(model / "model.safetensors")
+    state["transformer.wte.weight"][3, 1] = float("nan")
+    torch.save(state, model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"pytorch_model.bin: tensor transformer.wte.weight holds NaN"):
+        load_pretrained(model)
+
+
+def test_non_finite_weights_of_a_biotf_export_are_refused(tmp_path):
+    from biotf.checkpoint import save_pretrained
+    from biotf.checkpoint.loading import load_pretrained
+    from biotf.errors import CheckpointError
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    model = Transformer(TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, d_ff=32))
+    with torch.no_grad():
+        model.blocks[0].mlp.down.weight[0, 0] = float("inf")
+    exported = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")  # its CRC-32 matches
+    with pytest.raises(CheckpointError, match=r"model.safetensors: tensor blocks.0.mlp.down.weight holds an infinity"):
+        load_pretrained(exported)
+
+
+def edit_config(directory: Path, **changes) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    # Storage size calculation overflowed (a traceback) while the model was built, even on the meta device.
+    (dict(n_embd=10**9), "config.json does not describe a gpt2 model biotf can build: n_embd=1000000000 (biotf's "
+                         "d_model): with d_model=1000000000 its matrix would hold 3e+18 numbers"),
+    (dict(vocab_size=10**15), "vocab_size=1000000000000000 (biotf's vocab_size)"),
+    # Reported as a tokenizer error: transformers' AutoTokenizer reads config.json too, and ran first.
+    (dict(n_embd=32.5), "config.json: GPT-2 config n_embd=32.5 is not supported"),
+    (dict(n_embd=1e9), "n_embd=1000000000.0 (biotf's d_model): allowed: an integer >= 1"),
+    (dict(n_layer="2"), "n_layer='2' (biotf's n_layers): allowed: an integer >= 1"),
+])
+def test_a_bad_hf_config_value_is_a_config_error_naming_the_field(capsys, tmp_path, gpt2_dir, changes, fragment):
+    model = copy_of(gpt2_dir, tmp_path / "model")
+    edit_config(model, **changes)
+    status, _, err = generate_prompt(capsys, model)
+    assert_one_line_error(status, err, model / "config.json", fragment)
+
+
+def test_special_ids_outside_a_small_vocabulary(capsys, tmp_path):
+    """GPT2Config(vocab_size=300) keeps bos/eos 50256: transformers warns and generates from a prompt (eos 50256 is
+    never drawn), as biotf does; an unprompted sample needs the start token, which fails in transformers (IndexError)
+    and is one line here; a pad id outside the vocabulary is refused at load, naming the file."""
+    pytest.importorskip("transformers")
+    from tiny_models import save_tiny_gpt2
+
+    model = save_tiny_gpt2(tmp_path / "gpt2")
+    status, out, err = generate_prompt(capsys, model)
+    assert status == 0 and "3 new tokens" in err, err
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\nthe quick brown fox\n")  # left padding: the pad id is the first eos *in* the vocabulary
+    status, out, err = run_cli(capsys, "generate", "--model", str(model), "--prompt-file", str(prompts),
+                               "--max-new-tokens", "2")
+    assert status == 0 and len(out.splitlines()) == 2, err
+    status, _, err = run_cli(capsys, "generate", "--model", str(model), "--num-samples", "2", "--output",
+                             str(tmp_path / "samples.csv"), "--max-new-tokens", "3")
+    assert_one_line_error(status, err, Path("generation_config.json"), "the start token id 50256 (the checkpoint's "
+                          "bos_token_id, else its first eos_token_id) is outside the model's vocabulary of 300 ids")
+    assert not (tmp_path / "samples.csv").exists()
+    generation = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**generation, "pad_token_id": 300}))
+    status, _, err = generate_prompt(capsys, model)
+    assert_one_line_error(status, err, model / "generation_config.json", "pad_token_id=300 is outside the model's "
+                                                                         "vocabulary of 300 ids (0..299)")
+
+
+def damage_header(path: Path, kind: str) -> None:
+    import struct
+
+    data = path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    path.write_bytes({"huge_header_length": struct.pack("<Q", 2**60) + data[8:],
+                      "header_not_json": data[:8] + b"{" + b"x" * (length - 1) + data[8 + length:],
+                      "truncated": data[: len(data) // 2]}[kind])
+
+
+@pytest.mark.parametrize("kind, reason", [("huge_header_length", "header too large"),
+                                          ("header_not_json", "invalid JSON in header"),
+                                          ("truncated", "incomplete metadata")])
+def test_damaged_safetensors_headers_are_one_line_naming_the_file(capsys, tmp_path, gpt2_dir, model_dir, kind,
+                                                                   reason):
+    """safetensors' own SafetensorError came out raw from a Hugging Face directory (an export said it in a line)."""
+    model = copy_of(gpt2_dir, tmp_path / "hf")
+    damage_header(model / "model.safetensors", kind)
+    status, _, err = generate_prompt(capsys, model)
+    assert_one_line_error(status, err, model / "model.safetensors",
+                          f"not a readable safetensors file (Error while deserializing header: {reason}")
+    exported = copy_of(model_dir, tmp_path / "exported")
+    damage_header(exported / "model.safetensors", kind)
+    status, _, err = run_cli(capsys, "generate", "--model", str(exported), "--prompt", "MKV")
+    assert_one_line_error(status, err, exported / "model.safetensors", "not a readable safetensors file")

@@ -17,12 +17,12 @@ pytorch_model.bin read with `torch.load(weights_only=True)`): `weights`. The tes
 for each family.
 """
 
-from biotf.model.hf.convert import Materialise, check_hf_writable, load_hf, save_hf
+from biotf.model.hf.convert import Materialise, check_hf_writable, hf_model_config, load_hf, save_hf
 from biotf.model.hf.esm import ESM_ARCHITECTURES
 from biotf.model.hf.families import FAMILIES
 from biotf.model.hf.family import Family
 from biotf.model.hf.weights import CONFIG_FILE, WEIGHTS_FILE, read_hf_config, read_weights
 
 __all__ = ["CONFIG_FILE", "ESM_ARCHITECTURES", "FAMILIES", "WEIGHTS_FILE", "Family", "Materialise", "check_hf_writable",
-           "load_hf",
+           "hf_model_config", "load_hf",
            "read_hf_config", "read_weights", "save_hf"]

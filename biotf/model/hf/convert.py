@@ -4,7 +4,7 @@ family its config.json's `model_type` names (`biotf.model.hf.families`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from os import PathLike
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,18 +44,8 @@ def load_hf(model_class: type[Model], model_or_directory: Any, dtype: torch.dtyp
     else:
         raise CheckpointError(f"from_hf needs a transformers model or a directory, got "
                               f"{type(model_or_directory).__name__}")
-    model_type = hf_config.get("model_type")
-    if model_type not in FAMILIES:
-        raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(FAMILIES)})")
-    family = FAMILIES[model_type]
-    try:
-        config = family.config(hf_config)
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
-        if directory is None:
-            raise  # a transformers model object's config: not the user's file
-        reason = f"it has no {error}" if isinstance(error, KeyError) else str(error)
-        raise CheckpointError(f"{directory / CONFIG_FILE} does not describe a {model_type} model biotf can build: "
-                              f"{reason}") from None
+    config = hf_model_config(directory, hf_config)
+    family = FAMILIES[hf_config["model_type"]]
     if weights is None:
         weights = read_weights(directory, dtype)
     state = family.to_biotf(weights, config)
@@ -82,6 +72,34 @@ def load_hf(model_class: type[Model], model_or_directory: Any, dtype: torch.dtyp
         state[name] = tensor.clone() if directory is None and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
+
+
+def hf_model_config(directory: Path | None, hf_config: Mapping[str, Any]) -> TransformerConfig:
+    """The TransformerConfig a directory's config.json describes, or one CheckpointError naming config.json and the
+    field: loaders call it before reading the tokenizer or any weight, so that a bad value (`n_embd: 32.5`, a size
+    no machine can allocate) is reported as what it is. A biotf field refused (`d_model`) is named by the
+    config.json field that holds its value (`n_embd`). `directory` None: a transformers model object's config, whose
+    errors are not the user's file's and propagate as they are."""
+    model_type = hf_config.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(FAMILIES)})")
+    try:
+        return FAMILIES[model_type].config(hf_config)
+    except CheckpointError as error:  # a family's refusal of a field ("GPT-2 config n_embd=32.5 is not supported")
+        if directory is None:
+            raise
+        raise CheckpointError(f"{directory / CONFIG_FILE}: {error}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
+        if directory is None:
+            raise
+        reason = f"it has no {error}" if isinstance(error, KeyError) else str(error)
+        fields = [key for key, value in hf_config.items() if isinstance(error, ConfigError)
+                  and type(value) is type(error.value) and value == error.value]
+        if fields:
+            why = "; ".join(filter(None, (error.reason, error.allowed and f"allowed: {error.allowed}")))
+            reason = f"{' / '.join(fields)}={error.value!r} (biotf's {error.key}): {why}"
+        raise CheckpointError(f"{directory / CONFIG_FILE} does not describe a {model_type} model biotf can build: "
+                              f"{reason}") from None
 
 
 def check_hf_writable(config: TransformerConfig) -> None:

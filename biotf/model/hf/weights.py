@@ -19,7 +19,7 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
-from biotf.untrusted import load_tensors, read_json_object
+from biotf.untrusted import check_finite, load_tensors, open_safetensors, read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -52,12 +52,12 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
 
     def stored(self, name: str) -> torch.Tensor:
         """The tensor in the dtype of its file."""
-        from safetensors import safe_open
-
         # A file opened per tensor: a tensor keeps its file's mapping alive, so with one shared handle the pages
         # of every fused (freed) source would stay resident as long as any unfused tensor lives.
-        with safe_open(self._files[name], framework="pt") as handle:
-            return handle.get_tensor(name)
+        with open_safetensors(self._files[name]) as handle:
+            tensor = handle.get_tensor(name)
+        check_finite([(name, tensor)], self._files[name])
+        return tensor
 
     def __getitem__(self, name: str) -> torch.Tensor:
         tensor = self.stored(name)
@@ -75,10 +75,8 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
 def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
     """All tensors of model.safetensors, or of the shards listed by model.safetensors.index.json (lazily), or
     of pytorch_model.bin (memory-mapped; `weights_only=True` refuses anything but tensors and plain values)."""
-    from safetensors import safe_open
-
     def names(file: Path) -> list[str]:
-        with safe_open(file, framework="pt") as handle:
+        with open_safetensors(file) as handle:
             return list(handle.keys())
 
     if (directory / WEIGHTS_FILE).is_file():
@@ -99,7 +97,9 @@ def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[s
                                   f"{missing[:5]}")
         return SafetensorsWeights(files, dtype)
     if (directory / PICKLE_WEIGHTS_FILE).is_file():
-        return load_tensors(directory / PICKLE_WEIGHTS_FILE, "weights", map_location="cpu", mmap=True)
+        weights = load_tensors(directory / PICKLE_WEIGHTS_FILE, "weights", map_location="cpu", mmap=True)
+        check_finite(weights.items() if isinstance(weights, dict) else (), directory / PICKLE_WEIGHTS_FILE)
+        return weights
     found = sorted(p.name for p in directory.iterdir())
     raise CheckpointError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE}, nor a {PICKLE_WEIGHTS_FILE} "
                           f"(found: {found})")
