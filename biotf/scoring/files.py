@@ -23,6 +23,7 @@ from typing import Any
 from biotf.atomic import atomic_write
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
 from biotf.errors import InputError, TokenizationError
+from biotf.progress import reporting
 from biotf.scoring.choices import SCORE_FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import Reference, read_reference, read_variants
@@ -94,14 +95,6 @@ def _with_metadata(record: Record, columns: dict[str, object]) -> dict[str, obje
     return columns
 
 
-def _progress(progress: bool, description: str):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(unit="pos", unit_scale=True, desc=description, leave=False)
-
-
 class ScoreRun:
     """One model scoring the records of a file: the whole table (`score_file`), or the parts of a sharded run and
     their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines, whose floats read back exactly)."""
@@ -123,9 +116,8 @@ class ScoreRun:
         tokenizer policies too)."""
         self.scorer.policies = PolicyStats()
         rows = []
-        bar = _progress(self.progress, f"scoring {Path(self.input_path).name}")
         records = iter(records)
-        try:
+        with reporting(self.progress, f"scoring {Path(self.input_path).name}", "pos", self.scorer.model) as bar:
             while chunk := list(islice(records, RECORDS_PER_CALL)):
                 try:
                     scores = self.scorer.sequence_scores([r.sequence for r in chunk], self.method,
@@ -143,9 +135,6 @@ class ScoreRun:
                         "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
                         "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
                         "windows": score.windows}))
-        finally:
-            if bar is not None:
-                bar.close()
         summary.policies.update(self.scorer.policies)
         return rows
 
@@ -215,14 +204,11 @@ def score_variants_file(model_source: str | Path, variants_path: str | Path, ref
         raise with_source(error, summary.reference.path) from None
     variants = [variant for _, variant in pairs]
     summary.method = scorer.resolve(method, variants, reference_sequence)
-    bar = _progress(progress, f"scoring {Path(variants_path).name}")
     try:
-        scores = scorer.variant_scores(reference_sequence, variants, summary.method, both_strands, bar)
+        with reporting(progress, f"scoring {Path(variants_path).name}", "pos", scorer.model) as bar:
+            scores = scorer.variant_scores(reference_sequence, variants, summary.method, both_strands, bar)
     except TokenizationError as error:
         raise with_source(error, variants_path) from None
-    finally:
-        if bar is not None:
-            bar.close()
     rows = []
     for (record, variant), score in zip(pairs, scores):
         columns: dict[str, object] = {"id": record.id, "variant": variant.code(offset),

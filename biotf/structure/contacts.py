@@ -27,6 +27,7 @@ from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.contacts import predict_contacts
+from biotf.progress import Progress, reporting
 from biotf.structure.formats import WRITERS, contact_format
 from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -146,14 +147,17 @@ def _predict(model: Transformer, batch: list[Protein], pad_id: int) -> list[np.n
 
 
 def contact_maps(model: Transformer, found: list[Protein], pad_id: int, options: ContactOptions = ContactOptions(),
-                 stats: ContactStats | None = None) -> Iterator[tuple[Record, np.ndarray]]:
-    """(record, (L, L) float32 probabilities) of every protein, in input order."""
+                 stats: ContactStats | None = None, progress: Progress | None = None
+                 ) -> Iterator[tuple[Record, np.ndarray]]:
+    """(record, (L, L) float32 probabilities) of every protein, in input order; `progress` counts residues."""
     stats = stats if stats is not None else ContactStats()
     for block in _blocks(found):
         maps: dict[int, np.ndarray] = {}
         for batch in _batches(block, options.batch_pairs):
             maps.update(zip((id(p) for p in batch), _predict(model, batch, pad_id)))
             stats.batches += 1
+            if progress is not None:
+                progress.update(sum(p.length for p in batch))
         for protein in block:
             stats.records += 1
             stats.residues += protein.length
@@ -169,10 +173,11 @@ def _drawn(maps: Iterator[tuple[Record, np.ndarray]], pictures: list[Path]) -> I
 
 def predict_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
                  options: ContactOptions = ContactOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                 device: str = "cpu", plot: str | Path | None = None, overwrite: bool = False) -> ContactStats:
+                 device: str = "cpu", plot: str | Path | None = None, overwrite: bool = False,
+                 progress: bool = False) -> ContactStats:
     """Contact maps of every record of `input_path` into `output_path` (.npz, .tsv or .rr; `formats`) and, with
     `plot` (a directory), one PNG a record (`picture_paths`: `<id>.png`, an existing one replaced only with
-    `overwrite`); returns the run's counts. Every refusal comes before the model runs and the outputs are touched."""
+    `overwrite`); returns the run's counts. `progress`: residues done on stderr (`biotf.progress`). Every refusal comes before the model runs and the outputs are touched."""
     fmt = contact_format(output_path)
     model, tokenizer = load_pretrained(model_source, device=device)
     check_contact_head(model, model_source)
@@ -184,8 +189,10 @@ def predict_file(model_source: str | Path, input_path: str | Path, output_path: 
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
 
     def write(temporary: Path) -> None:
-        maps = contact_maps(model, found, pad_id, options, stats)
-        WRITERS[fmt](temporary, _drawn(maps, pictures) if pictures is not None else maps)
+        with reporting(progress, f"contacts {Path(input_path).name}", "residues", model,
+                       sum(p.length for p in found)) as shown:
+            maps = contact_maps(model, found, pad_id, options, stats, shown)
+            WRITERS[fmt](temporary, _drawn(maps, pictures) if pictures is not None else maps)
 
     atomic_write(output_path, write)
     return stats
