@@ -92,7 +92,11 @@ def morgan_fingerprints(sequences: Sequence[str], ids: Sequence[str]) -> np.ndar
     """(N, 2048) Morgan bits; a SMILES RDKit cannot parse is an InputError naming its record."""
     from biotf.tokenizers.chem import molecule  # raises a BiotfError with the install line when RDKit is missing
 
-    molecules = [molecule(smiles, record) for smiles, record in zip(sequences, ids)]
+    return fingerprints([molecule(smiles, record) for smiles, record in zip(sequences, ids)])
+
+
+def fingerprints(molecules: Sequence) -> np.ndarray:
+    """(N, 2048) Morgan bits of RDKit molecules."""
     from rdkit.Chem import rdFingerprintGenerator
 
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=MORGAN_RADIUS, fpSize=MORGAN_BITS)

@@ -20,10 +20,10 @@ from biotf.data.split_file import read_sides
 from biotf.errors import InputError
 from biotf.conventions import IGNORE_INDEX
 from biotf.finetune.labelled import LabelledSet
+from biotf.wording import listed
 
 RESULT_FILE = "finetune.json"
 PREDICTIONS_FILE = "predictions_test.tsv"
-LISTED_IDS = 20  # ids a summary line lists at most (finetune.json has every one)
 
 
 def write_predictions(path: Path, data: LabelledSet, rows: np.ndarray, predictions: list[np.ndarray], task: str) -> None:
@@ -99,10 +99,8 @@ class FinetuneSummary:
                  f"  best checkpoint, test:       {row(self.test)}"]
         if self.dropped:
             lines.append("  left out: " + ", ".join(f"{n} {why}" for why, n in self.dropped.items()))
-        for why, ids in self.left_out_ids.items():
-            shown = ", ".join(ids[:LISTED_IDS]) + (f" and {len(ids) - LISTED_IDS} more (finetune.json lists them "
-                                                  "all)" if len(ids) > LISTED_IDS else "")
-            lines.append(f"  left out, {why}: {shown}")
+        for why, ids in self.left_out_ids.items():  # finetune.json lists every one
+            lines.append(f"  left out, {why}: {listed(ids)}")
         if self.cropped:
             lines.append(f"  kept but cut: {self.cropped} {CROPPED}")
         if self.policies:

@@ -242,3 +242,16 @@ def test_index_json_records_every_files_checksum(tmp_path):
         index.search(clustered(2, 6), 3, "cosine")
     scores, rows = index.search(index.vectors[:3], 2, "l2")
     assert rows[:, 0].tolist() == [0, 1, 2] and np.allclose(scores[:, 0], 0, atol=1e-3)  # distances, not squared
+
+
+def test_evaluate_lists_unparsable_smiles_or_refuses_them_naming_the_option():
+    pytest.importorskip("rdkit")
+    smiles = ["CCO", "CCN", "c1ccccc1O", "c1ccccc1N", "CCCO", "C1=CC=CN1(C)(C)"]
+    labels = np.array(["a", "b", "a", "b", "a", "b"])
+    vectors = np.eye(6, dtype=np.float32)
+    ids = [f"r{i}" for i in range(6)]
+    report = knn_agreement(vectors, labels, smiles, ids, "smiles", [1])  # skip: as search evaluate always did
+    assert report.unparsable == ["r5"] and report.n_queries == 5
+    assert report.left_out == {"records without a Morgan fingerprint (RDKit cannot parse)": 1}
+    with pytest.raises(InputError, match=r"\(record 'r5'\); set --invalid-smiles skip to leave such records out"):
+        knn_agreement(vectors, labels, smiles, ids, "smiles", [1], invalid_smiles="error")
