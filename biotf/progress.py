@@ -58,8 +58,9 @@ def is_terminal(stream: TextIO) -> bool:
 class Progress:
     """Counts `unit`s done of `total` (None: not known in advance) under `description`: a tqdm bar when `stream`
     (default stderr) is a terminal, else a plain line after the first `every_seconds` and at most that often.
-    `update(n)` counts work done, `detail(text)` says where a long piece of work stands (`slot` "layer": the
-    layer a forward has reached, cleared by the next `update`), each printing a line if one is due, `close()` prints nothing more (the commands print their own summary)."""
+    `update(n, detail)` counts work done (`detail`: where a long piece of work stands, e.g. the windows of a
+    block), `detail(text, "layer")` the layer a forward has reached (cleared by the next `update`), each printing
+    a line if one is due, `close()` prints nothing more (the commands print their own summary)."""
 
     def __init__(self, description: str, unit: str, total: int | None = None, stream: TextIO | None = None,
                  every_seconds: float | None = None, clock: Callable[[], float] = time.monotonic):
@@ -77,10 +78,14 @@ class Progress:
             self._bar = tqdm(total=total, unit=unit, unit_scale=True, desc=description, leave=False,
                              file=self.stream)
 
-    def update(self, n: int) -> None:
+    def update(self, n: int, detail: str | None = None) -> None:
         self.done += n
         self._details.pop("layer", None)  # a forward finished
+        if detail is not None:
+            self._details["work"] = detail
         if self._bar is not None:
+            if detail is not None:
+                self._bar.set_postfix_str(detail, refresh=False)
             self._bar.update(n)
         self._maybe_print()
 

@@ -43,6 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="exact (any size that fits in memory; any metric at query time) or approx (faiss HNSW)")
     build.add_argument("--metric", choices=METRICS, default="cosine", help="the approximate index's metric")
     build.add_argument("--array", default="embeddings", help="which array of the file (default embeddings; layer_<i>)")
+    build.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     build.set_defaults(run=run_build)
 
     query = actions.add_parser("query", help="top-k neighbours of sequences, ids or id expressions")
@@ -87,7 +89,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from biotf.analysis.search.index import build_index
 
-    meta = build_index(args.embeddings, args.output, args.index_type, args.metric, args.array)
+    meta = build_index(args.embeddings, args.output, args.index_type, args.metric, args.array, not args.no_progress)
     print(f"{args.embeddings} -> {args.output}: {meta['records']:,} records x {meta['dim']}, {meta['kind']} "
           f"({meta['metric']})", file=sys.stderr)
     return 0

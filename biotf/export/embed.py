@@ -273,8 +273,8 @@ class Embedder:
                         start += len(piece.ids)
                 if progress is not None:  # a long record's windows are many batches of one block
                     ran += sum(len(row) for row in batch)
-                    progress.update(sum(len(p.ids) for row in batch for p in row))
-                    progress.detail(f"windows {ran}/{len(pieces)} of this block")
+                    progress.update(sum(len(p.ids) for row in batch for p in row),
+                                    f"windows {ran}/{len(pieces)} of this block")
                 del hidden  # it holds the batch's activations: free them before the trim
                 release_free_heap()
             stats.windows += len(pieces)

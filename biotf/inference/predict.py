@@ -29,6 +29,7 @@ from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_
 from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.errors import ConfigError
 from biotf.model.tasks import TaskModel
+from biotf.progress import reporting
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON array of strings a line
@@ -93,11 +94,12 @@ class PredictRun:
 
     def __init__(self, model_source: str | Path, output: str | Path, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None,
-                 packing: bool = False):
+                 packing: bool = False, progress: bool = False):
         if batch_size < 1:
             raise ConfigError("--batch-size", batch_size, "an integer >= 1")
         check_packable(packing)
         self.output, self.batch_size, self.input_path, self.packing = output, batch_size, input_path, packing
+        self.progress = progress  # records predicted, on stderr (`biotf.progress`)
         self.tokenizer_options = dict(tokenizer_options or {})
         self.model, self.tokenizer, self.info = load_task_model(model_source, tokenizer_options)
         check_packable(packing, self.model.trunk.config)
@@ -113,18 +115,22 @@ class PredictRun:
             predictions, scores = predict(self.model, self.tokenizer, [ids for _, ids in batch], self.packing)
             rows.extend(prediction_row(record, ids, predicted, score, self.info, self.tokenizer)
                         for (record, ids), predicted, score in zip(batch, predictions, scores))
+            if shown is not None:
+                shown.update(len(batch))
             batch.clear()
 
-        for record in records:
-            summary.records += 1
-            ids = encode_for_task(self.tokenizer, record.sequence, record.id, self.info.max_length,
-                                  self.info.long_policy, summary.counts, summary.policies, self.input_path)
-            if ids is not None:
-                batch.append((record.id, ids))
-            if len(batch) == self.batch_size:
+        with reporting(self.progress, f"predicting {Path(self.input_path or '').name}", "records",
+                       self.model.trunk) as shown:
+            for record in records:
+                summary.records += 1
+                ids = encode_for_task(self.tokenizer, record.sequence, record.id, self.info.max_length,
+                                      self.info.long_policy, summary.counts, summary.policies, self.input_path)
+                if ids is not None:
+                    batch.append((record.id, ids))
+                if len(batch) == self.batch_size:
+                    flush()
+            if batch:
                 flush()
-        if batch:
-            flush()
         summary.rows += len(rows)
         return rows
 
@@ -172,12 +178,13 @@ class PredictRun:
 
 def predict_file(model_source: str | Path, input_path: str | Path, output: str | Path,
                  options: ReaderOptions | None = None, batch_size: int = 32,
-                 tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False) -> PredictionSummary:
+                 tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False,
+                 progress: bool = False) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
     (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
     policies of the model's tokenizer (`load_pretrained`); `packing`: the records of a batch share rows (`predict`).
     An error about a record names `input_path`."""
-    run = PredictRun(model_source, output, batch_size, tokenizer_options, input_path, packing)
+    run = PredictRun(model_source, output, batch_size, tokenizer_options, input_path, packing, progress)
     summary = PredictionSummary(rows=0, records=0, task=run.info.task)
     run.write(run.rows(read_records(input_path, options or ReaderOptions(), summary.policies), summary))
     return summary

@@ -15,7 +15,8 @@ from biotf.progress import SECONDS_VARIABLE, Progress, line_seconds
 from tiny_models import save_tiny_protein_model
 
 LONG = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAGEGLYTHMKALRPDEDRLSPLHS"
-LINE = re.compile(r"^(embedding|scoring|contacts) \S+: [\d,]+/(\?|[\d,]+) (tok|pos|residues)")
+LINE = re.compile(r"^(embedding|scoring|contacts|indexing|sampling) \S+: [\d,]+/(\?|[\d,]+) "
+                  r"(tok|pos|residues|records|samples)")
 
 
 @pytest.fixture(autouse=True)
@@ -90,6 +91,22 @@ def test_contacts_counts_residues_of_a_known_total(capsys, tmp_path, random_esm,
     assert [line for line in progress if re.match(r"contacts p\.fasta: 15/28 residues \(53%\)", line)]
     assert any(line.startswith("contacts p.fasta: 28/28 residues (100%)") for line in progress)
     assert any("layer" in line for line in progress)
+
+
+def test_search_build_and_generate_count_toward_their_totals(capsys, tmp_path, one_pass_model):
+    pytest.importorskip("faiss")
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
+    run(capsys, "embed", "--no-progress", "--model", one_pass_model, "--input", fasta, "--output", tmp_path / "e.npz")
+    out, progress, _ = run(capsys, "search", "build", "--embeddings", tmp_path / "e.npz", "--output", tmp_path / "ix",
+                           "--index-type", "approx")
+    assert out == "" and progress and progress[-1].startswith("indexing ix: 3/3 records (100%)")
+    causal = save_tiny_protein_model(tmp_path / "causal", max_seq_len=32, causal=True)
+    out, progress, _ = run(capsys, "generate", "--model", causal, "--num-samples", 4, "--batch-size", 2,
+                           "--max-new-tokens", 5, "--output", tmp_path / "s.fasta")
+    assert out == "" and [line.split(",")[0] for line in progress] == ["sampling s.fasta: 2/4 samples (50%)",
+                                                                      "sampling s.fasta: 4/4 samples (100%)"]
+    assert progress[-1].endswith("; 4 drawn")
 
 
 def test_lines_every_interval_with_rate_and_time_left():
