@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import add_input_arguments, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 
 
@@ -107,9 +107,9 @@ def _run_predict(args: argparse.Namespace) -> int:
                                        "`biotf contacts fit` / `biotf contacts evaluate`)")
     contact_format(args.output)
     prepare_outputs(args, {"--output": args.output}, [args.input])
-    stats = predict_file(args.model, args.input, args.output, ContactOptions(batch_pairs=args.batch_pairs),
-                         reader_options(args), device=args.device, plot=args.plot, overwrite=args.overwrite,
-                         progress=not args.no_progress)
+    stats = predict_file(load_model(args, args.device), args.input, args.output,
+                         ContactOptions(batch_pairs=args.batch_pairs), reader_options(args), plot=args.plot,
+                         overwrite=args.overwrite, progress=not args.no_progress)
     print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
     return 0
 

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
@@ -81,17 +81,15 @@ def run(args: argparse.Namespace) -> int:
     options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                            max_length=args.max_length, long=args.long, overlap=args.overlap, packing=args.packing)
     reader = reader_options(args)
-    tokenizer_options = parse_options(args.option)
     progress = not args.no_progress  # a bar on a terminal, plain lines elsewhere (biotf.progress)
     launched = launch()
-    with as_option_errors(tokenizer_options):
+    model = load_model(args, args.device if launched is None else launched.device(args.device))
+    with as_option_errors(model.tokenizer_options):
         if launched is None:
             note_waiting_parts(args)
-            stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
-                               progress=progress, tokenizer_options=tokenizer_options)
+            stats = embed_file(model, args.input, args.output, options, reader, progress=progress)
         else:
-            work = EmbedRun(args.model, args.input, args.output, options, launched.device(args.device),
-                            progress and launched.rank == 0, tokenizer_options)
+            work = EmbedRun(model, args.input, args.output, options, progress=progress and launched.rank == 0)
             done = run_in_parts(args, work, launched)
             if done is None:
                 return 0

@@ -158,8 +158,9 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.inference.generation import TextStreamer, encode_prompts, fit_prompts, generate_ids
-    from biotf.inference.pretrained import load_for_generation
+    from biotf.api import Model
+    from biotf.inference.generation import TextStreamer
+    from biotf.inference.pretrained import complete
     from biotf.tokenizers.base import PolicyStats
 
     if args.model is None:
@@ -176,30 +177,28 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     tokenizer_options = parse_options(args.option)
     with as_option_errors(tokenizer_options):
-        model, tokenizer, defaults = load_for_generation(args.model, args.dtype, tokenizer_options)
+        loaded = Model.load(args.model, dtype=args.dtype, tokenizer_options=tokenizer_options, for_generation=True)
+    decoder, defaults = decoding(loaded, args.verbose)
+    tokenizer = loaded.tokenizer
     if args.num_samples is not None:
-        return run_samples(args, model, tokenizer, defaults)
+        return run_samples(args, decoder, tokenizer, defaults)
     policies = PolicyStats()
     sampling = sampling_settings(args, defaults, defaults.temperature)
+    streamer = None
+    if len(prompts) == 1:
+        streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"biotf {args.command}: warning: %(message)s"))
     logger = logging.getLogger("biotf.inference")
     logger.addHandler(handler)
+    start = time.perf_counter()
     try:
-        ids = (encode_prompts(tokenizer, prompts, True, args.system, policies) if args.chat
-               else defaults.encode_prompts(tokenizer, prompts, policies))
-        max_new_tokens = option(args.max_new_tokens, defaults.new_tokens(max(map(len, ids)), model.config.max_seq_len))
-        ids = fit_prompts(ids, max_new_tokens, model.config.max_seq_len, args.truncate_prompt)
+        ids, new = complete(decoder, tokenizer, defaults, prompts, chat=args.chat, system=args.system,
+                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
+                            truncate_prompt=args.truncate_prompt, on_token=streamer, stats=policies)
     finally:
         logger.removeHandler(handler)
-    decoder = fast_decoder(model, args.verbose)
-    streamer = None
-    if len(prompts) == 1:
-        streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
-    start = time.perf_counter()
-    new = generate_ids(decoder, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
-                       eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, on_token=streamer)
     seconds = time.perf_counter() - start
     if streamer is not None:
         sys.stdout.write("\n")
@@ -218,17 +217,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def fast_decoder(model, verbose: bool):
-    """`optimize_for_decoding(model)`; with `verbose`, its plan (which paths, measured how) on stderr."""
-    from biotf.inference.fast import optimize_for_decoding
-
-    decoder = optimize_for_decoding(model)
+def decoding(model, verbose: bool):
+    """`model.decoding()`; with `verbose`, the decoding plan (which paths, measured how) on stderr."""
+    decoder, defaults = model.decoding()
     if verbose:
         print(decoder.plan.describe(), file=sys.stderr)
-    return decoder
+    return decoder, defaults
 
 
-def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
+def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
     """`--num-samples N --output FILE`: draw, write all or nothing, and say what was drawn on stderr."""
     from biotf.inference.sampling import sample_sequences, write_samples
     from biotf.progress import reporting
@@ -245,7 +242,7 @@ def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
     sampling = sampling_settings(args, defaults, defaults.temperature or 1.0)  # drawing samples: never greedy
     start = time.perf_counter()
     with reporting(not args.no_progress, f"sampling {args.output.name}", "samples", total=args.num_samples) as shown:
-        drawn = sample_sequences(fast_decoder(model, args.verbose), tokenizer, defaults, args.num_samples,
+        drawn = sample_sequences(decoder, tokenizer, defaults, args.num_samples,
                                  prompt=args.prompt, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
                                  max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws,
                                  progress=shown)

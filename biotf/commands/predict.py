@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
@@ -49,16 +49,16 @@ def run(args: argparse.Namespace) -> int:
     from biotf.wording import counted
 
     prepare_outputs(args, {"--output": args.output}, [args.input])
-    tokenizer_options = parse_options(args.option)
     launched = launch()
-    with as_option_errors(tokenizer_options):
+    model = load_model(args)
+    with as_option_errors(model.tokenizer_options):
         if launched is None:
             note_waiting_parts(args)
-            summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size,
-                                   tokenizer_options, args.packing, not args.no_progress)
+            summary = predict_file(model, args.input, args.output, reader_options(args), args.batch_size,
+                                   packing=args.packing, progress=not args.no_progress)
         else:
-            work = PredictRun(args.model, args.output, args.batch_size, tokenizer_options, args.input, args.packing,
-                              not args.no_progress and launched.rank == 0)
+            work = PredictRun(model, args.output, args.batch_size, input_path=args.input, packing=args.packing,
+                              progress=not args.no_progress and launched.rank == 0)
             done = run_in_parts(args, work, launched)
             if done is None:
                 return 0

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
+from biotf.commands.input_options import add_input_arguments, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
 
 
@@ -125,7 +125,7 @@ def run_query(args: argparse.Namespace) -> int:
     elif args.expression:
         queries = expression_queries(index, args.expression, metric)
     else:
-        queries, stats = sequence_queries(index, args.model, args.input, reader_options(args), args.device)
+        queries, stats = sequence_queries(index, load_model(args, args.device), args.input, reader_options(args))
         summary = f" ({stats.summary()})"
     rows = list(hits(index, queries, args.k, metric, args.ef_search))
     write_table(args.output, rows)
