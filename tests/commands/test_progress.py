@@ -15,7 +15,7 @@ from biotf.progress import SECONDS_VARIABLE, Progress, line_seconds
 from tiny_models import save_tiny_protein_model
 
 LONG = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAGEGLYTHMKALRPDEDRLSPLHS"
-LINE = re.compile(r"^(embedding|scoring|contacts|indexing|sampling) \S+: [\d,]+/(\?|[\d,]+) "
+LINE = re.compile(r"^(embedding|scoring|contacts|indexing|sampling|predicting) \S+: [\d,]+/(\?|[\d,]+) "
                   r"(tok|pos|residues|records|samples)")
 
 
@@ -107,6 +107,28 @@ def test_search_build_and_generate_count_toward_their_totals(capsys, tmp_path, o
     assert out == "" and [line.split(",")[0] for line in progress] == ["sampling s.fasta: 2/4 samples (50%)",
                                                                       "sampling s.fasta: 4/4 samples (100%)"]
     assert progress[-1].endswith("; 4 drawn")
+
+
+def test_predict_counts_the_records_it_predicted(capsys, tmp_path):
+    import torch
+
+    from biotf.checkpoint.task_model import TaskInfo, save_task_model
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.model.tasks import TaskModel
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    torch.manual_seed(0)
+    trunk = Transformer(TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64,
+                                          causal=False))
+    directory = save_task_model(TaskModel(trunk, "classification", 2, pool="mean"), AminoAcidTokenizer(),
+                                TaskInfo("classification", ["no", "yes"], "mean", 32, "crop"), tmp_path / "task")
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
+    out, progress, _ = run(capsys, "predict", "--model", directory, "--input", fasta, "--output", tmp_path / "p.tsv",
+                           "--batch-size", 2)
+    assert [line.split(",")[0] for line in progress if "layer" not in line] == [
+        "predicting p.fasta: 2/? records", "predicting p.fasta: 3/? records"]
+    assert "prediction" in out  # predict's summary line is on stdout, as before
 
 
 def test_lines_every_interval_with_rate_and_time_left():
