@@ -36,6 +36,7 @@ from biotf.data.readers import Record
 from biotf.data.packing import check_packable
 from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
+from biotf.export.sentence_transformers import embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import Sampling
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
@@ -106,7 +107,7 @@ class Model(LoadedModel):
         their decoding layout, one copy per tensor (`load_hf_checkpoint`), and a directory of a family or
         architecture biotf does not generate with is refused before its weights are read (`decoding` refuses a
         masked-LM)."""
-        path = Path(source)
+        path = transformer_directory(Path(source))  # a sentence-transformers directory's model (`embed` pools as it)
         loader = find_source(path)
         torch_dtype = parse_dtype(dtype)  # an unknown dtype is refused before any weight is read
         task = info = generation = None
@@ -129,7 +130,8 @@ class Model(LoadedModel):
         if task is not None:
             task.to(device=device, dtype=torch_dtype).eval()
         tokenizer = with_options(tokenizer, tokenizer_options or {})
-        return cls(network, tokenizer, str(path), loader.name, task, info, dict(tokenizer_options or {}), generation)
+        return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
+                   generation)
 
     def save(self, directory: str | Path, hf: str | None = None) -> Path:
         """Write the model into a new `directory`: a biotf export (config.json, model.safetensors, tokenizer.json;
@@ -159,21 +161,22 @@ class Model(LoadedModel):
 
     # --- the jobs -----------------------------------------------------------------------------------------
     def embed(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
-              pool: str = "mean", layer: int | str = -1, batch_tokens: int = 16384, max_length: int | None = None,
-              long: str = "chunk", overlap: int | None = None, packing: bool = False,
+              pool: str | None = None, layer: int | str = -1, batch_tokens: int = 16384,
+              max_length: int | None = None, long: str | None = None, overlap: int | None = None, packing: bool = False,
               summary: EmbedStats | None = None) -> np.ndarray | list[np.ndarray]:
         """One float32 vector per sequence, in order, as `biotf embed` computes it (`EmbedOptions` say what the
-        options mean): an (N, d_model) array, or (N, layers, d_model) with `layer="all"`; with `pool="none"` a list
+        options mean; `pool`, `max_length` and `long` not given: a sentence-transformers directory's own pooling,
+        length and cut, else mean pooling over windows of the model's length): an (N, d_model) array, or (N, layers, d_model) with `layer="all"`; with `pool="none"` a list
         of (tokens, d_model) arrays, one row per content token ((layers, tokens, d_model) with `layer="all"`).
         `summary` counts what `biotf embed`'s summary line says (windows, chunked and truncated records, what the
         tokenizer's policies changed); every job takes one of its own kind."""
-        options = EmbedOptions(pool=pool, layer=layer, batch_tokens=batch_tokens, max_length=max_length, long=long,
-                               overlap=overlap, packing=packing)
+        _, pooling = embed_defaults(self.source, pool, max_length, long)
+        options = EmbedOptions(**pooling, layer=layer, batch_tokens=batch_tokens, overlap=overlap, packing=packing)
         embedder = Embedder(self.network, self.tokenizer, options)
         single = layer != "all"
         vectors = [item.vectors[0] if single else item.vectors
                    for item in embedder.embed(as_records(sequences, ids), summary)]
-        if pool == "none":
+        if options.pool == "none":
             return vectors
         width = (self.network.config.d_model,) if single else (len(embedder.layers), self.network.config.d_model)
         return np.stack(vectors) if vectors else np.zeros((0, *width), np.float32)

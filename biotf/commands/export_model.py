@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -23,13 +24,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from biotf.api import Model
     from biotf.errors import ConfigError
+    from biotf.export.outputs import hold
     from biotf.model.hf import FAMILIES
 
     writers = [name for name, family in FAMILIES.items() if family.export_config is not None]
     if args.hf not in (None, "auto", *writers):  # before the model is read
         raise ConfigError("--hf", args.hf, allowed=" | ".join(writers))
-    model = Model.load(args.source)
-    path = model.save(args.directory, args.hf)
+    with hold(Path(args.directory), "directory"):  # a second export into it meanwhile is refused at once
+        model = Model.load(args.source)
+        path = model.save(args.directory, args.hf)
     print(f"exported {args.source} to {path} ({model.network.num_parameters():,} parameters, "
           f"tokenizer {model.tokenizer.kind} {model.tokenizer.fingerprint})")
     return 0

@@ -43,9 +43,8 @@ import sys
 import time
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors,
-                                          parse_options, reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.input_options import add_input_arguments, add_tokenizer_options, load_model, reader_options
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.errors import ConfigError, check_int
 from biotf.wording import counted
 
@@ -158,7 +157,6 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.api import Model
     from biotf.inference.generation import TextStreamer
     from biotf.inference.pretrained import complete
     from biotf.tokenizers.base import PolicyStats
@@ -166,22 +164,16 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         args.generate_parser.error("the following arguments are required: --model (or use `biotf generate evaluate`)")
     check_sample_arguments(args)
+    if args.system is not None and not args.chat:
+        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     if args.num_samples is not None:
         from biotf.inference.sampling import sample_format
 
         sample_format(args.output)
-        prepare_outputs(args, {"--output": args.output}, [args.model])
-    else:
-        prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
-    if args.system is not None and not args.chat:
-        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
-    tokenizer_options = parse_options(args.option)
-    with as_option_errors(tokenizer_options):
-        loaded = Model.load(args.model, dtype=args.dtype, tokenizer_options=tokenizer_options, for_generation=True)
-    decoder, defaults = decoding(loaded, args.verbose)
-    tokenizer = loaded.tokenizer
-    if args.num_samples is not None:
-        return run_samples(args, decoder, tokenizer, defaults)
+        with claim_outputs(args, {"--output": args.output}, [args.model]):
+            return run_samples(args, *load_generator(args))
+    prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
+    decoder, tokenizer, defaults = load_generator(args)
     policies = PolicyStats()
     sampling = sampling_settings(args, defaults, defaults.temperature)
     streamer = None
@@ -217,12 +209,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def decoding(model, verbose: bool):
-    """`model.decoding()`; with `verbose`, the decoding plan (which paths, measured how) on stderr."""
+def load_generator(args: argparse.Namespace) -> tuple:
+    """--model's decoder (`biotf.Model.decoding`), tokenizer (with --option's policies) and generation defaults; with
+    --verbose, the decoding plan (which paths, measured how) on stderr."""
+    model = load_model(args, dtype=args.dtype, for_generation=True)
     decoder, defaults = model.decoding()
-    if verbose:
+    if args.verbose:
         print(decoder.plan.describe(), file=sys.stderr)
-    return decoder, defaults
+    return decoder, model.tokenizer, defaults
 
 
 def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
@@ -279,23 +273,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
     inputs = [args.input, *tests.values(), *([args.train] if args.train else [])]
     if args.output is not None:
         metric_format(args.output)
-        prepare_outputs(args, {"--output": args.output}, inputs)
-    evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
-                               ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
-                               args.batch_size, args.device)
-    for name, loaded in evaluation.references.items():
-        how = (f"read from {loaded.path}" if loaded.how == "cache" else
-               f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
-               + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
-        left_out = loaded.statistics.rows - loaded.statistics.molecules
-        invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
-        print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
-              file=sys.stderr)
-    if args.output is not None:
-        write_metrics(args.output, evaluation)
-    print("\t".join(COLUMNS))
-    for row in evaluation.rows:
-        print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
-    if evaluation.input_policies:
-        print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, inputs):
+        evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
+                                   ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
+                                   args.batch_size, args.device)
+        for name, loaded in evaluation.references.items():
+            how = (f"read from {loaded.path}" if loaded.how == "cache" else
+                   f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
+                   + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
+            left_out = loaded.statistics.rows - loaded.statistics.molecules
+            invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
+            print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
+                  file=sys.stderr)
+        if args.output is not None:
+            write_metrics(args.output, evaluation)
+        print("\t".join(COLUMNS))
+        for row in evaluation.rows:
+            print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
+        if evaluation.input_policies:
+            print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
+        return 0

@@ -36,7 +36,8 @@ def open_embedder(model: str | Path | LoadedModel, options: EmbedOptions = Embed
         "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
         "tokenizer_options": loaded.tokenizer_options, "pool": options.pool,
         "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
-        "overlap": options.overlap, "packing": options.packing, "dim": model.config.d_model}
+        "overlap": options.overlap, "packing": options.packing, "pool_specials": options.pool_specials,
+        "normalize": options.normalize, "dim": model.config.d_model}
     return embedder, info
 
 
@@ -74,7 +75,7 @@ class EmbedRun:
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         keys = ("model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
-                "long", "overlap", "packing")
+                "long", "overlap", "packing", "pool_specials", "normalize")
         return {"command": "embed", **{key: self.info[key] for key in keys}}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def test_a_broken_or_refusing_chat_template_is_one_line(loaded, capsys, monkeypa
     monkeypatch.setattr(tokenizer, "chat_template", template)
     assert main(["generate", "--model", "x", "--prompt", "Hi", "--chat", "--max-new-tokens", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("biotf generate: error: the chat template of the bpe tokenizer"), err
+    assert err.count("\n") == 1 and err.startswith("biotf generate: error: the chat template of the byte-level BPE tokenizer"), err
     assert message in err, err
 
 

@@ -59,7 +59,8 @@ def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_
                          "--expression work)")
     options = EmbedOptions(pool=info["pool"], layer=array_layer(info, index.meta["array"]), batch_tokens=batch_tokens,
                            max_length=info.get("max_length"), long=info.get("long", "chunk"),
-                           overlap=info.get("overlap"))
+                           overlap=info.get("overlap"), pool_specials=info.get("pool_specials", False),
+                           normalize=info.get("normalize", False))
     embedder, query_info = open_embedder(model, options, device, info.get("tokenizer_options") or {})
     for key, what in (("model_fingerprint", "model"), ("tokenizer_fingerprint", "tokenizer")):
         if query_info[key] != info.get(key):
