@@ -262,11 +262,11 @@ def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str]
         raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
     directory = Path(directory)
     with hold(directory, "--output"):  # another build into the same directory is refused, an add waits for it
-        return _build(directory, vectors, ids, info, kind, metric, array, sources)
+        return _build(directory, vectors, ids, info, kind, metric, array, sources, progress)
 
 
 def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str, Any], kind: str, metric: str,
-           array: str, sources: Sequence[str]) -> dict[str, Any]:
+           array: str, sources: Sequence[str], progress: bool) -> dict[str, Any]:
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InputError(f"--output {directory} exists and is not an empty directory; choose a new directory")
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
