@@ -10,11 +10,13 @@ rejects is reported by the return value (`is_valid`) or one InputError naming it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from biotf.errors import BiotfError, InputError
+from biotf.errors import BiotfError, InputError, check_choice
+
+INVALID_SMILES = ("error", "skip")  # data.invalid_smiles, --invalid-smiles: what a SMILES RDKit cannot parse does
 
 
 def _chem():
@@ -27,14 +29,31 @@ def _chem():
     return Chem
 
 
-def molecule(smiles: str, record: str | None):
-    """RDKit's molecule of `smiles`; an InputError naming the record if RDKit cannot parse it, a BiotfError with
-    the install line if RDKit is missing."""
+def molecule(smiles: str, record: str | None, skip_option: str | None = None):
+    """RDKit's molecule of `smiles`; an InputError naming the record (and `skip_option`, the setting that would
+    leave such records out, where the caller has one) if RDKit cannot parse it, a BiotfError with the install line
+    if RDKit is missing."""
     parsed = _chem().MolFromSmiles(smiles)
     if parsed is None or not smiles:
         where = f" (record {record!r})" if record is not None else ""
-        raise InputError(f"RDKit cannot parse SMILES {smiles!r}{where}")
+        fix = f"; set {skip_option} to leave such records out" if skip_option is not None else ""
+        raise InputError(f"RDKit cannot parse SMILES {smiles!r}{where}{fix}")
     return parsed
+
+
+def molecules(smiles: Sequence[str], ids: Sequence[str], invalid: str = "error",
+              key: str = "data.invalid_smiles") -> tuple[list, list[int]]:
+    """(RDKit's molecule of each SMILES, None where it cannot parse; the positions of those) under the policy
+    `invalid` (`INVALID_SMILES`), the caller's setting `key` (a config key, or a command's flag such as
+    `--invalid-smiles`): "error" refuses the first unparsable one in one line naming its record and the setting
+    that leaves such records out; "skip" leaves them to the caller to leave out and count (MoleculeNet's BBBP has
+    11 of 2,050)."""
+    check_choice(key, invalid, INVALID_SMILES)
+    if invalid == "error":
+        skip = f"{key} skip" if key.startswith("--") else f"{key}=skip"
+        return [molecule(s, record, skip) for s, record in zip(smiles, ids)], []
+    parsed = [parse(s) for s in smiles]
+    return parsed, [position for position, mol in enumerate(parsed) if mol is None]
 
 
 def parse(smiles: str):

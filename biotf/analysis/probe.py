@@ -42,6 +42,7 @@ class ProbeReport:
     folds: int
     rows: list[ProbeRow]
     dropped: Counter = field(default_factory=Counter)
+    unparsable: list[str] = field(default_factory=list)  # ids of the SMILES RDKit cannot parse, left out
 
     @property
     def higher_is_better(self) -> bool:
@@ -121,14 +122,16 @@ def cross_validate(features: np.ndarray, target: np.ndarray, splits: list[tuple[
 def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.ndarray, ids: np.ndarray,
               kind: str | None, task: str = "auto", folds: int = 5, seed: int = 0, deduplicate: bool = False,
               baseline_kind: str | None = "auto", model_name: str = "biotf",
-              split: np.ndarray | None = None) -> ProbeReport:
+              split: np.ndarray | None = None, invalid_smiles: str = "error") -> ProbeReport:
     """Probe every array in `arrays` (name -> (N, D)), the baseline and a trivial predictor on the same folds.
 
     `split` (one of train / validation / test / "" per record, e.g. a fine-tuning run's split.tsv) replaces the
     folds by that one split: fitted on train + validation, scored on test; records with "" are left out (counted).
 
     `kind` is the tokenizer kind the file was made with; `baseline_kind` "auto" uses it, None skips the
-    baseline, any other value names one of `biotf.analysis.baselines.BASELINES`.
+    baseline, any other value names one of `biotf.analysis.baselines.BASELINES`. A SMILES RDKit cannot parse has no
+    Morgan fingerprint: refused naming `--invalid-smiles` (`invalid_smiles` "error"), or left out of every row,
+    counted and listed ("skip").
     """
     from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -140,6 +143,17 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
         outside = split[chosen] == ""
         dropped["not in the split"] += int(outside.sum())
         chosen = chosen[~outside]
+    kind = kind if baseline_kind == "auto" else baseline_kind
+    unparsable: list[str] = []
+    if kind == "smiles":  # before the folds: every row is fitted on the same records
+        from biotf.tokenizers.chem import molecules
+
+        _, bad = molecules([str(s) for s in sequences[chosen]], [str(i) for i in ids[chosen]], invalid_smiles,
+                           "--invalid-smiles")
+        if bad:
+            unparsable = [str(ids[chosen[i]]) for i in bad]
+            dropped["SMILES RDKit cannot parse (--invalid-smiles skip)"] += len(bad)
+            chosen = np.delete(chosen, bad)
     task = _task(task, values[chosen])
     labels = values[chosen]
     n_classes = None
@@ -176,7 +190,6 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
 
     rows = [ProbeRow(f"{model_name} {name}", array.shape[1], cross_validate(array[chosen], target, splits, probe, task))
             for name, array in arrays.items()]
-    kind = kind if baseline_kind == "auto" else baseline_kind
     if kind is not None:
         description, featurize = baseline(kind)
         features = featurize([str(s) for s in sequences[chosen]], [str(i) for i in ids[chosen]])
@@ -186,4 +199,4 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
     rows.append(ProbeRow("majority class" if task == "classification" else "mean of training labels", 0,
                          cross_validate(placeholder, target, splits, trivial, task)))
     return ProbeReport(task, "accuracy" if task == "classification" else "RMSE", len(chosen), n_classes, folds,
-                       rows, +dropped)
+                       rows, +dropped, unparsable)

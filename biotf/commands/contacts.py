@@ -52,6 +52,8 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
     parser.add_argument("--batch-pairs", type=int, default=1 << 20, metavar="N",
                         help="padded positions squared per forward, batch x T x T (default 1048576)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     _add_plot_argument(parser)
     add_overwrite_argument(parser)
 
@@ -108,7 +110,7 @@ def _run_predict(args: argparse.Namespace) -> int:
     with claim_outputs(args, {"--output": args.output}, [args.input]):
         stats = predict_file(load_model(args, args.device), args.input, args.output,
                              ContactOptions(batch_pairs=args.batch_pairs), reader_options(args), plot=args.plot,
-                             overwrite=args.overwrite)
+                             overwrite=args.overwrite, progress=not args.no_progress)
         print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
         return 0
 

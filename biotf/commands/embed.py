@@ -55,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="several records share a row, each attending to itself alone: the same vectors "
                              "with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                                overlap=args.overlap, packing=args.packing)
         reader = reader_options(args)
-        progress = not args.no_progress and sys.stderr.isatty()
+        progress = not args.no_progress  # a bar on a terminal, plain lines elsewhere (biotf.progress)
         launched = launch()
         model = load_model(args, args.device if launched is None else launched.device(args.device))
         with as_option_errors(model.tokenizer_options):

@@ -66,6 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          help="SMILES: keep drawing until N samples RDKit parses (invalid ones are counted)")
     samples.add_argument("--max-draws", type=int, metavar="M", help="with --valid-only: stop after M draws "
                                                                     "(default 10 N)")
+    samples.add_argument("--no-progress", action="store_true",
+                         help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_overwrite_argument(samples)
     parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn in the chat template")
     parser.add_argument("--system", metavar="TEXT", help="system turn for --chat (default: the template's own)")
@@ -238,6 +240,7 @@ def load_generator(args: argparse.Namespace) -> tuple:
 def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
     """`--num-samples N --output FILE`: draw, write all or nothing, and say what was drawn on stderr."""
     from biotf.inference.sampling import sample_sequences, write_samples
+    from biotf.progress import reporting
 
     valid = None
     if args.valid_only:
@@ -250,9 +253,11 @@ def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
         valid = is_valid
     sampling = sampling_settings(args, defaults, defaults.temperature or 1.0)  # drawing samples: never greedy
     start = time.perf_counter()
-    drawn = sample_sequences(decoder, tokenizer, defaults, args.num_samples,
-                             prompt=args.prompt, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
-                             max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws)
+    with reporting(not args.no_progress, f"sampling {args.output.name}", "samples", total=args.num_samples) as shown:
+        drawn = sample_sequences(decoder, tokenizer, defaults, args.num_samples,
+                                 prompt=args.prompt, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
+                                 max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws,
+                                 progress=shown)
     seconds = time.perf_counter() - start
     write_samples(args.output, drawn.samples)
     mode = "greedy" if sampling.greedy else f"temperature {sampling.temperature}, top-k {sampling.top_k or 'none'}, " \

@@ -37,6 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--packing", action="store_true",
                         help="the records of a batch share rows, each attending to (and pooled over) itself alone: "
                              "the same predictions with fewer pad tokens (see README, Packing)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_part_arguments(parser)
     add_overwrite_argument(parser)
     parser.set_defaults(run=run)
@@ -53,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
             if launched is None:
                 note_waiting_parts(args)
                 summary = predict_file(model, args.input, args.output, reader_options(args), args.batch_size,
-                                       packing=args.packing)
+                                       packing=args.packing, progress=not args.no_progress)
             else:
-                work = PredictRun(model, args.output, args.batch_size, input_path=args.input, packing=args.packing)
+                work = PredictRun(model, args.output, args.batch_size, input_path=args.input, packing=args.packing,
+                                  progress=not args.no_progress and launched.rank == 0)
                 done = run_in_parts(args, work, launched)
                 if done is None:
                     return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from biotf.analysis.baselines import BASELINES
     from biotf.analysis.probe import TASKS
+    from biotf.tokenizers.chem import INVALID_SMILES
 
     parser = subparsers.add_parser("probe", help="linear probe of embeddings vs a classical baseline",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,6 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "fitted on train + validation, scored on test")
     parser.add_argument("--baseline", choices=["auto", *BASELINES, "none"], default="auto",
                         help="classical features to compare with (default: from the embeddings' tokenizer)")
+    parser.add_argument("--invalid-smiles", choices=INVALID_SMILES, default="error",
+                        help="a SMILES RDKit cannot parse (no Morgan fingerprint): refused (error, default) or left "
+                             "out of every row, counted and listed (skip)")
     parser.set_defaults(run=run)
 
 
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     split = None if args.split is None else sides_of(args.split, table.ids)
     report = run_probe(table.arrays, values, table.sequences, table.ids, table.info.get("tokenizer"), args.task,
                        args.folds, args.seed, args.deduplicate, None if args.baseline == "none" else args.baseline,
-                       model_name=f"model ({table.info.get('pool')} pool)", split=split)
+                       model_name=f"model ({table.info.get('pool')} pool)", split=split,
+                       invalid_smiles=args.invalid_smiles)
     label = args.label + (f" ~ {args.label_pattern}" if args.label_pattern else "")
     classes = f", {report.n_classes} classes" if report.n_classes else ""
     probe = "logistic regression" if report.task == "classification" else "ridge regression"
@@ -59,5 +64,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.embeddings}: {report.n_records} records, label {label}{classes}; {probe}, {scheme}")
     if report.dropped:
         print("left out: " + ", ".join(f"{count} {why}" for why, count in report.dropped.items()))
+    if report.unparsable:
+        from biotf.wording import listed
+
+        print(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(report.unparsable)}")
     print(report.table())
     return 0

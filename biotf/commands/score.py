@@ -65,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="several masked copies / windows share a row, each attending to itself alone: the same "
                              "scores with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_part_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     output_format(args.output)
     inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
     with claim_outputs(args, {"--output": args.output}, inputs):
-        progress = not args.no_progress and sys.stderr.isatty()
+        progress = not args.no_progress  # a bar on a terminal, plain lines elsewhere (biotf.progress)
         launched = launch()
         if launched is not None and args.variants is not None:
             raise ConfigError("--variants", str(args.variants), reason="a run under torchrun scores the records of "

@@ -30,6 +30,7 @@ from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from biotf.analysis.search.choices import KINDS, METRICS
+    from biotf.tokenizers.chem import INVALID_SMILES
 
     parser = subparsers.add_parser("search", help="nearest-neighbour search over embeddings, and its evaluation",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,6 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="exact (any size that fits in memory; any metric at query time) or approx (faiss HNSW)")
     build.add_argument("--metric", choices=METRICS, default="cosine", help="the approximate index's metric")
     build.add_argument("--array", default="embeddings", help="which array of the file (default embeddings; layer_<i>)")
+    build.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     build.set_defaults(run=run_build)
 
     query = actions.add_parser("query", help="top-k neighbours of sequences, ids or id expressions")
@@ -77,13 +80,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--array", default="embeddings", help="which array of the file (default embeddings)")
     evaluate.add_argument("--classical", default="auto", metavar="auto|smiles|protein|dna|none",
                           help="classical neighbour (default: from the embeddings' tokenizer)")
+    evaluate.add_argument("--invalid-smiles", choices=INVALID_SMILES, default="skip",
+                          help="a SMILES RDKit cannot parse (no Morgan fingerprint): left out of every row, listed "
+                               "(skip, default) or refused (error)")
     evaluate.set_defaults(run=run_evaluate)
 
 
 def run_build(args: argparse.Namespace) -> int:
     from biotf.analysis.search.index import build_index
 
-    meta = build_index(args.embeddings, args.output, args.index_type, args.metric, args.array)
+    meta = build_index(args.embeddings, args.output, args.index_type, args.metric, args.array, not args.no_progress)
     print(f"{args.embeddings} -> {args.output}: {meta['records']:,} records x {meta['dim']}, {meta['kind']} "
           f"({meta['metric']})", file=sys.stderr)
     return 0
@@ -159,11 +165,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     values = labels(table, args.label, args.label_pattern)
     sides = None if args.split is None else sides_of(args.split, table.ids)
     report = knn_agreement(table.arrays[args.array], values, table.sequences, table.ids, kind, args.k, args.metric,
-                           sides, name=f"biotf {args.array}, {table.info.get('pool')} pool")
+                           sides, name=f"biotf {args.array}, {table.info.get('pool')} pool",
+                           invalid_smiles=args.invalid_smiles)
     label = args.label + (f" ~ {args.label_pattern}" if args.label_pattern else "")
     print(f"{args.embeddings}: label {label}, {report.n_classes} classes; {report.scheme}: {report.n_queries:,} "
           f"queries, {report.n_references:,} references; most frequent label {report.majority:.3f} of the queries")
     if report.left_out:
         print("left out of every row: " + ", ".join(f"{count} {why}" for why, count in report.left_out.items()))
+    if report.unparsable:
+        from biotf.wording import listed
+
+        print(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(report.unparsable)}")
     print(report.table())
     return 0

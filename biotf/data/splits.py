@@ -8,7 +8,8 @@ first puts related records in one group, then `assign` deals whole groups to the
 - identity  proteins / DNA: single-linkage clusters of records whose estimated sequence identity reaches a
             threshold (`identity_clusters`; no external binaries);
 - scaffold  SMILES: the Bemis-Murcko scaffold (Bemis & Murcko 1996; RDKit's MurckoScaffold), so the test set
-            holds ring systems the model never saw. Acyclic molecules have the empty scaffold: one group.
+            holds ring systems the model never saw. Acyclic molecules have the empty scaffold: one group. A SMILES
+            RDKit cannot parse is refused, or with data.invalid_smiles=skip left out of every split, its id listed.
 
 Identity is estimated from shared k-mers, as CD-HIT's short-word filter and Mash do: two sequences with
 identity p over the shorter one's length (substitutions spread out) share about a fraction p^k of its k-mers,
@@ -28,13 +29,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biotf.chemistry import molecule, murcko_scaffold  # molecule: without RDKit a BiotfError naming the install line
+from biotf.chemistry import molecules, murcko_scaffold  # without RDKit a BiotfError naming the install line
 from biotf.errors import ConfigError, InputError
 
 METHODS = ("random", "group", "identity", "scaffold")
 SPLIT_NAMES = ("train", "validation", "test")
 KMER_SPACE = 10**6  # k is the smallest with alphabet^k >= this
 MIN_SHARED = 4  # k-mers two sequences must share to be linked (two or three are met by chance in real proteins)
+UNPLACED = -1  # the group of a record a method cannot place (`scaffold_groups`): in no split, left out
 MAX_PAIRS = 50_000_000  # shared k-mer occurrences counted at most (memory: 16 bytes each)
 
 
@@ -130,10 +132,16 @@ def identity_clusters(sequences: Sequence[str], threshold: float, k: int | None 
     return exact_groups([str(label) for label in labels[distinct]])
 
 
-def scaffold_groups(smiles: Sequence[str], ids: Sequence[str]) -> np.ndarray:
-    """Group ids by Bemis-Murcko scaffold (RDKit); an unparsable SMILES is an error naming its record."""
-    scaffolds = [murcko_scaffold(molecule(s, record), isomeric=False) for s, record in zip(smiles, ids)]
-    return exact_groups(scaffolds)
+def scaffold_groups(smiles: Sequence[str], ids: Sequence[str], invalid_smiles: str = "error",
+                    key: str = "data.invalid_smiles") -> np.ndarray:
+    """Group ids by Bemis-Murcko scaffold (RDKit). An unparsable SMILES is an error naming its record and `key`, or
+    with `invalid_smiles="skip"` the group UNPLACED (in no split); the others' groups are those of a file without
+    it, so the rest of the split is the same."""
+    parsed, unparsable = molecules(smiles, ids, invalid_smiles, key)
+    groups = np.full(len(parsed), UNPLACED, np.int64)
+    placed = np.setdiff1d(np.arange(len(parsed)), unparsable)
+    groups[placed] = exact_groups([murcko_scaffold(parsed[i], isomeric=False) for i in placed])
+    return groups
 
 
 def assign(groups: np.ndarray, validation: float, test: float, seed: int = 0) -> np.ndarray:
@@ -173,8 +181,9 @@ def assign(groups: np.ndarray, validation: float, test: float, seed: int = 0) ->
 
 
 def split_groups(method: str, sequences: Sequence[str], ids: Sequence[str], groups: Sequence[str] | None = None,
-                 identity: float = 0.5, k: int | None = None) -> np.ndarray:
-    """Group ids per record for `method` (see the module docstring)."""
+                 identity: float = 0.5, k: int | None = None, invalid_smiles: str = "error") -> np.ndarray:
+    """Group ids per record for `method` (see the module docstring); UNPLACED for a record the method cannot place
+    (scaffold: a SMILES RDKit cannot parse, with `invalid_smiles="skip"`), which the caller leaves out."""
     if method == "random":
         return exact_groups(list(sequences))
     if method == "group":
@@ -184,5 +193,5 @@ def split_groups(method: str, sequences: Sequence[str], ids: Sequence[str], grou
     if method == "identity":
         return identity_clusters(sequences, identity, k)
     if method == "scaffold":
-        return scaffold_groups(sequences, ids)
+        return scaffold_groups(sequences, ids, invalid_smiles)
     raise ConfigError("split.method", method, " | ".join(METHODS))

@@ -267,8 +267,8 @@ class Embedder:
 
     def embed(self, records: Iterable[Record], stats: EmbedStats | None = None, source: str | Path | None = None,
               progress=None) -> Iterator[RecordEmbedding]:
-        """RecordEmbeddings in input order. `source` names the file in tokenizer errors; `progress` (a tqdm
-        bar or None) advances by the real tokens of each batch."""
+        """RecordEmbeddings in input order. `source` names the file in tokenizer errors; `progress` (a
+        `biotf.progress.Progress` or None) advances by the real tokens of each batch."""
         stats = stats if stats is not None else EmbedStats()
         pool = self.options.pool
         for block, contents in self._blocks(records, stats, source):
@@ -278,6 +278,7 @@ class Embedder:
             pieces = [piece for slot, (record, content) in enumerate(zip(block, contents))
                       for piece in self._pieces(slot, record, content, stats)]
             partials: list[list[tuple[_Piece, Partial]]] = [[] for _ in block]
+            ran = 0
             for batch in self._batches(pieces):
                 hidden = self._run(batch)
                 for number, row in enumerate(batch):
@@ -286,8 +287,10 @@ class Embedder:
                         window = hidden[:, number, start:start + len(piece.ids)]
                         partials[piece.slot].append((piece, pool_window(window, piece.owned, piece.keep, pool)))
                         start += len(piece.ids)
-                if progress is not None:
-                    progress.update(sum(len(p.ids) for row in batch for p in row))
+                if progress is not None:  # a long record's windows are many batches of one block
+                    ran += sum(len(row) for row in batch)
+                    progress.update(sum(len(p.ids) for row in batch for p in row),
+                                    f"windows {ran}/{len(pieces)} of this block")
                 del hidden  # it holds the batch's activations: free them before the trim
                 release_free_heap()
             stats.windows += len(pieces)

@@ -19,6 +19,7 @@ from biotf.checkpoint.digest import model_fingerprint
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
 from biotf.checkpoint.loading import LoadedModel, as_loaded
+from biotf.progress import reporting
 from biotf.tokenizers.base import PolicyStats
 
 
@@ -56,18 +57,10 @@ class EmbedRun:
         return EmbeddingWriter(path, self.embedder.array_names, self.options.pool == "none", self.info, spool_dir)
 
     def embed(self, records: Iterable[Record], writer: EmbeddingWriter, stats: EmbedStats) -> None:
-        """Embed `records` into `writer`, counting into `stats` (a progress bar if asked for)."""
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(unit="tok", unit_scale=True, desc=f"embedding {Path(self.input_path).name}", leave=False)
-        try:
-            for item in self.embedder.embed(records, stats, self.input_path, bar):
+        """Embed `records` into `writer`, counting into `stats` (progress on stderr if asked for: `biotf.progress`)."""
+        with reporting(self.progress, f"embedding {Path(self.input_path).name}", "tok", self.embedder.model) as shown:
+            for item in self.embedder.embed(records, stats, self.input_path, shown):
                 writer.add(item)
-        finally:
-            if bar is not None:
-                bar.close()
 
     def write(self, records: Iterable[Record], stats: EmbedStats) -> None:
         """The whole output file from `records`."""

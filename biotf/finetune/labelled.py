@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from biotf.data import ReaderOptions, read_records
+from biotf.data.readers import Record
 from biotf.data.long_policy import CROPPED, encode_for_task
 from biotf.errors import InputError
 from biotf.conventions import IGNORE_INDEX
@@ -50,6 +52,25 @@ class LabelledSet:
         """Records kept but cut to their first max_length tokens (data.long_policy=crop)."""
         return self.counts[CROPPED]
 
+    def without(self, positions: Sequence[int], reason: str) -> LabelledSet:
+        """This set without the records at `positions`, counted under `reason` (a step could not use them)."""
+        keep = np.setdiff1d(np.arange(len(self.ids)), positions)
+
+        def kept(values: list) -> list:
+            return [values[i] for i in keep]
+
+        return replace(self, ids=kept(self.ids), sequences=kept(self.sequences), token_ids=kept(self.token_ids),
+                       labels=kept(self.labels), groups=kept(self.groups) if self.groups is not None else None,
+                       counts=self.counts + Counter({reason: len(positions)}))
+
+
+def unique_columns(records: Sequence[Record]) -> list[str]:
+    """The metadata columns whose values are non-empty and distinct in every record: ids a file already has."""
+    names = records[0].metadata if records else {}
+    return [name for name in names
+            if all(r.metadata.get(name) not in (None, "") for r in records)
+            and len({r.metadata.get(name) for r in records}) == len(records)]
+
 
 def _label_values(config: TrainConfig, stats: PolicyStats | None = None) -> tuple[list, list[str], list[str | None]]:
     """(records, raw labels, group names) of the input, labels parsed with data.label_pattern; what the reader's
@@ -66,8 +87,11 @@ def _label_values(config: TrainConfig, stats: PolicyStats | None = None) -> tupl
         earlier = first.setdefault(record.id, position)
         if earlier != position and (records[earlier - 1].sequence, records[earlier - 1].metadata) != \
                 (record.sequence, record.metadata):
+            unique = unique_columns(records)
+            fix = (f" (data.id_column=<column>; columns with a distinct value in every record: {', '.join(unique)})"
+                   if unique else "")
             raise InputError(f"{data.path}: records {earlier} and {position} have the same id {record.id!r} but "
-                             "differ; split.tsv and the predictions name records by id: give them distinct ids")
+                             f"differ; split.tsv and the predictions name records by id: give them distinct ids{fix}")
     column, group_column = data.label_column, config.finetune.split.group_column
     for key, name in (("data.label_column", column), ("finetune.split.group_column", group_column)):
         if name is not None and name != "id" and name not in records[0].metadata:

@@ -20,6 +20,7 @@ from biotf.data.split_file import read_sides
 from biotf.errors import InputError
 from biotf.conventions import IGNORE_INDEX
 from biotf.finetune.labelled import LabelledSet
+from biotf.wording import listed
 
 RESULT_FILE = "finetune.json"
 PREDICTIONS_FILE = "predictions_test.tsv"
@@ -76,6 +77,7 @@ class FinetuneSummary:
     policies: dict[str, int] = dataclasses.field(default_factory=dict)  # what reader and tokenizer policies changed
     resolution: str = "base"  # of a token head: base | bin (finetune.resolution)
     bin_labels: dict[str, int] | None = None  # at bin resolution: what the majority rule did (`count_bin_labels`)
+    left_out_ids: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # ids of records a step left out
 
     @property
     def final_val_loss(self) -> float:  # what a Hydra sweeper minimises, as for language-model runs
@@ -97,6 +99,8 @@ class FinetuneSummary:
                  f"  best checkpoint, test:       {row(self.test)}"]
         if self.dropped:
             lines.append("  left out: " + ", ".join(f"{n} {why}" for why, n in self.dropped.items()))
+        for why, ids in self.left_out_ids.items():  # finetune.json lists every one
+            lines.append(f"  left out, {why}: {listed(ids)}")
         if self.cropped:
             lines.append(f"  kept but cut: {self.cropped} {CROPPED}")
         if self.policies:

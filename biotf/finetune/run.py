@@ -29,7 +29,7 @@ from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
 from biotf.data.readers import detect_format
 from biotf.data.split_file import SPLIT_FILE, write_split
-from biotf.data.splits import assign, split_groups
+from biotf.data.splits import UNPLACED, assign, split_groups
 from biotf.conventions import IGNORE_INDEX
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
@@ -50,6 +50,8 @@ from biotf.training.hints import command_line, reader_words
 from biotf.training.run import build_trainer, continue_metrics, held_run, read_resumed, write_run_files
 from biotf.training.rundir import checkpoint_run_dir
 from biotf.wording import counted
+
+INVALID_SMILES_LEFT_OUT = "SMILES RDKit cannot parse (data.invalid_smiles=skip)"  # a reason records are left out
 
 
 def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
@@ -98,7 +100,12 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     data = read_labelled(config, tokenizer, max_length)
     bin_labels = count_bin_labels(data, trunk.config.stem_factor) if config.finetune.resolution == "bin" else None
     split = config.finetune.split
-    groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer)
+    groups = split_groups(split.method, data.sequences, data.ids, data.groups, split.identity, split.kmer,
+                          config.data.invalid_smiles)
+    unplaced = np.flatnonzero(groups == UNPLACED)  # data.invalid_smiles=skip: in no split, counted and listed
+    left_out = {INVALID_SMILES_LEFT_OUT: [data.ids[i] for i in unplaced]} if len(unplaced) else {}
+    if len(unplaced):
+        data, groups = data.without(unplaced, INVALID_SMILES_LEFT_OUT), np.delete(groups, unplaced)
     sides = assign(groups, split.validation, split.test, config.seed)
     rows = {name: np.flatnonzero(sides == name) for name in ("train", "validation", "test")}
     origin = checkpoint_run_dir(config.ckpt_path) if config.ckpt_path is not None else None
@@ -145,7 +152,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
         steps=trainer.global_step, train_seconds=train_seconds, max_length=max_length,
         split={"method": split.method, "groups": int(len(np.unique(groups))),
                "records": {k: int(len(v)) for k, v in rows.items()}, "seed": config.seed},
-        dropped=data.dropped, cropped=data.cropped, best_checkpoint=best, best_step=int(best_checkpoint["global_step"]),
+        dropped=data.dropped, left_out_ids=left_out, cropped=data.cropped, best_checkpoint=best, best_step=int(best_checkpoint["global_step"]),
         validation=results["validation"][0], test=results["test"][0], classes=data.classes,
         policies=dict(sorted(data.policies.items())), resolution=config.finetune.resolution, bin_labels=bin_labels)
     summary.write(run_dir)

@@ -30,6 +30,7 @@ from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_
 from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.tasks import TaskModel
+from biotf.progress import Progress, reporting
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON array of strings a line
@@ -110,9 +111,10 @@ def prediction_header(info: TaskInfo) -> list[str]:
 
 def prediction_rows(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, records: Iterable[Record],
                     summary: PredictionSummary, batch_size: int = 32, packing: bool = False,
-                    source: str | Path | None = None) -> list[list[str]]:
+                    source: str | Path | None = None, progress: Progress | None = None) -> list[list[str]]:
     """One row (`prediction_header`'s columns) per record the model's long_policy keeps, in order, `batch_size`
-    records a batch; counts into `summary`. `source` names the file in an error about a record."""
+    records a batch; counts into `summary` (and `progress`: records predicted). `source` names the file in an error
+    about a record."""
     rows: list[list[str]] = []
     batch: list[tuple[str, np.ndarray]] = []
 
@@ -120,6 +122,8 @@ def prediction_rows(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, reco
         predictions, scores = predict(model, tokenizer, [ids for _, ids in batch], packing)
         rows.extend(prediction_row(record, ids, predicted, score, info, tokenizer)
                     for (record, ids), predicted, score in zip(batch, predictions, scores))
+        if progress is not None:
+            progress.update(len(batch))
         batch.clear()
 
     for record in records:
@@ -142,11 +146,12 @@ class PredictRun:
 
     def __init__(self, model: str | Path | LoadedModel, output: str | Path, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None,
-                 packing: bool = False):
+                 packing: bool = False, progress: bool = False):
         if batch_size < 1:
             raise ConfigError("--batch-size", batch_size, "an integer >= 1")
         check_packable(packing)
         self.output, self.batch_size, self.input_path, self.packing = output, batch_size, input_path, packing
+        self.progress = progress  # records predicted, on stderr (`biotf.progress`)
         loaded = loaded_task_model(model, tokenizer_options)
         self.model, self.tokenizer, self.info = loaded.task, loaded.tokenizer, loaded.task_info
         self.tokenizer_options = loaded.tokenizer_options
@@ -155,8 +160,10 @@ class PredictRun:
 
     def rows(self, records: Iterable[Record], summary: PredictionSummary) -> list[list[str]]:
         """One row per record the run's long_policy keeps, in order (`prediction_rows`); counts into `summary`."""
-        return prediction_rows(self.model, self.tokenizer, self.info, records, summary, self.batch_size, self.packing,
-                               self.input_path)
+        with reporting(self.progress, f"predicting {Path(self.input_path or '').name}", "records",
+                       self.model.trunk) as shown:
+            return prediction_rows(self.model, self.tokenizer, self.info, records, summary, self.batch_size,
+                                   self.packing, self.input_path, shown)
 
     def write(self, rows: Iterable[list[str]]) -> None:
         """The output file (tab-separated unless its name ends in .csv), atomically."""
@@ -202,12 +209,13 @@ class PredictRun:
 
 def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output: str | Path,
                  options: ReaderOptions | None = None, batch_size: int = 32,
-                 tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False) -> PredictionSummary:
+                 tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False,
+                 progress: bool = False) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
     (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
     policies of the model's tokenizer (`as_loaded`); `packing`: the records of a batch share rows (`predict`).
     An error about a record names `input_path`."""
-    run = PredictRun(model, output, batch_size, tokenizer_options, input_path, packing)
+    run = PredictRun(model, output, batch_size, tokenizer_options, input_path, packing, progress)
     summary = PredictionSummary(rows=0, records=0, task=run.info.task)
     run.write(run.rows(read_records(input_path, options or ReaderOptions(), summary.policies), summary))
     return summary

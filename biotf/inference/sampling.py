@@ -28,6 +28,7 @@ from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, fit_prompts, generate_batch, stream_seed
 from biotf.inference.pretrained import GenerationDefaults
 from biotf.model import Transformer
+from biotf.progress import Progress
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 SAMPLE_FORMATS = (".fasta", ".csv", ".txt")
@@ -70,8 +71,10 @@ def suppressed_ids(tokenizer: Tokenizer, defaults: GenerationDefaults, vocab_siz
 def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, defaults: GenerationDefaults, n: int,
                      *, prompt: str | None = None, sampling: Sampling = Sampling(temperature=1.0),
                      seed: int | None = None, batch_size: int = 64, max_new_tokens: int | None = None,
-                     valid: Callable[[str], bool] | None = None, max_draws: int | None = None) -> SampleSet:
-    """`n` samples (fewer only when `valid` is given and `max_draws` ran out: `SampleSet.rejected` says why).
+                     valid: Callable[[str], bool] | None = None, max_draws: int | None = None,
+                     progress: Progress | None = None) -> SampleSet:
+    """`n` samples (fewer only when `valid` is given and `max_draws` ran out: `SampleSet.rejected` says why);
+    `progress` counts the samples kept, and the draws, batch by batch.
 
     `max_new_tokens` None: `defaults.new_tokens` (the checkpoint's, at most what the model's positions leave).
     A sample cut at `max_new_tokens` is kept and counted (`SampleSet.unfinished`) unless `valid` is given, where
@@ -116,6 +119,8 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
             keep = valid is None or (finished and valid(sample.sequence))
             (drawn.samples if keep else drawn.rejected).append(sample)
             drawn.draws += 1
+        if progress is not None:
+            progress.update(len(drawn.samples) - progress.done, f"{drawn.draws:,} drawn")
     return drawn
 
 

@@ -35,16 +35,22 @@ class Row:
 
 def row_log_probs(model: Transformer, rows: Sequence[Row], batch_tokens: int, pad_id: int,
                   progress=None, packing: bool = False) -> list[np.ndarray]:
-    """Log-probabilities (float64) of every row, in the order of `rows`; `progress` (tqdm or None) counts
-    predicted positions. `packing`: several rows share one row of the model, each alone in its segment."""
+    """Log-probabilities (float64) of every row, in the order of `rows`; `progress` (a `biotf.progress.Progress` or
+    None) counts predicted positions. `packing`: several rows share one row of the model, each alone in its segment."""
     results: list[np.ndarray | None] = [None] * len(rows)
+    ran = 0
     for batch in inference_batches([len(row.ids) for row in rows], batch_tokens, packing):
-        _run(model, rows, [index for packed in batch for index in packed], batch, pad_id, packing, results, progress)
+        order = [index for packed in batch for index in packed]
+        _run(model, rows, order, batch, pad_id, packing, results)
+        if progress is not None:  # one long record is many rows (masked copies, windows)
+            ran += len(order)
+            progress.update(sum(len(rows[index].predict_at) for index in order),
+                            f"rows {ran:,}/{len(rows):,} of these records")
     return results  # type: ignore[return-value]
 
 
 def _run(model: Transformer, rows: Sequence[Row], order: list[int], batch: list[list[int]], pad_id: int,
-         packing: bool, results: list[np.ndarray | None], progress) -> None:
+         packing: bool, results: list[np.ndarray | None]) -> None:
     """One forward of `batch` (model rows of indices into `rows`, `order` those indices flattened)."""
     filled = fill_rows([[rows[index].ids for index in packed] for packed in batch], pad_id, packing)
     counts = [len(rows[index].predict_at) for index in order]
@@ -61,5 +67,3 @@ def _run(model: Transformer, rows: Sequence[Row], order: list[int], batch: list[
         targets = rows[index].targets
         results[index] = block if targets is None else np.take_along_axis(block, targets, axis=1)
         start += count
-    if progress is not None:
-        progress.update(len(where))

@@ -24,6 +24,7 @@ from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
 from biotf.errors import InputError, TokenizationError
+from biotf.progress import reporting
 from biotf.scoring.choices import SCORE_FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import Reference, read_reference, read_variants
@@ -98,19 +99,11 @@ def _with_metadata(record: Record, columns: dict[str, object]) -> dict[str, obje
     return columns
 
 
-def _progress(progress: bool, description: str):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(unit="pos", unit_scale=True, desc=description, leave=False)
-
-
 def sequence_rows(scorer: Scorer, method: str, records: Iterable[Record], summary: ScoreSummary, progress=None,
                   source: str | Path | None = None) -> list[dict[str, object]]:
     """One row per record (the module docstring's columns), in order, RECORDS_PER_CALL records sharing batches;
     counts into `summary` (its tokenizer policies too). `source` names the file in a tokenizer error; `progress` (a
-    tqdm bar or None) advances by the positions scored."""
+    `biotf.progress.Progress` or None) advances by the positions scored."""
     scorer.policies = PolicyStats()
     rows = []
     records = iter(records)
@@ -149,13 +142,9 @@ class ScoreRun:
         self.method = self.scorer.resolve(method)
 
     def rows(self, records: Iterable[Record], summary: ScoreSummary) -> list[dict[str, object]]:
-        """One row per record, in order (`sequence_rows`), with a progress bar if asked for."""
-        bar = _progress(self.progress, f"scoring {Path(self.input_path).name}")
-        try:
-            return sequence_rows(self.scorer, self.method, records, summary, bar, self.input_path)
-        finally:
-            if bar is not None:
-                bar.close()
+        """One row per record, in order (`sequence_rows`), with progress on stderr if asked for (`biotf.progress`)."""
+        with reporting(self.progress, f"scoring {Path(self.input_path).name}", "pos", self.scorer.model) as shown:
+            return sequence_rows(self.scorer, self.method, records, summary, shown, self.input_path)
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -222,14 +211,11 @@ def score_variants_file(model: str | Path | LoadedModel, variants_path: str | Pa
         raise with_source(error, summary.reference.path) from None
     variants = [variant for _, variant in pairs]
     summary.method = scorer.resolve(method, variants, reference_sequence)
-    bar = _progress(progress, f"scoring {Path(variants_path).name}")
     try:
-        scores = scorer.variant_scores(reference_sequence, variants, summary.method, both_strands, bar)
+        with reporting(progress, f"scoring {Path(variants_path).name}", "pos", scorer.model) as bar:
+            scores = scorer.variant_scores(reference_sequence, variants, summary.method, both_strands, bar)
     except TokenizationError as error:
         raise with_source(error, variants_path) from None
-    finally:
-        if bar is not None:
-            bar.close()
     rows = []
     for (record, variant), score in zip(pairs, scores):
         columns: dict[str, object] = {"id": record.id, "variant": variant.code(offset),

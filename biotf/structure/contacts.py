@@ -27,6 +27,7 @@ from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.contacts import predict_contacts
+from biotf.progress import Progress, reporting
 from biotf.structure.formats import WRITERS, check_ids, contact_format
 from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -147,14 +148,17 @@ def _predict(model: Transformer, batch: list[Protein], pad_id: int) -> list[np.n
 
 
 def contact_maps(model: Transformer, found: list[Protein], pad_id: int, options: ContactOptions = ContactOptions(),
-                 stats: ContactStats | None = None) -> Iterator[tuple[Record, np.ndarray]]:
-    """(record, (L, L) float32 probabilities) of every protein, in input order."""
+                 stats: ContactStats | None = None, progress: Progress | None = None
+                 ) -> Iterator[tuple[Record, np.ndarray]]:
+    """(record, (L, L) float32 probabilities) of every protein, in input order; `progress` counts residues."""
     stats = stats if stats is not None else ContactStats()
     for block in _blocks(found):
         maps: dict[int, np.ndarray] = {}
         for batch in _batches(block, options.batch_pairs):
             maps.update(zip((id(p) for p in batch), _predict(model, batch, pad_id)))
             stats.batches += 1
+            if progress is not None:
+                progress.update(sum(p.length for p in batch))
         for protein in block:
             stats.records += 1
             stats.residues += protein.length
@@ -170,10 +174,12 @@ def _drawn(maps: Iterator[tuple[Record, np.ndarray]], pictures: list[Path]) -> I
 
 def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
                  options: ContactOptions = ContactOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                 device: str | None = None, plot: str | Path | None = None, overwrite: bool = False) -> ContactStats:
+                 device: str | None = None, plot: str | Path | None = None, overwrite: bool = False,
+                 progress: bool = False) -> ContactStats:
     """Contact maps of every record of `input_path` into `output_path` (.npz, .tsv or .rr; `formats`) and, with
     `plot` (a directory), one PNG a record (`picture_paths`: `<id>.png`, an existing one replaced only with
-    `overwrite`); returns the run's counts. Every refusal comes before the model runs and the outputs are touched."""
+    `overwrite`); returns the run's counts; `progress`: residues done, on stderr (`biotf.progress`). Every refusal
+    comes before the model runs and the outputs are touched."""
     fmt = contact_format(output_path)
     loaded = as_loaded(model, device)
     model, tokenizer = loaded.network, loaded.tokenizer
@@ -187,8 +193,10 @@ def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
 
     def write(temporary: Path) -> None:
-        maps = contact_maps(model, found, pad_id, options, stats)
-        WRITERS[fmt](temporary, _drawn(maps, pictures) if pictures is not None else maps)
+        with reporting(progress, f"contacts {Path(input_path).name}", "residues", model,
+                       sum(p.length for p in found)) as shown:
+            maps = contact_maps(model, found, pad_id, options, stats, shown)
+            WRITERS[fmt](temporary, _drawn(maps, pictures) if pictures is not None else maps)
 
     atomic_write(output_path, write)
     return stats

@@ -26,6 +26,7 @@ from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
 from biotf.resources import SAMPLES_DIR
+from biotf.tokenizers.chem import INVALID_SMILES
 from biotf.tokenizers.loading import check_tokenizer_config
 from biotf.training.finetune_config import FinetuneConfig, check_finetune
 
@@ -55,6 +56,9 @@ class DataConfig:
     alone with positions from 0, and its loss is that sequence's run alone; the last `<eos>`'s target (the next
     record) is not trained, and a record cut by a block boundary continues as a new segment. Validation blocks are
     built the same way. false (default): records joined by `<eos>` attend across records, as before.
+    invalid_smiles: fine-tuning, what a SMILES RDKit cannot parse does where a step parses molecules (the scaffold
+    split): error (default, one line naming the record) | skip (left out of the run, counted and listed by id in
+    finetune.json), as MoleculeNet leaves BBBP's 11 unparsable SMILES out of its scaffold split.
     """
 
     path: str = MISSING
@@ -71,9 +75,11 @@ class DataConfig:
     packing: bool = False
     num_workers: int = 0
     cache_dir: str = ".cache/biotf/tokens"
+    invalid_smiles: str = "error"
 
     def __post_init__(self) -> None:
         check_choice("data.long_policy", self.long_policy, TRAINING_LONG_POLICIES)
+        check_choice("data.invalid_smiles", self.invalid_smiles, INVALID_SMILES)
         if not 0.0 < self.validation_fraction < 1.0:
             raise ConfigError("data.validation_fraction", self.validation_fraction, "0 < fraction < 1",
                               reason="training reports validation loss, so the split needs records on both sides")

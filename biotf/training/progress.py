@@ -3,9 +3,9 @@ Lightning's own notices.
 
 A tqdm bar redraws itself in place with `\\r` and cursor moves (`ESC[A`): live on a terminal, hundreds of kilobytes of
 escape codes in a log file or a pipe. `trainer.progress` chooses: `bar`, `lines` (`ProgressLines`: one plain line
-every `LINE_SECONDS` of training, after each validation and at the last step) or `auto`, the default: a bar when
-stdout, where Lightning draws its bars, is a terminal, else lines. `trainer.enable_progress_bar=false` prints
-neither.
+every `biotf.progress.line_seconds()` of training, the interval of every command's plain lines, after each
+validation and at the last step) or `auto`, the default: a bar when stdout, where Lightning draws its bars, is a
+terminal, else lines. `trainer.enable_progress_bar=false` prints neither.
 
 Lightning announces itself at info level on every run (GPU / TPU available, a tip for its cloud logger, how many
 validation batches `limit_val_batches` gives, why `fit` stopped); while a run trains those are silenced
@@ -25,7 +25,8 @@ import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.trainer.states import TrainerFn
 
-LINE_SECONDS = 30.0  # a line at most this often between validations: a log of a long run stays readable
+from biotf.progress import duration, is_terminal, line_seconds, number
+
 LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 
 
@@ -47,8 +48,7 @@ def progress_form(form: str, stream: TextIO | None = None) -> str:
     """"bar" or "lines": `form`, with "auto" decided by whether `stream` (default stdout) is a terminal."""
     if form != "auto":
         return form
-    stream = stream or sys.stdout
-    return "bar" if hasattr(stream, "isatty") and stream.isatty() else "lines"
+    return "bar" if is_terminal(stream or sys.stdout) else "lines"
 
 
 def progress_callbacks(enabled: bool, form: str) -> list[L.Callback]:
@@ -58,17 +58,6 @@ def progress_callbacks(enabled: bool, form: str) -> list[L.Callback]:
     return [TQDMProgressBar(refresh_rate=1) if progress_form(form) == "bar" else ProgressLines()]
 
 
-def _number(value: float) -> str:
-    """4 significant digits, and large figures (tokens/s) whole with thousands separators."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
-
-
 class ProgressLines(L.Callback):
     """Plain progress lines on stdout (rank 0), e.g.
     `step 200/1000 (20%)  train/loss 2.713  train/tokens_per_s 25,109  val/loss 2.702  1m40s, ~6m40s left`:
@@ -76,9 +65,10 @@ class ProgressLines(L.Callback):
     of what remains. A line after the first step, then at most every `every_seconds`, after each validation and
     at the end."""
 
-    def __init__(self, every_seconds: float = LINE_SECONDS, stream: TextIO | None = None,
+    def __init__(self, every_seconds: float | None = None, stream: TextIO | None = None,
                  clock: Any = time.monotonic):
-        self.every_seconds, self.stream, self.clock = every_seconds, stream, clock
+        self.every_seconds = line_seconds() if every_seconds is None else every_seconds
+        self.stream, self.clock = stream, clock
         self._start = self._last = 0.0
         self._first_step = 0
         self._printed_step: int | None = None
@@ -104,12 +94,12 @@ class ProgressLines(L.Callback):
     def line(self, trainer: L.Trainer) -> str:
         step, total = trainer.global_step, trainer.max_steps
         parts = [f"step {step}/{total} ({100 * step // total}%)" if total > 0 else f"step {step}"]
-        parts += [f"{name} {_number(float(value))}" for name, value in trainer.progress_bar_metrics.items()]
+        parts += [f"{name} {number(float(value))}" for name, value in trainer.progress_bar_metrics.items()]
         elapsed = self.clock() - self._start
-        timing = _duration(elapsed)
+        timing = duration(elapsed)
         done = step - self._first_step
         if total > 0 and done > 0 and step < total:
-            timing += f", ~{_duration(elapsed / done * (total - step))} left"
+            timing += f", ~{duration(elapsed / done * (total - step))} left"
         return "  ".join([*parts, timing])
 
     def _print(self, trainer: L.Trainer) -> None:

@@ -294,3 +294,16 @@ def test_an_expression_whose_terms_cancel_is_refused_not_answered_with_noise(tmp
     with pytest.raises(InputError, match=rf"expression {re.escape(repr(text))}: its terms cancel \(norm .*, below 1e-06 x .*, the sum of its terms' norms\)"):
         expression_queries(index, [text], metric)
     assert len(expression_queries(index, ["r1 - r2 + r3"], metric).names) == 1
+
+
+def test_evaluate_lists_unparsable_smiles_or_refuses_them_naming_the_option():
+    pytest.importorskip("rdkit")
+    smiles = ["CCO", "CCN", "c1ccccc1O", "c1ccccc1N", "CCCO", "C1=CC=CN1(C)(C)"]
+    labels = np.array(["a", "b", "a", "b", "a", "b"])
+    vectors = np.eye(6, dtype=np.float32)
+    ids = [f"r{i}" for i in range(6)]
+    report = knn_agreement(vectors, labels, smiles, ids, "smiles", [1])  # skip: as search evaluate always did
+    assert report.unparsable == ["r5"] and report.n_queries == 5
+    assert report.left_out == {"records without a Morgan fingerprint (RDKit cannot parse)": 1}
+    with pytest.raises(InputError, match=r"\(record 'r5'\); set --invalid-smiles skip to leave such records out"):
+        knn_agreement(vectors, labels, smiles, ids, "smiles", [1], invalid_smiles="error")

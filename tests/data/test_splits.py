@@ -145,3 +145,22 @@ def test_bad_split_settings_are_refused():
     pytest.importorskip("rdkit")
     with pytest.raises(InputError, match="record 'bad'"):
         scaffold_groups(["c1ccccc1", "C1CC"], ["ok", "bad"])
+
+
+def test_scaffold_groups_skip_leaves_unparsable_smiles_unplaced_and_the_rest_as_without_them():
+    pytest.importorskip("rdkit")
+    from biotf.data.splits import UNPLACED
+
+    smiles = ["c1ccccc1", "C1=CC=CN1(C)(C)", "Cc1ccccc1", "C1CCCCC1", "OC1CCCCC1", "c1ccncc1", "CCO", "c1ccccc1C1CC1"]
+    ids = [f"m{i}" for i in range(len(smiles))]
+    with pytest.raises(InputError, match=r"\(record 'm1'\); set data.invalid_smiles=skip to leave such records out"):
+        scaffold_groups(smiles, ids)
+    with pytest.raises(InputError, match=r"set --invalid-smiles skip to leave"):
+        scaffold_groups(smiles, ids, key="--invalid-smiles")
+    with pytest.raises(ConfigError, match="data.invalid_smiles"):
+        scaffold_groups(smiles, ids, "drop")
+    groups = split_groups("scaffold", smiles, ids, invalid_smiles="skip")
+    assert groups[1] == UNPLACED and (np.delete(groups, 1) >= 0).all()
+    without = scaffold_groups(smiles[:1] + smiles[2:], ids[:1] + ids[2:])
+    assert np.delete(groups, 1).tolist() == without.tolist()
+    assert assign(np.delete(groups, 1), 0.2, 0.2, seed=3).tolist() == assign(without, 0.2, 0.2, seed=3).tolist()

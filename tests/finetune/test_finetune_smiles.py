@@ -76,3 +76,64 @@ def test_tokenizer_options_of_a_fine_tuning_run(smiles_run, unusual, tmp_path, m
     err = capsys.readouterr().err
     assert "finetune.tokenizer_options.unknown=<value>" in err and err.count("\n") == 1
     assert not (tmp_path / "ignored").exists()  # refused before the run directory is made
+
+
+@pytest.fixture
+def bbbp_slice(shared_data, tmp_path) -> Path:
+    """BBBP's first 80 molecules as published: numbers 60 and 62 are SMILES RDKit cannot parse."""
+    lines = (shared_data / "smiles/molnet_bbbp.csv").read_text().splitlines()[:81]
+    path = tmp_path / "bbbp80.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_bbbp_scaffold_split_refuses_unparsable_smiles_naming_the_option(smiles_run, bbbp_slice, tmp_path,
+                                                                       monkeypatch, capsys):
+    pytest.importorskip("rdkit")
+    monkeypatch.chdir(tmp_path)
+    status = entry.main([*FINETUNE, f"init_from={smiles_run}", f"data.path={bbbp_slice}", "data.label_column=p_np",
+                         "data.id_column=num", "finetune.split.method=scaffold", "hydra.run.dir=strict"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert "RDKit cannot parse SMILES 'O=N([O-])C1=C(CN=C1NCCSCc2ncccc2)Cc3ccccc3' (record '60')" in err
+    assert "set data.invalid_smiles=skip to leave such records out" in err
+
+
+def test_bbbp_scaffold_split_as_the_readme_runs_it_lists_what_it_left_out(smiles_run, bbbp_slice, tmp_path,
+                                                                         monkeypatch, capsys):
+    """The README's BBBP command (data.invalid_smiles=skip), on 80 of its molecules: the two unparsable ones are
+    in no split, counted and listed by id; the others are split as a file without them would be."""
+    pytest.importorskip("rdkit")
+    import csv
+
+    from biotf.data.split_file import read_sides
+    from biotf.data.splits import assign, scaffold_groups
+    from biotf.finetune.run import INVALID_SMILES_LEFT_OUT
+
+    monkeypatch.chdir(tmp_path)
+    status = entry.main([*FINETUNE, f"init_from={smiles_run}", f"data.path={bbbp_slice}", "data.label_column=p_np",
+                         "data.id_column=num", "finetune.split.method=scaffold", "data.invalid_smiles=skip",
+                         "finetune.tokenizer_options.unknown=to_unk", "hydra.run.dir=bbbp"])
+    out = capsys.readouterr().out
+    assert status == 0
+    summary = json.loads((tmp_path / "bbbp" / "finetune.json").read_text())
+    assert summary["left_out_ids"] == {INVALID_SMILES_LEFT_OUT: ["60", "62"]}
+    assert summary["dropped"][INVALID_SMILES_LEFT_OUT] == 2 and sum(summary["split"]["records"].values()) == 78
+    assert f"left out, {INVALID_SMILES_LEFT_OUT}: 60, 62" in out
+    with open(bbbp_slice, newline="") as handle:
+        kept = [row for row in csv.DictReader(handle) if row["num"] not in ("60", "62")]
+    expected = assign(scaffold_groups([r["smiles"] for r in kept], [r["num"] for r in kept]), 0.1, 0.1,
+                      summary["split"]["seed"])
+    assert read_sides(tmp_path / "bbbp" / "split.tsv") == dict(zip([r["num"] for r in kept], expected.tolist()))
+
+
+def test_repeated_ids_name_the_columns_that_are_unique(smiles_run, tmp_path, monkeypatch, capsys):
+    """BBBP's `name` repeats names with different SMILES: the refusal names `num`, whose values are unique."""
+    path = tmp_path / "names.csv"
+    path.write_text("num,name,p_np,smiles\n1,12,1,CCO\n2,15,0,CCN\n3,12,1,c1ccccc1\n")
+    monkeypatch.chdir(tmp_path)
+    assert entry.main([*FINETUNE, f"init_from={smiles_run}", f"data.path={path}", "data.label_column=p_np",
+                       "data.id_column=name", "hydra.run.dir=names"]) == 2
+    err = capsys.readouterr().err
+    assert "records 1 and 3 have the same id '12'" in err and "data.id_column=<column>" in err
+    assert "columns with a distinct value in every record: num)" in err and err.count("\n") == 1

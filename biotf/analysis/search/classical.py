@@ -16,9 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biotf.analysis.baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies,
-                                     morgan_fingerprints)
-from biotf.chemistry import is_valid
+from biotf.analysis.baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies)
+from biotf.chemistry import fingerprint_bits, molecules
 from biotf.errors import ConfigError, InputError
 
 KMER_SIZES = {"protein": (AMINO_ACIDS, 3), "dna": (NUCLEOTIDES, 5)}
@@ -32,16 +31,19 @@ def describe(kind: str) -> str:
     return f"k-mer identity (Jaccard of {KMER_SIZES[kind][1]}-mer sets)"
 
 
-def classical_sets(kind: str, sequences: Sequence[str], ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(0/1 rows of the usable records, a mask of which records are usable) for tokenizer kind `kind`."""
+def classical_sets(kind: str, sequences: Sequence[str], ids: Sequence[str],
+                   invalid_smiles: str = "skip") -> tuple[np.ndarray, np.ndarray]:
+    """(0/1 rows of the usable records, a mask of which records are usable) for tokenizer kind `kind`; a SMILES
+    RDKit cannot parse is not usable (`invalid_smiles` "skip") or refused in one line ("error", `--invalid-smiles`)."""
     if kind not in KINDS:
         raise ConfigError("--classical", kind, allowed=" | ".join([*KINDS, "none"]),
                           reason="no classical neighbour for this kind of sequence")
     if kind == "smiles":
-        usable = np.array([is_valid(s) for s in sequences], bool)
+        parsed, _ = molecules(sequences, ids, invalid_smiles, "--invalid-smiles")
+        usable = np.array([mol is not None for mol in parsed], bool)
         if not usable.any():
             raise InputError("no SMILES of the file can be parsed by RDKit: no Morgan fingerprints to compare")
-        bits = morgan_fingerprints([s for s, ok in zip(sequences, usable) if ok], [i for i, ok in zip(ids, usable) if ok])
+        bits = fingerprint_bits([mol for mol in parsed if mol is not None], MORGAN_RADIUS, MORGAN_BITS)
         return (bits > 0).astype(np.float32), usable
     alphabet, k = KMER_SIZES[kind]
     return (kmer_frequencies(sequences, alphabet, (k,)) > 0).astype(np.float32), np.ones(len(sequences), bool)

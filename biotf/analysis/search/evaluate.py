@@ -40,6 +40,7 @@ class AgreementReport:
     majority: float  # the most frequent label's share of the queries: what a constant guess gets
     rows: list[AgreementRow] = field(default_factory=list)
     left_out: dict[str, int] = field(default_factory=dict)
+    unparsable: list[str] = field(default_factory=list)  # ids of the SMILES RDKit cannot parse, left out
 
     def table(self) -> str:
         heads = [f"P@{k}" for k in self.ks] + [f"acc@{k}" for k in self.ks]
@@ -75,8 +76,10 @@ def agreement(neighbours: np.ndarray, query_labels: np.ndarray, reference_labels
 
 def knn_agreement(vectors: np.ndarray, labels: np.ndarray, sequences: Sequence[str], ids: Sequence[str],
                   kind: str | None, ks: Sequence[int] = (1, 5, 10), metric: str = "cosine",
-                  sides: np.ndarray | None = None, name: str = "biotf embeddings") -> AgreementReport:
-    """The embeddings' row and the classical row (`kind`: a tokenizer kind, or None for none) on the same records."""
+                  sides: np.ndarray | None = None, name: str = "biotf embeddings",
+                  invalid_smiles: str = "skip") -> AgreementReport:
+    """The embeddings' row and the classical row (`kind`: a tokenizer kind, or None for none) on the same records;
+    `invalid_smiles`: a SMILES RDKit cannot parse is left out ("skip", its id listed) or refused ("error")."""
     ks = sorted(set(ks))
     if not ks or ks[0] < 1:
         raise ConfigError("-k", ks, allowed="integers >= 1")
@@ -88,8 +91,11 @@ def knn_agreement(vectors: np.ndarray, labels: np.ndarray, sequences: Sequence[s
         left_out["records not in the split file"] = int((usable & unknown).sum())
         usable &= ~unknown
     classical = None  # the classical 0/1 rows of every record (zeros where it has none)
+    unparsable: list[str] = []
     if kind is not None:
-        bits, has_features = classical_sets(kind, sequences, ids)
+        bits, has_features = classical_sets(kind, sequences, ids, invalid_smiles)
+        if kind == "smiles":
+            unparsable = [str(ids[i]) for i in np.flatnonzero(usable & ~has_features)]
         classical = np.zeros((len(labels), bits.shape[1]), np.float32)
         classical[has_features] = bits
         missing = "a Morgan fingerprint (RDKit cannot parse)" if kind == "smiles" else "k-mers"
@@ -108,7 +114,8 @@ def knn_agreement(vectors: np.ndarray, labels: np.ndarray, sequences: Sequence[s
     exclude = [[i] for i in range(len(queries))] if sides is None else None  # positions in `references`
     _, share = np.unique(labels[queries], return_counts=True)
     report = AgreementReport(ks, scheme, len(queries), len(references), len(np.unique(labels[usable])),
-                             float(share.max() / share.sum()), left_out={k: v for k, v in left_out.items() if v})
+                             float(share.max() / share.sum()), left_out={k: v for k, v in left_out.items() if v},
+                             unparsable=unparsable)
     candidates = [(f"{name}, {metric}", prepare(vectors, metric, ids, "embedding"), metric)]
     if classical is not None:
         candidates.append((describe(kind), classical, "jaccard"))

@@ -43,11 +43,13 @@ from biotf.atomic import atomic_write, atomic_write_text
 from biotf.errors import ConfigError, InputError
 from biotf.export.outputs import hold
 from biotf.export.writers import EmbeddingTable, read_embeddings
+from biotf.progress import reporting
 from biotf.untrusted import file_crc32, read_json_object, read_text
 
 FORMAT = 1
 INDEX_FILE = "index.json"
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 100, 64
+HNSW_ADD_ROWS = 20_000  # records added to the HNSW graph per call: a progress line between calls
 # Embedding metadata that must agree between the files of one index (and a query's model).
 SAME_EMBEDDINGS = ("model_fingerprint", "tokenizer_fingerprint", "pool", "max_length", "long", "dim")
 
@@ -267,28 +269,29 @@ def _approx_rows(vectors: np.ndarray, metric: str, ids: Sequence[str]) -> np.nda
 
 
 def build_index(embeddings: str | Path, directory: str | Path, kind: str = "exact", metric: str = "cosine",
-                array: str = "embeddings") -> dict[str, Any]:
+                array: str = "embeddings", progress: bool = False) -> dict[str, Any]:
     """Write a new index directory over an embedding file; returns its index.json content."""
     table, vectors = _embedding_rows(embeddings, array)
     return build_from_arrays(directory, vectors, [str(name) for name in table.ids], table.info, kind, metric, array,
-                             [str(embeddings)])
+                             [str(embeddings)], progress)
 
 
 def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str], info: dict[str, Any],
                       kind: str = "exact", metric: str = "cosine", array: str = "embeddings",
-                      sources: Sequence[str] = ()) -> dict[str, Any]:
-    """`build_index` of vectors in memory (unique `ids`; `info`: the embedding file's metadata)."""
+                      sources: Sequence[str] = (), progress: bool = False) -> dict[str, Any]:
+    """`build_index` of vectors in memory (unique `ids`; `info`: the embedding file's metadata); `progress`: the
+    approximate index's records added, on stderr (`biotf.progress`), HNSW_ADD_ROWS at a time."""
     if kind not in KINDS:
         raise ConfigError("--index-type", kind, allowed=" | ".join(KINDS))
     if metric not in METRICS:
         raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
     directory = Path(directory)
     with hold(directory, "--output"):  # another build into the same directory is refused, an add waits for it
-        return _build(directory, vectors, ids, info, kind, metric, array, sources)
+        return _build(directory, vectors, ids, info, kind, metric, array, sources, progress)
 
 
 def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str, Any], kind: str, metric: str,
-           array: str, sources: Sequence[str]) -> dict[str, Any]:
+           array: str, sources: Sequence[str], progress: bool) -> dict[str, Any]:
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InputError(f"--output {directory} exists and is not an empty directory; choose a new directory")
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
@@ -301,7 +304,11 @@ def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str,
         approx = faiss.IndexHNSWFlat(vectors.shape[1], HNSW_M,
                                      faiss.METRIC_INNER_PRODUCT if metric == "cosine" else faiss.METRIC_L2)
         approx.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        approx.add(prepared)
+        with reporting(progress, f"indexing {directory.name}", "records", total=len(prepared)) as shown:
+            for start in range(0, len(prepared), HNSW_ADD_ROWS):
+                approx.add(prepared[start:start + HNSW_ADD_ROWS])
+                if shown is not None:
+                    shown.update(len(prepared[start:start + HNSW_ADD_ROWS]))
         meta["approx"] = {"library": "faiss", "version": faiss.__version__, "type": "IndexHNSWFlat", "M": HNSW_M,
                           "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH,
                           "file": _write_approx(directory, approx, len(ids))}

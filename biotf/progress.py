@@ -1,0 +1,156 @@
+"""What a long command prints while it works, on stderr: a tqdm bar on a terminal, plain lines anywhere else.
+
+A bar redraws itself in place with `\\r`: live on a terminal, a wall of escape codes in a log file or a pipe, so
+where stderr is not a terminal a `Progress` prints one plain line at most every `line_seconds()` (`LINE_SECONDS`,
+or the environment variable `BIOTF_PROGRESS_SECONDS` for tests and impatient logs), e.g.
+`embedding proteins.fasta: 52,431/? tok, 1,204 tok/s, 43s; windows 12/40 of this block, layer 3/6`
+or, where the total is known, `contacts proteins.fasta: 8,112/20,480 residues (39%), 410 residues/s, 19s, ~30s left`.
+A single long record reports its own progress through `detail` (windows of its block) and `layer_notes` (the
+layers one forward has passed), so a one-pass record of 150 kb says something every interval too. Nothing goes
+to stdout, which may be a command's data. Training's plain lines (`biotf.training.progress`) share the interval
+and the number and duration forms.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable, TextIO
+
+from biotf.errors import ConfigError
+
+LINE_SECONDS = 30.0  # a plain line at most this often: a log of a long run stays readable
+SECONDS_VARIABLE = "BIOTF_PROGRESS_SECONDS"
+
+
+def line_seconds() -> float:
+    """Seconds between plain progress lines: `LINE_SECONDS`, or `BIOTF_PROGRESS_SECONDS` where it is set."""
+    text = os.environ.get(SECONDS_VARIABLE)
+    if text is None:
+        return LINE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ConfigError(SECONDS_VARIABLE, text, allowed="a number of seconds >= 0")
+    return seconds
+
+
+def number(value: float) -> str:
+    """4 significant digits, and large figures (tokens/s) whole with thousands separators."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def is_terminal(stream: TextIO) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+class Progress:
+    """Counts `unit`s done of `total` (None: not known in advance) under `description`: a tqdm bar when `stream`
+    (default stderr) is a terminal, else a plain line after the first `every_seconds` and at most that often.
+    `update(n, detail)` counts work done (`detail`: where a long piece of work stands, e.g. the windows of a
+    block), `detail(text, "layer")` the layer a forward has reached (cleared by the next `update`), each printing
+    a line if one is due, `close()` prints nothing more (the commands print their own summary)."""
+
+    def __init__(self, description: str, unit: str, total: int | None = None, stream: TextIO | None = None,
+                 every_seconds: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self.description, self.unit, self.total = description, unit, total
+        self.stream = stream or sys.stderr
+        self.every_seconds = line_seconds() if every_seconds is None else every_seconds
+        self.clock = clock
+        self.done = 0
+        self._details: dict[str, str] = {}  # "work": where a long piece stands; "layer": the forward's layer
+        self._start = self._last = clock()
+        self._bar = None
+        if is_terminal(self.stream):
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, unit=unit, unit_scale=True, desc=description, leave=False,
+                             file=self.stream)
+
+    def update(self, n: int, detail: str | None = None) -> None:
+        self.done += n
+        self._details.pop("layer", None)  # a forward finished
+        if detail is not None:
+            self._details["work"] = detail
+        if self._bar is not None:
+            if detail is not None:
+                self._bar.set_postfix_str(detail, refresh=False)
+            self._bar.update(n)
+        self._maybe_print()
+
+    def detail(self, text: str, slot: str = "work") -> None:
+        self._details[slot] = text
+        if self._bar is not None:
+            self._bar.set_postfix_str(", ".join(self._details.values()), refresh=False)
+        self._maybe_print()
+
+    def line(self) -> str:
+        elapsed = self.clock() - self._start
+        counted = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}/?"
+        parts = [f"{counted} {self.unit}" + (f" ({100 * self.done // self.total}%)" if self.total else "")]
+        if elapsed > 0:
+            parts.append(f"{number(self.done / elapsed)} {self.unit}/s")
+        timing = duration(elapsed)
+        if self.total and 0 < self.done < self.total:
+            timing += f", ~{duration(elapsed / self.done * (self.total - self.done))} left"
+        parts.append(timing)
+        text = f"{self.description}: " + ", ".join(parts)
+        details = ", ".join(self._details.values())
+        return f"{text}; {details}" if details else text
+
+    def _maybe_print(self) -> None:
+        if self._bar is None and self.clock() - self._last >= self.every_seconds:
+            self._last = self.clock()
+            print(self.line(), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@contextmanager
+def reporting(enabled: bool, description: str, unit: str, model: Any = None,
+              total: int | None = None) -> Iterator[Progress | None]:
+    """A `Progress` on stderr while the block runs, `model`'s layers noted in it (`layer_notes`); None when not
+    `enabled` (`--no-progress`, a rank other than 0)."""
+    if not enabled:
+        yield None
+        return
+    with Progress(description, unit, total) as shown, layer_notes(model, shown):
+        yield shown
+
+
+@contextmanager
+def layer_notes(model: Any, progress: Progress | None) -> Iterator[None]:
+    """While the block runs, the attention of each of `model.blocks` (a biotf Transformer's layers, which every
+    forward runs, `attention_maps` too) tells `progress` it has run: `layer i/n`, so one forward over a long record
+    is not silent. Nothing when `progress` is None."""
+    blocks = getattr(model, "blocks", None)
+    if progress is None or blocks is None:
+        yield
+        return
+    total = len(blocks)
+    handles = [block.attn.register_forward_hook(lambda *_, i=i: progress.detail(f"layer {i}/{total}", "layer"))
+               for i, block in enumerate(blocks, 1)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

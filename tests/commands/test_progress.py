@@ -1,0 +1,164 @@
+"""Long commands say what they are doing: plain progress lines on stderr where stderr is not a terminal (a file, a
+pipe; here pytest's capture), a single long record included (its windows, rows or layers), nothing on stdout, and
+the summary line unchanged (`biotf.progress`)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from biotf.cli import main
+from biotf.errors import ConfigError
+from biotf.progress import SECONDS_VARIABLE, Progress, line_seconds
+from tiny_models import save_tiny_protein_model
+
+LONG = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAGEGLYTHMKALRPDEDRLSPLHS"
+LINE = re.compile(r"^(embedding|scoring|contacts|indexing|sampling|predicting) \S+: [\d,]+/(\?|[\d,]+) "
+                  r"(tok|pos|residues|records|samples)")
+
+
+@pytest.fixture(autouse=True)
+def every_update(monkeypatch):
+    monkeypatch.setenv(SECONDS_VARIABLE, "0")  # a line at every update instead of every 30 s
+
+
+@pytest.fixture(scope="module")
+def windowed_model(tmp_path_factory):
+    """max_seq_len 16: the long record is many windows."""
+    return save_tiny_protein_model(tmp_path_factory.mktemp("models") / "windowed")
+
+
+@pytest.fixture(scope="module")
+def one_pass_model(tmp_path_factory):
+    """max_seq_len 512: the long record is one window, one forward."""
+    return save_tiny_protein_model(tmp_path_factory.mktemp("models") / "one_pass", max_seq_len=512)
+
+
+def run(capsys, *argv) -> tuple[str, list[str], list[str]]:
+    assert main([str(a) for a in argv]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    return captured.out, [line for line in lines if LINE.match(line)], [line for line in lines if not LINE.match(line)]
+
+
+def one_record(tmp_path):
+    path = tmp_path / "long.fasta"
+    path.write_text(f">chloroplast\n{LONG}\n")
+    return path
+
+
+def test_embed_of_one_long_record_reports_its_windows(capsys, tmp_path, windowed_model):
+    out, progress, others = run(capsys, "embed", "--model", windowed_model, "--input", one_record(tmp_path),
+                                "--output", tmp_path / "e.npz", "--batch-tokens", 32)
+    assert out == ""
+    assert len(progress) > 3 and any(re.search(r"windows \d+/\d+ of this block", line) for line in progress)
+    assert "tok/s" in progress[-1]
+    assert len(others) == 1 and others[0].startswith(f"{tmp_path / 'long.fasta'} -> ")  # the summary as before
+
+
+def test_embed_of_one_long_record_in_one_pass_reports_its_layers(capsys, tmp_path, one_pass_model):
+    out, progress, _ = run(capsys, "embed", "--model", one_pass_model, "--input", one_record(tmp_path),
+                           "--output", tmp_path / "e.npz")
+    assert out == ""
+    assert [line for line in progress if "layer 1/2" in line] and [line for line in progress if "layer 2/2" in line]
+
+
+def test_score_of_one_long_record_reports_its_rows(capsys, tmp_path, one_pass_model):
+    out, progress, others = run(capsys, "score", "--model", one_pass_model, "--input", one_record(tmp_path),
+                                "--output", tmp_path / "s.csv", "--method", "pll", "--batch-tokens", 1024)
+    assert out == ""
+    rows = [re.search(r"rows ([\d,]+)/([\d,]+) of these records", line) for line in progress]
+    done = [int(m.group(1).replace(",", "")) for m in rows if m]
+    assert len(done) > 2 and done == sorted(done) and done[-1] == int(rows[-1].group(2).replace(",", ""))
+    assert len(others) == 1 and " -> " in others[0]
+
+
+def test_no_progress_prints_no_lines(capsys, tmp_path, one_pass_model):
+    _, progress, _ = run(capsys, "embed", "--no-progress", "--model", one_pass_model, "--input",
+                         one_record(tmp_path), "--output", tmp_path / "e.npz")
+    assert progress == []
+
+
+def test_contacts_counts_residues_of_a_known_total(capsys, tmp_path, random_esm, save_esm):
+    directory = save_esm(random_esm(seed=7), tmp_path / "esm")
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">P1\nMKTAYIAKQRQISFV\n>P2\nMSTNPKPQRK\n>P3\nMAW\n")
+    out, progress, _ = run(capsys, "contacts", "--model", directory, "--input", fasta, "--output", tmp_path / "c.npz",
+                           "--batch-pairs", 300)  # a protein a batch
+    assert out == ""
+    assert [line for line in progress if re.match(r"contacts p\.fasta: 15/28 residues \(53%\)", line)]
+    assert any(line.startswith("contacts p.fasta: 28/28 residues (100%)") for line in progress)
+    assert any("layer" in line for line in progress)
+
+
+def test_search_build_and_generate_count_toward_their_totals(capsys, tmp_path, one_pass_model):
+    pytest.importorskip("faiss")
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
+    run(capsys, "embed", "--no-progress", "--model", one_pass_model, "--input", fasta, "--output", tmp_path / "e.npz")
+    out, progress, _ = run(capsys, "search", "build", "--embeddings", tmp_path / "e.npz", "--output", tmp_path / "ix",
+                           "--index-type", "approx")
+    assert out == "" and progress and progress[-1].startswith("indexing ix: 3/3 records (100%)")
+    causal = save_tiny_protein_model(tmp_path / "causal", max_seq_len=32, causal=True)
+    out, progress, _ = run(capsys, "generate", "--model", causal, "--num-samples", 4, "--batch-size", 2,
+                           "--max-new-tokens", 5, "--output", tmp_path / "s.fasta")
+    assert out == "" and [line.split(",")[0] for line in progress] == ["sampling s.fasta: 2/4 samples (50%)",
+                                                                      "sampling s.fasta: 4/4 samples (100%)"]
+    assert progress[-1].endswith("; 4 drawn")
+
+
+def test_predict_counts_the_records_it_predicted(capsys, tmp_path):
+    import torch
+
+    from biotf.checkpoint.task_model import TaskInfo, save_task_model
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.model.tasks import TaskModel
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    torch.manual_seed(0)
+    trunk = Transformer(TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64,
+                                          causal=False))
+    directory = save_task_model(TaskModel(trunk, "classification", 2, pool="mean"), AminoAcidTokenizer(),
+                                TaskInfo("classification", ["no", "yes"], "mean", 32, "crop"), tmp_path / "task")
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
+    out, progress, _ = run(capsys, "predict", "--model", directory, "--input", fasta, "--output", tmp_path / "p.tsv",
+                           "--batch-size", 2)
+    assert [line.split(",")[0] for line in progress if "layer" not in line] == [
+        "predicting p.fasta: 2/? records", "predicting p.fasta: 3/? records"]
+    assert "prediction" in out  # predict's summary line is on stdout, as before
+
+
+def test_lines_every_interval_with_rate_and_time_left():
+    now = [0.0]
+    stream = io.StringIO()
+    shown = Progress("embedding x.fasta", "tok", total=1000, stream=stream, every_seconds=30, clock=lambda: now[0])
+    now[0] = 10.0
+    shown.update(100)  # within the interval: nothing
+    now[0] = 40.0
+    shown.update(300)
+    shown.detail("windows 3/9 of this block")  # printed with the next due line
+    now[0] = 80.0
+    shown.update(100)
+    assert stream.getvalue().splitlines() == [
+        "embedding x.fasta: 400/1,000 tok (40%), 10 tok/s, 0m40s, ~1m00s left",
+        "embedding x.fasta: 500/1,000 tok (50%), 6.25 tok/s, 1m20s, ~1m20s left; windows 3/9 of this block"]
+
+
+def test_the_interval_is_one_constant_overridden_by_the_environment(monkeypatch):
+    monkeypatch.delenv(SECONDS_VARIABLE)
+    assert line_seconds() == 30.0
+    monkeypatch.setenv(SECONDS_VARIABLE, "2.5")
+    assert line_seconds() == 2.5
+    monkeypatch.setenv(SECONDS_VARIABLE, "soon")
+    with pytest.raises(ConfigError, match=SECONDS_VARIABLE):
+        line_seconds()
+
+
+def test_training_lines_follow_the_same_interval(monkeypatch):
+    from biotf.training.progress import ProgressLines
+
+    monkeypatch.setenv(SECONDS_VARIABLE, "5")
+    assert ProgressLines().every_seconds == 5.0
