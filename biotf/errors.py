@@ -126,7 +126,7 @@ def disk_errors(target: str | Path | None = None) -> Iterator[None]:
         translated = disk_error(error, target)
         if translated is None:
             raise
-        raise translated from error
+        raise translated from None  # the one line says all of it
 
 
 def user_error(error: BaseException) -> BiotfError | None:
