@@ -3,9 +3,10 @@
 Everything is written under a hidden temporary name beside the target and renamed into place at the
 end (a rename within one directory is atomic on POSIX), so a killed process leaves at most a hidden
 `.<name>.*.tmp`. A write the system refuses (a full disk, a read-only file system: `biotf.errors.disk_error`)
-removes the temporary and is one `DiskError` naming the target. The temporaries that `tempfile` creates are private (0600 / 0700); they are given the
-permissions a plain `open()` / `mkdir()` would have had under the user's umask before the rename, so a
-checkpoint or an export is as readable by the user's group as any other file they write.
+removes the temporary and is one `DiskError` naming the target. The temporaries that `tempfile` creates are
+private (0600 / 0700); they are given the permissions a plain `open()` / `mkdir()` would have had under the
+user's umask before the rename, so a checkpoint or an export is as readable by the user's group as any other
+file they write.
 """
 
 from __future__ import annotations

@@ -196,7 +196,8 @@ def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOpt
                 at = int(np.argmin(lengths))
                 raise InputError(f"{path}: record {run.ids[at]!r} (record {run.first + at + 1}) encodes to no tokens")
             if tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size:
-                raise InputError(f"tokenizer produced an id outside 0..{tokenizer.vocab_size - 1}; its vocab_size is wrong")
+                raise InputError(f"tokenizer produced an id outside 0..{tokenizer.vocab_size - 1}; "
+                                 "its vocab_size is wrong")
             tokens = tokens.astype(dtype, copy=False)  # before the split: half the bytes to copy
             validation = validation_mask(run.sequences, validation_fraction, seed)
             indices = np.arange(run.first, run.first + len(lengths), dtype=np.int64)
@@ -207,7 +208,8 @@ def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOpt
         meta["splits"] = {}
         for name, writer in writers.items():
             files = writer.close()
-            meta["splits"][name] = {"records": files["records"]["bytes"] // 8, "tokens": writer.n_tokens, "files": files}
+            meta["splits"][name] = {"records": files["records"]["bytes"] // 8, "tokens": writer.n_tokens,
+                                    "files": files}
     except BaseException:  # the entry is thrown away (`tokenize_to_cache`): a full disk's last flush loses nothing
         close_quietly(handle for writer in writers.values() for handle in writer.handles.values())
         raise

@@ -2,10 +2,10 @@
 
 Before Hydra runs anything, `preflight` composes the config for the given overrides (each value of
 a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment, a missing data
-file, a run directory that holds another run or cannot be written (`rundir.check_writable`), a resume with other
-settings than its run's (`rundir.check_resume`) stops the command at once with one line on stderr and exit status 2, before
-any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job starts). Hydra then
-runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
+file, a run directory that holds another run or cannot be written (`rundir.check_writable`), a resume with
+other settings than its run's (`rundir.check_resume`) stops the command at once with one line on stderr and exit
+status 2, before any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job
+starts). Hydra then runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
 this script in each worker process).
 
 Resuming (`ckpt_path=<run>/checkpoints/last.ckpt`) continues that run's directory unless
