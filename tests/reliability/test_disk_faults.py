@@ -61,7 +61,6 @@ class FillingDisk(io.RawIOBase):
 def full_disk(monkeypatch: pytest.MonkeyPatch, module, room: int) -> None:
     """The files `module` opens for writing are on a disk with `room` bytes left; buffered as `open` buffers them,
     so a failure may come at a write, a flush or a close."""
-
     left = [room]
 
     def opener(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, **kwargs):
@@ -196,7 +195,7 @@ def test_every_output_into_a_read_only_directory_is_one_line(capsys, tmp_path, m
 
 
 # --- the token cache ----------------------------------------------------------------------------------------
-def test_a_token_cache_on_a_full_disk_is_one_error_leaving_no_work_files(tmp_path, monkeypatch):
+def test_a_token_cache_on_a_full_disk_is_one_error_leaving_no_work_files(tmp_path):
     source = tmp_path / "in.fasta"
     source.write_text(FASTA * 20)
     with pytest.MonkeyPatch.context() as patch:
