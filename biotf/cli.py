@@ -38,10 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*unknown, *args.overrides]
     try:
         result = args.run(args)
-    except (BiotfError, OSError) as error:
-        if user_error(error) is None:
+    except (BiotfError, OSError) as caught:
+        error = user_error(caught)
+        if error is None:
             raise
-        print(f"biotf {args.command}: error: {user_error(error)}", file=sys.stderr)
+        print(f"biotf {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"biotf {args.command}: interrupted", file=sys.stderr)

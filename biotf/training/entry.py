@@ -163,10 +163,11 @@ def _hydra_job(cfg: DictConfig) -> float:
         config = validate(cfg)
         run = train if config.task is None else train_task  # a task fine-tunes (biotf.finetune.run)
         return run(config, Path(HydraConfig.get().runtime.output_dir)).final_val_loss
-    except (BiotfError, OSError) as error:  # an OSError: a write the system refused that no writer named
-        if user_error(error) is None:
+    except (BiotfError, OSError) as caught:  # an OSError: a write the system refused that no writer named
+        error = user_error(caught)
+        if error is None:
             raise
-        print(f"train: error: {user_error(error)}", file=sys.stderr)
+        print(f"train: error: {error}", file=sys.stderr)
         sys.exit(2)
     except RunInterrupted as stop:
         if is_launch_rank_zero():
