@@ -250,6 +250,7 @@ def train_error(capsys, status: int) -> str:
     return errors[0]
 
 
+@pytest.mark.slow  # three short trainings: the failed one, its resume, the uninterrupted reference
 def test_a_full_disk_at_a_checkpoint_keeps_the_last_good_one_and_the_resume_continues_from_it(capsys, tmp_path):
     fasta = write_proteins(tmp_path / "proteins.fasta")
     common = [*TINY, f"data.path={fasta}", f"data.cache_dir={tmp_path / 'cache'}"]
