@@ -100,12 +100,25 @@ class DiskError(BiotfError):
         super().__init__(message)
 
 
+def _refused_write(error: BaseException) -> OSError | None:
+    """The OSError of a full, read-only or forbidden place that is `error` or that it was raised from or while
+    handling: torch's zip writer, cleaning up after the OSError of a full disk, raises "unexpected pos" over it."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in DISK_CAUSES:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def disk_error(error: BaseException, target: str | Path | None = None) -> DiskError | None:
-    """The one-line `DiskError` for an OSError of a full, read-only or forbidden place (None for any other error).
+    """The one-line `DiskError` for an OSError of a full, read-only or forbidden place, or for an error raised over
+    one (`_refused_write`); None for any other error.
 
     It names `target`, the file the user asked for, when given (else the file the system names), and the file the
     system refused too when that is not a work file beside `target` (the directory a `mkdir` could not create)."""
-    if not isinstance(error, OSError) or error.errno not in DISK_CAUSES:
+    if isinstance(error, BiotfError) or (error := _refused_write(error)) is None:
         return None
     cause, fix = DISK_CAUSES[error.errno]
     refused = None if error.filename is None else Path(os.fsdecode(error.filename))
@@ -122,7 +135,7 @@ def disk_errors(target: str | Path | None = None) -> Iterator[None]:
     """Turn a refused write inside the block into `disk_error(error, target)`; other errors pass unchanged."""
     try:
         yield
-    except OSError as error:
+    except Exception as error:
         translated = disk_error(error, target)
         if translated is None:
             raise
