@@ -3,14 +3,18 @@
 Everything is written under a hidden temporary name beside the target and renamed into place at the
 end (a rename within one directory is atomic on POSIX), so a killed process leaves at most a hidden
 `.<name>.*.tmp`. A write the system refuses (a full disk, a read-only file system: `biotf.errors.disk_error`)
-removes the temporary and is one `DiskError` naming the target. The temporaries that `tempfile` creates are
-private (0600 / 0700); they are given the permissions a plain `open()` / `mkdir()` would have had under the
-user's umask before the rename, so a checkpoint or an export is as readable by the user's group as any other
-file they write.
+removes the temporary and is one `DiskError` naming the target. While a command holds its claim on a user-named
+output without `--overwrite` (`biotf.export.outputs.claim_output`, which registers it here with `keep_existing`),
+the rename never replaces a file that appeared under that name meanwhile: it is refused in one line instead.
+
+The temporaries that `tempfile` creates are private (0600 / 0700); they are given the permissions a plain
+`open()` / `mkdir()` would have had under the user's umask before the rename, so a checkpoint or an export is as
+readable by the user's group as any other file they write.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -19,13 +23,62 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from biotf.errors import disk_errors
+from biotf.errors import InputError, disk_errors
+
+# Outputs the running command claimed without --overwrite: their key (`_key`) -> the one line refusing to publish
+# over a file that appeared meanwhile. Set only by `keep_existing`, for the length of its block.
+_KEEP: dict[str, str] = {}
+# Tests of concurrent runs: a FIFO at which this process's first `publish` waits until a line is written to it, so
+# that a second process can be started against a run known to be between its claim and its rename.
+PAUSE_BEFORE_PUBLISH = "BIOTF_PAUSE_BEFORE_PUBLISH"
 
 
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _key(path: Path) -> str:
+    """One spelling per file whatever the caller's form of the path (relative, through a linked directory)."""
+    return os.path.join(os.path.realpath(path.parent), path.name)
+
+
+@contextmanager
+def keep_existing(path: str | Path, refusal: str) -> Iterator[None]:
+    """While the block runs, publishing `path` (`atomic_write`) raises InputError(`refusal`) if something appeared
+    under that name, instead of replacing it."""
+    key = _key(Path(path))
+    _KEEP[key] = refusal
+    try:
+        yield
+    finally:
+        del _KEEP[key]
+
+
+def publish(temporary: str | Path, path: str | Path) -> None:
+    """Rename file `temporary` (beside `path`) to `path`. For a path under `keep_existing`, atomically never over an
+    existing one: a hard link under the new name fails if the name exists, then the temporary's name goes; where a
+    filesystem has no hard links (some network and FUSE ones) the name is checked just before the rename."""
+    pause = os.environ.pop(PAUSE_BEFORE_PUBLISH, None)
+    if pause:
+        with open(pause, encoding="utf-8") as fifo:
+            fifo.readline()
+    temporary, path = Path(temporary), Path(path)
+    refusal = _KEEP.get(_key(path))
+    if refusal is None:
+        os.replace(temporary, path)
+        return
+    try:
+        os.link(temporary, path, follow_symlinks=False)
+    except FileExistsError:
+        raise InputError(refusal) from None
+    except OSError:  # no hard links on this filesystem
+        if os.path.lexists(path):
+            raise InputError(refusal) from None
+        os.replace(temporary, path)
+    else:
+        os.unlink(temporary)
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -38,7 +91,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         try:
             write(Path(temporary))
             os.chmod(temporary, 0o666 & ~_umask())
-            os.replace(temporary, path)
+            publish(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
@@ -67,9 +120,15 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
             for path in staging.rglob("*"):
                 os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
             os.chmod(staging, 0o777 & ~mask)
-            if directory.exists():
-                directory.rmdir()
-            os.rename(staging, directory)
+            try:
+                if directory.exists():
+                    directory.rmdir()
+                os.rename(staging, directory)
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                raise InputError(  # another program filled it meanwhile; it is left as it isf"{directory} was filled by another program while this run was writing it; it was "
+                                 f"left as it is ({error.strerror}): choose a new directory") from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -153,3 +153,21 @@ def write_tokenizer(kind: str, directory: Path, texts: Sequence[str]) -> Path:
     if kind in ("llama", "mistral"):
         return write_sentencepiece_bpe(directory, texts, kind)
     raise ValueError(f"unknown tokenizer kind {kind!r}; known: {', '.join(KINDS)}")
+
+
+def with_fixed_padding_and_truncation(directory: Path, length: int = 128) -> Path:
+    """`directory`'s tokenizer.json (transformers' own, written first where the directory has none) padded and cut
+    to `length` tokens, as every sentence-transformers export ships it (`"padding": {"strategy": {"Fixed": 128}}`,
+    truncation to 128); returns `directory`."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(directory)
+    if not (directory / "tokenizer.json").is_file():
+        reference.save_pretrained(directory)
+    backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    pad = reference.pad_token or reference.unk_token
+    backend.enable_padding(length=length, pad_id=backend.token_to_id(pad), pad_token=pad)
+    backend.enable_truncation(length)
+    backend.save(str(directory / "tokenizer.json"))
+    return directory

@@ -77,3 +77,10 @@ def test_a_wrong_import_is_caught(source, target):
     graph = {module: set(targets) for module, targets in GRAPH.items()}
     graph[source].add(target)
     assert violations(graph) == [f"{source} ({part_of(source)}) -> {target} ({part_of(target)})"]
+
+
+def test_experiments_stand_apart_from_the_library():
+    """The code of particular experiments uses the library; the library reaches it only through its two commands."""
+    importers = {module for module, targets in GRAPH.items() if part_of(module) != "Experiments"
+                 and any(part_of(target) == "Experiments" for target in targets)}
+    assert importers == {"biotf.commands.experiment", "biotf.commands.compare"}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,17 +32,18 @@ from torch.overrides import TorchFunctionMode
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINETUNED_MODEL_DIR, STATE_PREFIX,
                               TASK_FILE, ensure_same_tokenizer, payload_fingerprint, read_checkpoint, read_exported,
                               tokenizer_from_payload)
-from biotf.checkpoint.task_export import read_task_files
+from biotf.checkpoint.task_export import TaskInfo, read_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.contacts import ContactHead
+from biotf.model.tasks import TaskModel
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from biotf.untrusted import read_json_object
 
-__all__ = ["MODEL_SOURCES", "ModelSource", "Pretrained", "find_source", "load_pretrained"]
+__all__ = ["MODEL_SOURCES", "LoadedModel", "ModelSource", "Pretrained", "as_loaded", "find_source", "load_pretrained"]
 
 LAYER = re.compile(r"blocks\.(\d+)\.(.*)")
 
@@ -239,3 +240,35 @@ def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None, devi
     if tokenizer is not None:
         ensure_same_tokenizer(stored.fingerprint, tokenizer, str(path))
     return Pretrained(model.to(device), with_options(tokenizer or stored, tokenizer_options or {}))
+
+
+@dataclass
+class LoadedModel:
+    """A model in memory with its tokenizer and where it came from (`source`, and `kind`: a `MODEL_SOURCES` name):
+    what every job over records runs with. `biotf.Model` is one (and adds the jobs); a fine-tuned one also carries
+    its `task` model (whose trunk is `network`) and `task_info`."""
+
+    network: Transformer
+    tokenizer: Tokenizer
+    source: str | None = None
+    kind: str = "in memory"
+    task: TaskModel | None = None
+    task_info: TaskInfo | None = None
+    tokenizer_options: dict[str, Any] = field(default_factory=dict)  # the policies changed at load (`with_options`)
+
+
+def as_loaded(model: str | Path | LoadedModel, device: str | torch.device | None = None,
+              tokenizer_options: Mapping[str, Any] | None = None) -> LoadedModel:
+    """`model` itself when it is loaded already (moved to `device` if one is given, its tokenizer's policies changed
+    by `tokenizer_options`), else the model of that source on `device` (default cpu; `load_pretrained`): so that a
+    job takes a path as well as a model the caller loaded once (the commands load through `biotf.Model.load`)."""
+    if isinstance(model, LoadedModel):
+        if device is not None:
+            model.network.to(device)
+        if tokenizer_options:
+            model = replace(model, tokenizer=with_options(model.tokenizer, tokenizer_options),
+                            tokenizer_options={**model.tokenizer_options, **tokenizer_options})
+        return model
+    network, tokenizer = load_pretrained(model, device=device or "cpu", tokenizer_options=tokenizer_options)
+    return LoadedModel(network, tokenizer, str(model), find_source(model).name,
+                       tokenizer_options=dict(tokenizer_options or {}))

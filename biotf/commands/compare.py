@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,8 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from biotf.experiments.compare import compare
 
-    prepare_outputs(args, {"--out": args.out, "--out (its picture)": args.out.with_suffix(".png")}, [],
-                    images=("--out (its picture)",))
-    report, picture = compare(args.runs, args.metric, args.out)
-    print(f"compare: {report} and {picture}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--out": args.out, "--out (its picture)": args.out.with_suffix(".png")}, [],
+                       images=("--out (its picture)",)):
+        report, picture = compare(args.runs, args.metric, args.out)
+        print(f"compare: {report} and {picture}", file=sys.stderr)
+        return 0

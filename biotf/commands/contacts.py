@@ -33,8 +33,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.input_options import add_input_arguments, load_model, reader_options
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
 def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -104,11 +104,12 @@ def _run_predict(args: argparse.Namespace) -> int:
             args.contacts_parser.error(f"the following arguments are required: {', '.join(missing)} (or use "
                                        "`biotf contacts fit` / `biotf contacts evaluate`)")
     contact_format(args.output)
-    prepare_outputs(args, {"--output": args.output}, [args.input])
-    stats = predict_file(args.model, args.input, args.output, ContactOptions(batch_pairs=args.batch_pairs),
-                         reader_options(args), device=args.device, plot=args.plot, overwrite=args.overwrite)
-    print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, [args.input]):
+        stats = predict_file(load_model(args, args.device), args.input, args.output,
+                             ContactOptions(batch_pairs=args.batch_pairs), reader_options(args), plot=args.plot,
+                             overwrite=args.overwrite)
+        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+        return 0
 
 
 def _names(path: Path | None) -> list[str] | None:
@@ -118,10 +119,12 @@ def _names(path: Path | None) -> list[str] | None:
 
 
 def _run_fit(args: argparse.Namespace) -> int:
+    from biotf.export.outputs import hold
     from biotf.structure.fit import fit_file
 
-    stats = fit_file(args.model, args.structures, args.output, _names(args.train_list), args.train_list or "",
-                     args.l1_c, device=args.device)
+    with hold(args.output):  # a second fit into the same directory meanwhile is refused at once
+        stats = fit_file(args.model, args.structures, args.output, _names(args.train_list), args.train_list or "",
+                         args.l1_c, device=args.device)
     print(f"{args.structures} -> {args.output}: fitted contact head; {stats.summary()}", file=sys.stderr)
     return 0
 
@@ -129,14 +132,13 @@ def _run_fit(args: argparse.Namespace) -> int:
 def _run_evaluate(args: argparse.Namespace) -> int:
     from biotf.structure.evaluate import COLUMNS, evaluate_structures, write_metrics
 
-    if args.output is not None:
-        prepare_outputs(args, {"--output": args.output}, [])
-    evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",
-                                     device=args.device, plot=args.plot, overwrite=args.overwrite)
-    if args.output is not None:
-        write_metrics(args.output, evaluation.rows)
-    print("\t".join(("chains", *COLUMNS[2:])))
-    for row in evaluation.means():
-        print("\t".join((str(row.length), row.predictor, row.range, *(f"{v:.4f}" for v in row.values))))
-    print(f"{args.structures}: {evaluation.structures.summary()}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, []):
+        evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",
+                                         device=args.device, plot=args.plot, overwrite=args.overwrite)
+        if args.output is not None:
+            write_metrics(args.output, evaluation.rows)
+        print("\t".join(("chains", *COLUMNS[2:])))
+        for row in evaluation.means():
+            print("\t".join((str(row.length), row.predictor, row.range, *(f"{v:.4f}" for v in row.values))))
+        print(f"{args.structures}: {evaluation.structures.summary()}", file=sys.stderr)
+        return 0

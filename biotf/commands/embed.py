@@ -18,9 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 from biotf.errors import ConfigError
 
@@ -37,17 +37,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
                                   "unknown=to_unk (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(EMBEDDING_FORMATS)}")
-    parser.add_argument("--pool", choices=POOLS, default="mean",
-                        help="mean / max over content tokens, the <cls> token, or none: every token (default mean)")
+    parser.add_argument("--pool", choices=POOLS,
+                        help="mean / max over content tokens, the <cls> token, or none: every token (default mean; "
+                             "a sentence-transformers directory: its own pooling and normalization)")
     parser.add_argument("--layer", default="-1", metavar="-1|N|all",
                         help="hidden state to export: 0 = embedding output, -1 = last (default), all = every one")
     parser.add_argument("--batch-tokens", type=int, default=16384, metavar="N",
                         help="padded tokens per forward pass (default 16384)")
     parser.add_argument("--max-length", type=int, metavar="N",
                         help="tokens per window, special tokens included (default: the model's max_seq_len)")
-    parser.add_argument("--long", choices=EMBED_LONG_POLICIES, default="chunk",
+    parser.add_argument("--long", choices=EMBED_LONG_POLICIES,
                         help="records longer than --max-length: overlapping windows pooled across (default), "
-                             "cut, or refuse")
+                             "cut (a sentence-transformers directory's default, at its max_seq_length), or refuse")
     parser.add_argument("--overlap", type=int, metavar="N",
                         help="tokens shared by consecutive windows with --long chunk (default: a quarter window)")
     parser.add_argument("--packing", action="store_true",
@@ -74,34 +75,34 @@ def parse_layer(text: str) -> int | str:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.export import EmbedOptions, EmbedRun, embed_file, stats_from_counts
+    from biotf.export.sentence_transformers import embed_defaults
 
     if args.plot is not None and args.pool == "none":
         raise ConfigError("--plot", str(args.plot), reason="a map needs pooled vectors", allowed="--pool mean, cls or max")
-    prepare_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",))
-    options = EmbedOptions(pool=args.pool, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
-                           max_length=args.max_length, long=args.long, overlap=args.overlap, packing=args.packing)
-    reader = reader_options(args)
-    tokenizer_options = parse_options(args.option)
-    progress = not args.no_progress and sys.stderr.isatty()
-    launched = launch()
-    with as_option_errors(tokenizer_options):
-        if launched is None:
-            note_waiting_parts(args)
-            stats = embed_file(args.model, args.input, args.output, options, reader, device=args.device,
-                               progress=progress, tokenizer_options=tokenizer_options)
-        else:
-            work = EmbedRun(args.model, args.input, args.output, options, launched.device(args.device),
-                            progress and launched.rank == 0, tokenizer_options)
-            done = run_in_parts(args, work, launched)
-            if done is None:
-                return 0
-            stats = stats_from_counts(done.counts)
-            stats.policies.update(done.reader_policies)
-    print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
-    if args.plot is not None:
-        from biotf.analysis.plot import plot_file
+    with claim_outputs(args, {"--output": args.output, "--plot": args.plot}, [args.input], images=("--plot",)):
+        _, pooling = embed_defaults(args.model, args.pool, args.max_length, args.long)
+        options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
+                               overlap=args.overlap, packing=args.packing)
+        reader = reader_options(args)
+        progress = not args.no_progress and sys.stderr.isatty()
+        launched = launch()
+        model = load_model(args, args.device if launched is None else launched.device(args.device))
+        with as_option_errors(model.tokenizer_options):
+            if launched is None:
+                note_waiting_parts(args)
+                stats = embed_file(model, args.input, args.output, options, reader, progress=progress)
+            else:
+                work = EmbedRun(model, args.input, args.output, options, progress=progress and launched.rank == 0)
+                done = run_in_parts(args, work, launched)
+                if done is None:
+                    return 0
+                stats = stats_from_counts(done.counts)
+                stats.policies.update(done.reader_policies)
+        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+        if args.plot is not None:
+            from biotf.analysis.plot import plot_file
 
-        method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
-                           overwrite=args.overwrite)
-        print(f"map ({method}) -> {args.plot}", file=sys.stderr)
-    return 0
+            method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
+                               overwrite=args.overwrite)
+            print(f"map ({method}) -> {args.plot}", file=sys.stderr)
+        return 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -21,19 +22,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.checkpoint import save_hf_pretrained, save_pretrained
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.errors import ConfigError
+    from biotf.export.outputs import hold
     from biotf.model.hf import FAMILIES
 
     writers = [name for name, family in FAMILIES.items() if family.export_config is not None]
     if args.hf not in (None, "auto", *writers):  # before the model is read
         raise ConfigError("--hf", args.hf, allowed=" | ".join(writers))
-    model, tokenizer = load_pretrained(args.source)
-    if args.hf is None:
-        path = save_pretrained(model, tokenizer, args.directory)
-    else:
-        path = save_hf_pretrained(model, tokenizer, args.directory, None if args.hf == "auto" else args.hf)
-    print(f"exported {args.source} to {path} ({model.num_parameters():,} parameters, "
-          f"tokenizer {tokenizer.kind} {tokenizer.fingerprint})")
+    with hold(Path(args.directory), "directory"):  # a second export into it meanwhile is refused at once
+        model = Model.load(args.source)
+        path = model.save(args.directory, args.hf)
+    print(f"exported {args.source} to {path} ({model.network.num_parameters():,} parameters, "
+          f"tokenizer {model.tokenizer.kind} {model.tokenizer.fingerprint})")
     return 0

@@ -43,9 +43,8 @@ import sys
 import time
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors,
-                                          parse_options, reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.input_options import add_input_arguments, add_tokenizer_options, load_model, reader_options
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.errors import ConfigError, check_int
 from biotf.wording import counted
 
@@ -156,48 +155,40 @@ def check_sample_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.inference.generation import TextStreamer, encode_prompts, fit_prompts, generate_ids
-    from biotf.inference.pretrained import load_for_generation
+    from biotf.inference.generation import TextStreamer
+    from biotf.inference.pretrained import complete
     from biotf.tokenizers.base import PolicyStats
 
     if args.model is None:
         args.generate_parser.error("the following arguments are required: --model (or use `biotf generate evaluate`)")
     check_sample_arguments(args)
+    if args.system is not None and not args.chat:
+        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     if args.num_samples is not None:
         from biotf.inference.sampling import sample_format
 
         sample_format(args.output)
-        prepare_outputs(args, {"--output": args.output}, [args.model])
-    else:
-        prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
-    if args.system is not None and not args.chat:
-        raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
-    tokenizer_options = parse_options(args.option)
-    with as_option_errors(tokenizer_options):
-        model, tokenizer, defaults = load_for_generation(args.model, args.dtype, tokenizer_options)
-    if args.num_samples is not None:
-        return run_samples(args, model, tokenizer, defaults)
+        with claim_outputs(args, {"--output": args.output}, [args.model]):
+            return run_samples(args, *load_generator(args))
+    prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
+    decoder, tokenizer, defaults = load_generator(args)
     policies = PolicyStats()
     sampling = sampling_settings(args, defaults, defaults.temperature)
+    streamer = None
+    if len(prompts) == 1:
+        streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     # Library warnings (a truncated prompt) as one "biotf generate: warning: ..." line on stderr.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"biotf {args.command}: warning: %(message)s"))
     logger = logging.getLogger("biotf.inference")
     logger.addHandler(handler)
+    start = time.perf_counter()
     try:
-        ids = (encode_prompts(tokenizer, prompts, True, args.system, policies) if args.chat
-               else defaults.encode_prompts(tokenizer, prompts, policies))
-        max_new_tokens = option(args.max_new_tokens, defaults.new_tokens(max(map(len, ids)), model.config.max_seq_len))
-        ids = fit_prompts(ids, max_new_tokens, model.config.max_seq_len, args.truncate_prompt)
+        ids, new = complete(decoder, tokenizer, defaults, prompts, chat=args.chat, system=args.system,
+                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
+                            truncate_prompt=args.truncate_prompt, on_token=streamer, stats=policies)
     finally:
         logger.removeHandler(handler)
-    decoder = fast_decoder(model, args.verbose)
-    streamer = None
-    if len(prompts) == 1:
-        streamer = TextStreamer(tokenizer, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
-    start = time.perf_counter()
-    new = generate_ids(decoder, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=args.seed,
-                       eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, on_token=streamer)
     seconds = time.perf_counter() - start
     if streamer is not None:
         sys.stdout.write("\n")
@@ -216,17 +207,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def fast_decoder(model, verbose: bool):
-    """`optimize_for_decoding(model)`; with `verbose`, its plan (which paths, measured how) on stderr."""
-    from biotf.inference.fast import optimize_for_decoding
-
-    decoder = optimize_for_decoding(model)
-    if verbose:
+def load_generator(args: argparse.Namespace) -> tuple:
+    """--model's decoder (`biotf.Model.decoding`), tokenizer (with --option's policies) and generation defaults; with
+    --verbose, the decoding plan (which paths, measured how) on stderr."""
+    model = load_model(args, dtype=args.dtype, for_generation=True)
+    decoder, defaults = model.decoding()
+    if args.verbose:
         print(decoder.plan.describe(), file=sys.stderr)
-    return decoder
+    return decoder, model.tokenizer, defaults
 
 
-def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
+def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
     """`--num-samples N --output FILE`: draw, write all or nothing, and say what was drawn on stderr."""
     from biotf.inference.sampling import sample_sequences, write_samples
 
@@ -241,7 +232,7 @@ def run_samples(args: argparse.Namespace, model, tokenizer, defaults) -> int:
         valid = is_valid
     sampling = sampling_settings(args, defaults, defaults.temperature or 1.0)  # drawing samples: never greedy
     start = time.perf_counter()
-    drawn = sample_sequences(fast_decoder(model, args.verbose), tokenizer, defaults, args.num_samples,
+    drawn = sample_sequences(decoder, tokenizer, defaults, args.num_samples,
                              prompt=args.prompt, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
                              max_new_tokens=args.max_new_tokens, valid=valid, max_draws=args.max_draws)
     seconds = time.perf_counter() - start
@@ -282,23 +273,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
     inputs = [args.input, *tests.values(), *([args.train] if args.train else [])]
     if args.output is not None:
         metric_format(args.output)
-        prepare_outputs(args, {"--output": args.output}, inputs)
-    evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
-                               ReaderOptions(column=args.reference_column), cache_dir,
-                               args.batch_size, args.device)
-    for name, loaded in evaluation.references.items():
-        how = (f"read from {loaded.path}" if loaded.how == "cache" else
-               f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
-               + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
-        left_out = loaded.statistics.rows - loaded.statistics.molecules
-        invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
-        print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
-              file=sys.stderr)
-    if args.output is not None:
-        write_metrics(args.output, evaluation)
-    print("\t".join(COLUMNS))
-    for row in evaluation.rows:
-        print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
-    if evaluation.input_policies:
-        print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, inputs):
+        evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
+                                   ReaderOptions(column=args.reference_column), cache_dir,
+                                   args.batch_size, args.device)
+        for name, loaded in evaluation.references.items():
+            how = (f"read from {loaded.path}" if loaded.how == "cache" else
+                   f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
+                   + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
+            left_out = loaded.statistics.rows - loaded.statistics.molecules
+            invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
+            print(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}",
+                  file=sys.stderr)
+        if args.output is not None:
+            write_metrics(args.output, evaluation)
+        print("\t".join(COLUMNS))
+        for row in evaluation.rows:
+            print("\t".join((row.metric, format_value(row), str(row.molecules), row.note)))
+        if evaluation.input_policies:
+            print(f"reading {args.input}: {evaluation.input_policies.summary()}", file=sys.stderr)
+        return 0

@@ -50,6 +50,17 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
+def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
+    """`--model`, loaded through `biotf.Model.load` on `device` with the policies `--option` sets where the command
+    has it (a tokenizer's refusal of one names it as such); `load`: Model.load's other options (dtype,
+    for_generation)."""
+    from biotf.api import Model
+
+    options = parse_options(getattr(args, "option", None) or [])
+    with as_option_errors(options):
+        return Model.load(args.model, device=device, tokenizer_options=options, **load)
+
+
 def as_option_errors(options: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
     """A tokenizer's ConfigError about one of the user's `--option`s names it as such (`--option stop`)."""
     return option_errors(options, "--option {}")

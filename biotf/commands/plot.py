@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from biotf.analysis.plot import plot_file
 
     output = args.output or args.embeddings.with_suffix(".png")
-    prepare_outputs(args, {"--output": output}, [args.embeddings], images=("--output",))
-    method = plot_file(args.embeddings, output, args.color, args.method, args.label_pattern, args.array,
-                       overwrite=args.overwrite)
-    print(f"map ({method}) of {args.embeddings} -> {output}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": output}, [args.embeddings], images=("--output",)):
+        method = plot_file(args.embeddings, output, args.color, args.method, args.label_pattern, args.array,
+                           overwrite=args.overwrite)
+        print(f"map ({method}) of {args.embeddings} -> {output}", file=sys.stderr)
+        return 0

@@ -18,9 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 
 
@@ -46,24 +46,24 @@ def run(args: argparse.Namespace) -> int:
     from biotf.inference.predict import PredictRun, predict_file
     from biotf.wording import counted
 
-    prepare_outputs(args, {"--output": args.output}, [args.input])
-    tokenizer_options = parse_options(args.option)
-    launched = launch()
-    with as_option_errors(tokenizer_options):
-        if launched is None:
-            note_waiting_parts(args)
-            summary = predict_file(args.model, args.input, args.output, reader_options(args), args.batch_size,
-                                   tokenizer_options, args.packing)
-        else:
-            work = PredictRun(args.model, args.output, args.batch_size, tokenizer_options, args.input, args.packing)
-            done = run_in_parts(args, work, launched)
-            if done is None:
-                return 0
-            summary = work.summary(done.counts)
-            summary.policies.update(done.reader_policies)
-    print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
-          f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
-    changed = [f"{n} {why}" for why, n in summary.counts.items()]
-    changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
-    print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, [args.input]):
+        launched = launch()
+        model = load_model(args)
+        with as_option_errors(model.tokenizer_options):
+            if launched is None:
+                note_waiting_parts(args)
+                summary = predict_file(model, args.input, args.output, reader_options(args), args.batch_size,
+                                       packing=args.packing)
+            else:
+                work = PredictRun(model, args.output, args.batch_size, input_path=args.input, packing=args.packing)
+                done = run_in_parts(args, work, launched)
+                if done is None:
+                    return 0
+                summary = work.summary(done.counts)
+                summary.policies.update(done.reader_policies)
+        print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
+              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
+        changed = [f"{n} {why}" for why, n in summary.counts.items()]
+        changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
+        print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
+        return 0

@@ -24,9 +24,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
+from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
 from biotf.errors import ConfigError
 
@@ -90,33 +90,30 @@ def run(args: argparse.Namespace) -> int:
                            packing=args.packing)
     output_format(args.output)
     inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
-    prepare_outputs(args, {"--output": args.output}, inputs)
-    progress = not args.no_progress and sys.stderr.isatty()
-    tokenizer_options = parse_options(args.option)
-    launched = launch()
-    if launched is not None and args.variants is not None:
-        raise ConfigError("--variants", str(args.variants), reason="a run under torchrun scores the records of "
-                          "--input in parts; variants of one reference run in one process", allowed="--input")
-    if args.input is not None:
-        with as_option_errors(tokenizer_options):
-            if launched is None:
+    with claim_outputs(args, {"--output": args.output}, inputs):
+        progress = not args.no_progress and sys.stderr.isatty()
+        launched = launch()
+        if launched is not None and args.variants is not None:
+            raise ConfigError("--variants", str(args.variants), reason="a run under torchrun scores the records of "
+                              "--input in parts; variants of one reference run in one process", allowed="--input")
+        model = load_model(args, args.device if launched is None else launched.device(args.device))
+        with as_option_errors(model.tokenizer_options):
+            if args.input is None:
+                summary = score_variants_file(model, args.variants, args.reference, args.output, args.method,
+                                              args.offset, args.both_strands, options, reader_options(args),
+                                              args.mutation_column, progress=progress)
+            elif launched is None:
                 note_waiting_parts(args)
-                summary = score_file(args.model, args.input, args.output, args.method, options, reader_options(args),
-                                     args.device, progress, tokenizer_options)
+                summary = score_file(model, args.input, args.output, args.method, options, reader_options(args),
+                                     progress=progress)
             else:
-                work = ScoreRun(args.model, args.input, args.output, args.method, options,
-                                launched.device(args.device), progress and launched.rank == 0, tokenizer_options)
+                work = ScoreRun(model, args.input, args.output, args.method, options,
+                                progress=progress and launched.rank == 0)
                 done = run_in_parts(args, work, launched)
                 if done is None:
                     return 0
                 summary = work.summary(done.counts)
                 summary.policies.update(done.reader_policies)
-        source = args.input
-    else:
-        with as_option_errors(tokenizer_options):
-            summary = score_variants_file(args.model, args.variants, args.reference, args.output, args.method,
-                                          args.offset, args.both_strands, options, reader_options(args),
-                                          args.mutation_column, args.device, progress, tokenizer_options)
-        source = args.variants
-    print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
-    return 0
+        source = args.input if args.input is not None else args.variants
+        print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
+        return 0

@@ -24,8 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, reader_options
-from biotf.commands.output_options import add_overwrite_argument, prepare_outputs
+from biotf.commands.input_options import add_input_arguments, load_model, reader_options
+from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -109,29 +109,32 @@ def run_query(args: argparse.Namespace) -> int:
     if args.ef_search is not None and args.ef_search < 1:
         raise ConfigError("--ef-search", args.ef_search, allowed="an integer >= 1")
     output_format(args.output)
-    prepare_outputs(args, {"--output": args.output}, [p for p in (args.input,) if p is not None])
-    index = SearchIndex.open(args.index)
-    metric = args.metric or index.meta["metric"]
-    index.check_metric(metric)
-    summary = ""
-    if args.ids:
-        queries = id_queries(index, args.ids)
-    elif args.expression:
-        queries = expression_queries(index, args.expression, metric)
-    else:
-        queries, stats = sequence_queries(index, args.model, args.input, reader_options(args), args.device)
-        summary = f" ({stats.summary()})"
-    rows = list(hits(index, queries, args.k, metric, args.ef_search))
-    write_table(args.output, rows)
-    print(f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {args.output}: {len(rows):,} hits, {index.kind} {metric} "
-          f"search of {len(index.ids):,} records", file=sys.stderr)
-    return 0
+    with claim_outputs(args, {"--output": args.output}, [p for p in (args.input,) if p is not None]):
+        index = SearchIndex.open(args.index)
+        metric = args.metric or index.meta["metric"]
+        index.check_metric(metric)
+        summary = ""
+        if args.ids:
+            queries = id_queries(index, args.ids)
+        elif args.expression:
+            queries = expression_queries(index, args.expression, metric)
+        else:
+            queries, stats = sequence_queries(index, load_model(args, args.device), args.input, reader_options(args))
+            summary = f" ({stats.summary()})"
+        rows = list(hits(index, queries, args.k, metric, args.ef_search))
+        write_table(args.output, rows)
+        print(f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {args.output}: {len(rows):,} hits, {index.kind} {metric} "
+              f"search of {len(index.ids):,} records", file=sys.stderr)
+        return 0
 
 
 def run_add(args: argparse.Namespace) -> int:
     from biotf.analysis.search.index import add_records
 
-    meta, added = add_records(args.index, args.embeddings)
+    def waiting() -> None:
+        print(f"biotf search add: another biotf run is writing {args.index}; waiting until it ends", file=sys.stderr)
+
+    meta, added = add_records(args.index, args.embeddings, waiting=waiting)
     print(f"{args.embeddings} -> {args.index}: {added:,} records added, {meta['records']:,} in all ({meta['kind']})",
           file=sys.stderr)
     return 0

@@ -1,7 +1,7 @@
 """Genome annotation on shipped genomes: does a DNA model that reads more context annotate genes better, and does
 a model trained on short windows carry to long ones?
 
-Each base of a GenBank genome is cds_plus, cds_minus, rna or other (`biotf.data.annotation`: the rules for joins,
+Each base of a GenBank genome is cds_plus, cds_minus, rna or other (`annotation_labels`: the rules for joins,
 wrap-around, overlaps and pseudogenes). The model (conf/experiment/genome_annotation.yaml, one token per base) is
 trained from random weights on the labels of the A. thaliana chloroplast except a held-out contiguous region
 (30 kb of the large single-copy region by default: it has no copy in the inverted repeats, so no held-out gene has
@@ -14,7 +14,7 @@ Learned positions have no row beyond their training length: "cannot extend", as 
 
 Anchors in the same table: the same model trained at a short context (does context help?), a k-mer logistic
 baseline and Prodigal trained on the training region (single mode) and in meta mode
-(`biotf.analysis.annotation_anchors`), all scored by `biotf.analysis.annotation`. The contexts are settings
+(`annotation_anchors`), all scored by `annotation_scores`. The contexts are settings
 (`--set eval_contexts=4096,16384`): contexts beyond a few thousand bases need attention whose memory grows
 linearly with length, which the model picks up from its config when it has it.
 """
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biotf.analysis.annotation import AnnotationScores, score_annotation
-from biotf.analysis.annotation_anchors import (KmerLogistic, prodigal_calls, prodigal_finder, reverse_complement,
+from biotf.experiments.annotation_scores import AnnotationScores, score_annotation
+from biotf.experiments.annotation_anchors import (KmerLogistic, prodigal_calls, prodigal_finder, reverse_complement,
                                                reverse_complement_classes)
-from biotf.data.annotation import ANNOTATION_CLASSES, AnnotatedGenome, read_annotated
+from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, AnnotatedGenome, read_annotated
 from biotf.errors import ConfigError, InputError
 from biotf.experiments.report import markdown_table, mean_or_none, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job

@@ -13,6 +13,8 @@ import statistics
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from biotf.atomic import atomic_write, atomic_write_text
+
 Series = dict[float, list[float]]
 
 
@@ -46,9 +48,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 def write_markdown(path: Path, sections: Sequence[str]) -> Path:
     """Write a report: its sections (title, paragraphs, tables, image links) separated by blank lines."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_text(path, "\n\n".join(sections) + "\n")
 
 
 def seed_note(seeds: Sequence[object]) -> str:
@@ -101,7 +101,8 @@ def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, y
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        atomic_write(path, lambda temporary: figure.savefig(temporary, format=path.suffix.lstrip(".") or "png", dpi=110))
+    finally:
+        plt.close(figure)
     return path

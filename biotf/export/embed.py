@@ -65,7 +65,11 @@ class EmbedOptions:
     """How to embed. `layer`: an index into the hidden states (0 = embedding output, -1 = last, after the
     final norm) or "all". `overlap`: tokens shared by consecutive windows (default a quarter of a window).
     `packing`: several windows share a row (as long as a block's longest window; `biotf.data.packing`), each seeing
-    itself alone (the model's `segment_ids`): the same vectors, fewer pad tokens."""
+    itself alone (the model's `segment_ids`): the same vectors, fewer pad tokens. `pool_specials`: mean / max pooling
+    count the special tokens around a record too (its first window's prefix, its last window's suffix, every token
+    between), as sentence-transformers' Pooling counts every token of the attention mask; `normalize`: each pooled
+    vector scaled to unit L2 norm (its Normalize module). Both are what a sentence-transformers directory asks for
+    (`biotf.export.sentence_transformers`)."""
 
     pool: str = "mean"
     layer: int | str = -1
@@ -75,9 +79,18 @@ class EmbedOptions:
     overlap: int | None = None
     block_tokens: int = 1 << 19
     packing: bool = False
+    pool_specials: bool = False
+    normalize: bool = False
 
     def __post_init__(self) -> None:
         check_choice("pool", self.pool, POOLS)
+        for name in ("pool_specials", "normalize"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(name, value, allowed="true | false")
+            if value and self.pool == "none":
+                raise ConfigError(name, value, allowed="false with pool none",
+                                  reason="it shapes pooled vectors; pool none exports every content token")
         check_choice("long", self.long, EMBED_LONG_POLICIES)
         if self.layer != "all" and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
             raise ConfigError("layer", self.layer, allowed="an integer (-1 = last) or 'all'")
@@ -150,7 +163,7 @@ class Embedder:
                               allowed=f"1..{model.config.max_seq_len} (the model's max_seq_len)")
         if options.pool == "cls" and tokenizer.cls_id is None:
             raise ConfigError("pool", "cls", allowed=", ".join(p for p in POOLS if p != "cls"),
-                              reason=f"the {tokenizer.kind} tokenizer has no <cls> token")
+                              reason=f"the {tokenizer.scheme} tokenizer has no <cls> token")
         self.special = np.fromiter(tokenizer.special_ids, np.int64)
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
         self._prefix: np.ndarray | None = None
@@ -170,10 +183,10 @@ class Embedder:
         if at is not None:
             self._prefix, self._suffix = full[:at], full[at + len(content):]
         else:
-            raise InputError(f"record {record.id!r}: the {self.tokenizer.kind} tokenizer's special tokens do not "
+            raise InputError(f"record {record.id!r}: the {self.tokenizer.scheme} tokenizer's special tokens do not "
                              "surround its content, so windows cannot be formed")
         if self.options.pool == "cls" and (len(self._prefix) == 0 or self._prefix[0] != self.tokenizer.cls_id):
-            raise ConfigError("pool", "cls", reason=f"the {self.tokenizer.kind} tokenizer does not start records "
+            raise ConfigError("pool", "cls", reason=f"the {self.tokenizer.scheme} tokenizer does not start records "
                               "with <cls>", allowed="mean, max, none")
         width = self.max_length - len(self._prefix) - len(self._suffix)
         if width < 1:
@@ -200,13 +213,16 @@ class Embedder:
 
     def _pieces(self, slot: int, record: Record, content: np.ndarray, stats: EmbedStats) -> list[_Piece]:
         pieces = []
-        for order, window in enumerate(self._windows(record, len(content), stats)):
+        windows = self._windows(record, len(content), stats)
+        specials = self.options.pool_specials
+        for order, window in enumerate(windows):
             ids = np.concatenate([self._prefix, content[window.start:window.end], self._suffix])
             offset = len(self._prefix) - window.start
-            owned_ids = content[window.own_start:window.own_end]
-            keep = ~np.isin(owned_ids, self.special)
-            pieces.append(_Piece(slot, order, ids, slice(window.own_start + offset, window.own_end + offset), keep,
-                                 np.arange(window.own_start, window.own_end)[keep]))
+            # With pool_specials the record's prefix and suffix count: the first window owns one, the last the other.
+            start = 0 if specials and order == 0 else window.own_start + offset
+            end = len(ids) if specials and order == len(windows) - 1 else window.own_end + offset
+            keep = np.ones(end - start, bool) if specials else ~np.isin(ids[start:end], self.special)
+            pieces.append(_Piece(slot, order, ids, slice(start, end), keep, start - offset + np.flatnonzero(keep)))
         return pieces
 
     # --- the model --------------------------------------------------------------------------------
@@ -278,6 +294,8 @@ class Embedder:
             for record, content, parts in zip(block, contents, partials):
                 parts.sort(key=lambda item: item[0].order)
                 vectors = combine([partial for _, partial in parts], pool, record.id)
+                if self.options.normalize:  # as torch.nn.functional.normalize: eps 1e-12 keeps a zero vector zero
+                    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
                 stats.records += 1
                 stats.tokens += len(content)
                 if pool == "none":

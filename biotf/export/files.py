@@ -20,23 +20,25 @@ from biotf.checkpoint.digest import model_fingerprint
 from biotf.errors import disk_errors
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
-from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.tokenizers.base import PolicyStats
 
 
-def open_embedder(model_source: str | Path, options: EmbedOptions = EmbedOptions(), device: str = "cpu",
+def open_embedder(model: str | Path | LoadedModel, options: EmbedOptions = EmbedOptions(), device: str | None = None,
                   tokenizer_options: Mapping[str, Any] | None = None) -> tuple[Embedder, dict[str, Any]]:
-    """The model's `Embedder` and the metadata its vectors carry (the `info` of an embedding file: the model and
-    tokenizer with their fingerprints, pooling, layers, windows, packing), for `embed_file` and for any other command
-    that embeds records (`biotf search` queries) the same way."""
-    model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
+    """The `Embedder` of `model` (a loaded model or its source: `as_loaded`) and the metadata its vectors carry (the
+    `info` of an embedding file: the model and tokenizer with their fingerprints, pooling, layers, windows, packing),
+    for `embed_file` and for any other command that embeds records (`biotf search` queries) the same way."""
+    loaded = as_loaded(model, device, tokenizer_options)
+    model, tokenizer = loaded.network, loaded.tokenizer
     embedder = Embedder(model, tokenizer, options)
     info: dict[str, Any] = {
-        "biotf_embeddings": 1, "model": str(model_source), "model_fingerprint": model_fingerprint(model),
+        "biotf_embeddings": 1, "model": loaded.source, "model_fingerprint": model_fingerprint(model),
         "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
-        "tokenizer_options": dict(tokenizer_options or {}), "pool": options.pool,
+        "tokenizer_options": loaded.tokenizer_options, "pool": options.pool,
         "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
-        "overlap": options.overlap, "packing": options.packing, "dim": model.config.d_model}
+        "overlap": options.overlap, "packing": options.packing, "pool_specials": options.pool_specials,
+        "normalize": options.normalize, "dim": model.config.d_model}
     return embedder, info
 
 
@@ -44,12 +46,12 @@ class EmbedRun:
     """One model embedding records into embedding files: a whole file (`embed_file`), or the parts of a sharded run
     and their merge (`biotf.data.sharded.PartWork`), which writes the file `embed_file` writes for the same records."""
 
-    def __init__(self, model_source: str | Path, input_path: str | Path, output_path: str | Path,
-                 options: EmbedOptions = EmbedOptions(), device: str = "cpu", progress: bool = False,
+    def __init__(self, model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
+                 options: EmbedOptions = EmbedOptions(), device: str | None = None, progress: bool = False,
                  tokenizer_options: Mapping[str, Any] | None = None):
         output_format(output_path)
         self.input_path, self.output_path, self.options, self.progress = input_path, output_path, options, progress
-        self.embedder, self.info = open_embedder(model_source, options, device, tokenizer_options)
+        self.embedder, self.info = open_embedder(model, options, device, tokenizer_options)
         self.info["input"] = str(input_path)
 
     @contextmanager
@@ -87,7 +89,7 @@ class EmbedRun:
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         keys = ("model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
-                "long", "overlap", "packing")
+                "long", "overlap", "packing", "pool_specials", "normalize")
         return {"command": "embed", **{key: self.info[key] for key in keys}}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
@@ -110,13 +112,13 @@ def stats_from_counts(counts: Mapping[str, Any]) -> EmbedStats:
     return EmbedStats(**{**counts, "policies": PolicyStats(counts.get("policies", {}))})
 
 
-def embed_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
+def embed_file(model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
                options: EmbedOptions = EmbedOptions(), reader_options: ReaderOptions = ReaderOptions(),
-               device: str = "cpu", progress: bool = False,
+               device: str | None = None, progress: bool = False,
                tokenizer_options: Mapping[str, Any] | None = None) -> EmbedStats:
     """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts.
     `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`: same vocabulary)."""
-    run = EmbedRun(model_source, input_path, output_path, options, device, progress, tokenizer_options)
+    run = EmbedRun(model, input_path, output_path, options, device, progress, tokenizer_options)
     stats = EmbedStats()
     run.write(read_records(input_path, reader_options, stats.policies), stats)
     return stats

@@ -1,13 +1,20 @@
 """Where a command may write a user-named file: the one overwrite rule, and the leftovers of killed runs.
 
 The rule (every command that writes a file the user names: `embed --output/--plot`, `plot --output`,
-`compare --out`, `predict --output`, `score --output`, `generate --output`), checked before any work is done:
+`compare --out`, `predict --output`, `score --output`, `contacts --output`, `generate --output`, `generate
+evaluate --output`, `search query --output`, `tokens --output/--plot`), checked before any work is done:
 - an output that is one of the command's inputs (the same file, `os.path.samefile`) is refused, always;
 - an output that is a directory, or whose parent is a file, is refused;
 - an existing output is refused unless `overwrite` (`--overwrite`); the new file still replaces it
   only when complete (temporary name, then rename), so a failed run keeps the old one;
 - a picture (`image=True`) must be named `.png` and never replaces a file that is not a PNG, even
   with `--overwrite`.
+
+For the whole run the command holds its outputs (`claim_output`): an exclusive advisory `flock` on the empty
+`.<name>.lock` beside each, so a second biotf run over the same output is refused at once in one line (or, where
+it must, as `search add` on one index, waits its turn: `hold`); and the final rename of an output claimed without
+`overwrite` never replaces a file another program put there meanwhile (`biotf.atomic.keep_existing`). The kernel
+drops a killed run's lock with its process; the lock file it leaves is removed by the next run over the name.
 
 Writers put their work beside the output under hidden names `.<name>.<8 random chars>.tmp` (the file
 being assembled, `atomic_write`) and `.<name>.<8 random chars>.spool` (the embedding spools). A run
@@ -21,10 +28,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import IO
 
+from biotf.atomic import keep_existing
 from biotf.errors import InputError
 
 try:  # POSIX; elsewhere a live run's work is not told apart from a killed run's
@@ -33,6 +42,7 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LOCK_SUFFIX = "lock"
 SPOOL_SUFFIX = ".spool"
 TEMPORARY_SUFFIX = ".tmp"
 # tempfile.mkstemp / mkdtemp names: prefix + 8 characters of "abcdefghijklmnopqrstuvwxyz0123456789_" + suffix
@@ -43,6 +53,12 @@ LOCK_FILE = "text.jsonl"  # the spool file an `EmbeddingWriter` keeps open (and 
 def work_prefix(path: Path) -> str:
     """The prefix of every hidden work file of output `path` (pass to mkstemp / mkdtemp with `dir=path.parent`)."""
     return f".{path.name}."
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of output `path` (a file or a directory): `.<name>.lock` beside it, the one name that every
+    run over `path` locks."""
+    return path.parent / f"{work_prefix(path)}{LOCK_SUFFIX}"
 
 
 def _exists(path: Path) -> bool:
@@ -141,3 +157,88 @@ def remove_leftovers(path: str | Path) -> list[Path]:
         else:
             entry.unlink(missing_ok=True)
     return removed
+
+
+def _lock(descriptor: int, path: Path, flag: str, waiting: Callable[[], None] | None) -> None:
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if waiting is None:
+            raise InputError(f"{flag} {path}: another biotf run is writing it now; wait until it ends, or choose "
+                             "another name") from None
+        waiting()
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+
+
+def _same_file(descriptor: int, name: Path) -> bool:
+    try:
+        on_disk = os.stat(name, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(descriptor)
+    return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
+
+
+@contextmanager
+def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] | None = None) -> Iterator[list[Path]]:
+    """Hold the exclusive lock of output `path` for the block: another run holding it is an InputError at once, or,
+    with `waiting`, is waited for (`waiting()` is called first, to say so). Yields the lock files of killed runs it
+    removed, for the command to report.
+
+    The lock file is removed while still locked when the block ends, so a run that was waiting on it finds its file
+    gone and takes a new one; a lock file that exists but is held by no one is a killed run's (the kernel released
+    its lock): it is removed the same way and a new one taken."""
+    path = Path(path)
+    if fcntl is None:  # pragma: no cover - Windows: no lock, the check under `claim_output` still runs
+        yield []
+        return
+    lock = lock_path(Path(os.path.abspath(path)))  # "." and "out/" have a name too
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    removed: list[Path] = []
+    while True:
+        created = True
+        try:
+            try:
+                descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            except FileExistsError:
+                created = False
+                descriptor = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue  # the run that held it ended between the two opens
+        except OSError as error:
+            raise InputError(f"{flag} {path}: cannot create its lock file {lock} ({error.strerror}); choose a "
+                             "directory you can write in") from None
+        try:
+            _lock(descriptor, path, flag, waiting)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        ours = _same_file(descriptor, lock)
+        if ours and created:
+            break
+        if ours:  # it was there, and locked by no one: left by a killed run
+            os.unlink(lock)
+            removed.append(lock)
+        os.close(descriptor)  # else the run that held it ended and removed it meanwhile: take a new one
+    try:
+        yield removed
+    finally:
+        if _same_file(descriptor, lock):  # never another run's, should someone have deleted ours
+            os.unlink(lock)
+        os.close(descriptor)
+
+
+@contextmanager
+def claim_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False, image: bool = False,
+                 flag: str = "--output") -> Iterator[list[Path]]:
+    """Hold output `path` for the block (`hold`), checked by the rule (`check_output`) before the lock is taken,
+    so a refused run makes nothing, and again under it, so an output that a run over the same name finished
+    meanwhile is seen. Without `overwrite`, publishing `path` in the block never replaces a file that appeared
+    there meanwhile (another program's). Yields the lock files of killed runs removed."""
+    path = check_output(path, inputs, overwrite, image, flag)
+    with hold(path, flag) as removed:
+        check_output(path, inputs, overwrite, image, flag)
+        refusal = (f"{flag} {path} appeared while this run was writing it (another program made it); it was left "
+                   "as it is: pass --overwrite to replace it, or choose another name")
+        with nullcontext() if overwrite else keep_existing(path, refusal):
+            yield removed

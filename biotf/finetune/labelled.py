@@ -145,7 +145,7 @@ def _token_labels(record: str, sequence: str, value: str, ids: np.ndarray, token
     content = np.flatnonzero(~np.isin(ids, list(tokenizer.special_ids)))
     whole = len(tokenizer.encode(sequence, add_special_tokens=False, record=record))
     if whole != len(sequence):
-        raise InputError(f"record {record!r}: the {tokenizer.kind} tokenizer makes {whole} tokens of {len(sequence)} "
+        raise InputError(f"record {record!r}: the {tokenizer.scheme} tokenizer makes {whole} tokens of {len(sequence)} "
                          "residues; task=token needs one token per residue (a character-level tokenizer)")
     labels = np.full(len(ids), IGNORE_INDEX, np.int64)
     labels[content] = [index[c] for c in value[:len(content)]]  # a cut record keeps its first residues' labels

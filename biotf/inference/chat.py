@@ -52,13 +52,13 @@ def render_chat(tokenizer: Tokenizer, messages: list[dict[str, Any]], add_genera
     """The tokenizer's chat template applied to `messages` (dicts with "role" and "content")."""
     template = getattr(tokenizer, "chat_template", None)
     if not template:
-        raise ConfigError("chat", True, reason=f"the {tokenizer.kind} tokenizer has no chat template "
+        raise ConfigError("chat", True, reason=f"the {tokenizer.scheme} tokenizer has no chat template "
                           "(tokenizer_config.json 'chat_template' or chat_template.jinja)")
     special = {f"{role}_token": token for role, token in getattr(tokenizer, "special_tokens", {}).items()}
     messages = [{key: value for key, value in message.items() if value is not None} for message in messages]
     import jinja2
 
-    where = f"the chat template of the {tokenizer.kind} tokenizer"
+    where = f"the chat template of the {tokenizer.scheme} tokenizer"
     try:
         return compile_template(template).render(messages=messages, tools=None, documents=None,
                                                  add_generation_prompt=add_generation_prompt, **{**special, **variables})

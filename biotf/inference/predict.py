@@ -21,13 +21,14 @@ import numpy as np
 import torch
 
 from biotf.atomic import atomic_write
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.checkpoint.task_model import TaskInfo, load_task_model
 from biotf.data.collators import content_mask
 from biotf.data.labels import label_text
 from biotf.data.long_policy import encode_for_task
 from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_rows
 from biotf.data.readers import ReaderOptions, Record, read_records
-from biotf.errors import ConfigError
+from biotf.errors import CheckpointError, ConfigError
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
@@ -87,46 +88,75 @@ def prediction_row(record: str, ids: np.ndarray, predicted: np.ndarray, score: n
     return row + [f"{p:.6f}" for p in score] if info.task == "classification" else row
 
 
+def loaded_task_model(model: str | Path | LoadedModel,
+                      tokenizer_options: Mapping[str, Any] | None = None) -> LoadedModel:
+    """A fine-tuned model with its task head: `model` itself (`as_loaded`), or loaded from its source
+    (`load_task_model`); a model without a head is refused."""
+    if not isinstance(model, LoadedModel):
+        task, tokenizer, info = load_task_model(model, tokenizer_options)
+        return LoadedModel(task.trunk, tokenizer, str(model), "fine-tuned model", task, info,
+                           dict(tokenizer_options or {}))
+    if model.task is None or model.task_info is None:
+        raise CheckpointError(f"{model.source or 'this model'} is not a fine-tuned model (it has no task head); "
+                              "train one with `python train.py experiment=finetune ...`")
+    return as_loaded(model, model.network.device, tokenizer_options)
+
+
+def prediction_header(info: TaskInfo) -> list[str]:
+    """The output's columns: id, prediction, and one probability column per class for classification."""
+    classes = info.classes if info.task == "classification" else []
+    return ["id", "prediction"] + [f"p_{c}" for c in classes]
+
+
+def prediction_rows(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, records: Iterable[Record],
+                    summary: PredictionSummary, batch_size: int = 32, packing: bool = False,
+                    source: str | Path | None = None) -> list[list[str]]:
+    """One row (`prediction_header`'s columns) per record the model's long_policy keeps, in order, `batch_size`
+    records a batch; counts into `summary`. `source` names the file in an error about a record."""
+    rows: list[list[str]] = []
+    batch: list[tuple[str, np.ndarray]] = []
+
+    def flush() -> None:
+        predictions, scores = predict(model, tokenizer, [ids for _, ids in batch], packing)
+        rows.extend(prediction_row(record, ids, predicted, score, info, tokenizer)
+                    for (record, ids), predicted, score in zip(batch, predictions, scores))
+        batch.clear()
+
+    for record in records:
+        summary.records += 1
+        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy,
+                              summary.counts, summary.policies, source)
+        if ids is not None:
+            batch.append((record.id, ids))
+        if len(batch) == batch_size:
+            flush()
+    if batch:
+        flush()
+    summary.rows += len(rows)
+    return rows
+
+
 class PredictRun:
     """A fine-tuned model's predictions for records: the whole file (`predict_file`), or the parts of a sharded run
     and their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines of the output's text fields)."""
 
-    def __init__(self, model_source: str | Path, output: str | Path, batch_size: int = 32,
+    def __init__(self, model: str | Path | LoadedModel, output: str | Path, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None,
                  packing: bool = False):
         if batch_size < 1:
             raise ConfigError("--batch-size", batch_size, "an integer >= 1")
         check_packable(packing)
         self.output, self.batch_size, self.input_path, self.packing = output, batch_size, input_path, packing
-        self.tokenizer_options = dict(tokenizer_options or {})
-        self.model, self.tokenizer, self.info = load_task_model(model_source, tokenizer_options)
+        loaded = loaded_task_model(model, tokenizer_options)
+        self.model, self.tokenizer, self.info = loaded.task, loaded.tokenizer, loaded.task_info
+        self.tokenizer_options = loaded.tokenizer_options
         check_packable(packing, self.model.trunk.config)
-        classes = self.info.classes if self.info.task == "classification" else []
-        self.header = ["id", "prediction"] + [f"p_{c}" for c in classes]
+        self.header = prediction_header(self.info)
 
     def rows(self, records: Iterable[Record], summary: PredictionSummary) -> list[list[str]]:
-        """One row per record the run's long_policy keeps, in order; counts into `summary`."""
-        rows: list[list[str]] = []
-        batch: list[tuple[str, np.ndarray]] = []
-
-        def flush() -> None:
-            predictions, scores = predict(self.model, self.tokenizer, [ids for _, ids in batch], self.packing)
-            rows.extend(prediction_row(record, ids, predicted, score, self.info, self.tokenizer)
-                        for (record, ids), predicted, score in zip(batch, predictions, scores))
-            batch.clear()
-
-        for record in records:
-            summary.records += 1
-            ids = encode_for_task(self.tokenizer, record.sequence, record.id, self.info.max_length,
-                                  self.info.long_policy, summary.counts, summary.policies, self.input_path)
-            if ids is not None:
-                batch.append((record.id, ids))
-            if len(batch) == self.batch_size:
-                flush()
-        if batch:
-            flush()
-        summary.rows += len(rows)
-        return rows
+        """One row per record the run's long_policy keeps, in order (`prediction_rows`); counts into `summary`."""
+        return prediction_rows(self.model, self.tokenizer, self.info, records, summary, self.batch_size, self.packing,
+                               self.input_path)
 
     def write(self, rows: Iterable[list[str]]) -> None:
         """The output file (tab-separated unless its name ends in .csv), atomically."""
@@ -170,14 +200,14 @@ class PredictRun:
                                  PolicyStats(counts.get("policies", {})))
 
 
-def predict_file(model_source: str | Path, input_path: str | Path, output: str | Path,
+def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output: str | Path,
                  options: ReaderOptions | None = None, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
     (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
-    policies of the model's tokenizer (`load_pretrained`); `packing`: the records of a batch share rows (`predict`).
+    policies of the model's tokenizer (`as_loaded`); `packing`: the records of a batch share rows (`predict`).
     An error about a record names `input_path`."""
-    run = PredictRun(model_source, output, batch_size, tokenizer_options, input_path, packing)
+    run = PredictRun(model, output, batch_size, tokenizer_options, input_path, packing)
     summary = PredictionSummary(rows=0, records=0, task=run.info.task)
     run.write(run.rows(read_records(input_path, options or ReaderOptions(), summary.policies), summary))
     return summary

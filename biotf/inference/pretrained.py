@@ -1,6 +1,9 @@
-"""A causal model for generation, with its tokenizer and generation defaults, from any model source.
+"""A causal model's generation defaults, a Hugging Face decoder loaded for generation, and prompts continued.
 
-    model, tokenizer, defaults = load_for_generation("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
+    model, tokenizer, defaults = load_hf_checkpoint("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
+    completion = complete(model, tokenizer, defaults, ["The ribosome"], max_new_tokens=20)
+
+(`biotf.Model.load` reads every model source, and keeps the defaults of one that generates.)
 
 A Hugging Face directory's `generation_config.json` gives the defaults, read as `transformers` does; its matrices are
 read straight into their decoding layout (`biotf.inference.fast`). Other sources (biotf runs and exports) store
@@ -12,7 +15,7 @@ A masked-LM is refused: it was never trained to predict the next token.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -20,13 +23,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, load_hf_model, parse_dtype,
-                                          read_checked_config)
-from biotf.checkpoint.loading import find_source, load_hf_directory
+from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, read_checked_config
 from biotf.errors import CheckpointError
+from biotf.inference.fast import DecodingModel
+from biotf.inference.generation import Sampling, TokenCallback, encode_prompts, fit_prompts, generate_ids
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.tokenizers.loading import with_options
 from biotf.untrusted import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -147,24 +149,29 @@ def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = tor
     return HFCheckpoint(model, tokenizer, defaults)
 
 
-def load_for_generation(source: str | Path, dtype: str | torch.dtype = torch.float32,
-                        tokenizer_options: Mapping[str, Any] | None = None) -> HFCheckpoint:
-    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults from any source of `MODEL_SOURCES`.
+class Completion(NamedTuple):
+    """What `complete` returns: each prompt's token ids as the model saw them, and its new token ids."""
 
-    A Hugging Face directory must hold a causal LM; it loads straight into `dtype` (no float32 copy first) and its
-    generation_config.json gives the defaults. Other sources store no generation settings: `GenerationDefaults.for_run`.
-    A masked-LM (`causal: false`) is a CheckpointError. `tokenizer_options` change policies of the tokenizer
-    (`with_options`), as `load_pretrained`'s do.
-    """
-    path = Path(source)
-    loader = find_source(path)
-    if loader.load is load_hf_directory:
-        model, tokenizer, defaults = load_hf_checkpoint(path, dtype)
-        return HFCheckpoint(model, with_options(tokenizer, tokenizer_options or {}), defaults)
-    dtype = parse_dtype(dtype)  # refuse an unknown dtype before the weights are read
-    model, tokenizer = loader.load(path)
-    if not model.config.causal:
-        raise CheckpointError(f"{path} is a masked-LM (causal: false), which cannot generate: generation needs a "
-                              "causal model (trained with model.causal=true, e.g. experiment=smiles_clm)")
-    tokenizer = with_options(tokenizer, tokenizer_options or {})
-    return HFCheckpoint(model.to(dtype), tokenizer, GenerationDefaults.for_run(tokenizer))
+    prompts: list[list[int]]
+    new: list[list[int]]
+
+
+def complete(model: Transformer | DecodingModel, tokenizer: Tokenizer, defaults: GenerationDefaults,
+             prompts: Sequence[str], *, chat: bool = False, system: str | None = None,
+             max_new_tokens: int | None = None, sampling: Sampling = Sampling(), seed: int | None = None,
+             truncate_prompt: bool = False, on_token: TokenCallback | None = None,
+             stats: PolicyStats | None = None) -> Completion:
+    """Continue each prompt as `biotf generate` does, as one left-padded batch: plain prompts encoded by `defaults`
+    (after the start token where the model was trained so), `chat` ones through the tokenizer's chat template
+    (after `system`); `max_new_tokens` None: the checkpoint's, at most what the model's positions leave after the
+    longest prompt; a prompt that leaves no room is refused, or loses its oldest tokens with `truncate_prompt`.
+    Generation stops at any of `defaults.eos_token_ids`; `stats` counts what the tokenizer's policies changed."""
+    ids = (encode_prompts(tokenizer, list(prompts), True, system, stats) if chat
+           else defaults.encode_prompts(tokenizer, list(prompts), stats))
+    positions = model.config.max_seq_len
+    if max_new_tokens is None:
+        max_new_tokens = defaults.new_tokens(max(map(len, ids)), positions)
+    ids = fit_prompts(ids, max_new_tokens, positions, truncate_prompt)
+    new = generate_ids(model, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
+                       eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, on_token=on_token)
+    return Completion(ids, new)

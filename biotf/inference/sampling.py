@@ -1,7 +1,8 @@
 """N new sequences from a causal model (protein, DNA, SMILES, text), and the file that holds them.
 
-    model, tokenizer, defaults = load_for_generation("outputs/smiles_clm/<run>")
-    drawn = sample_sequences(model, tokenizer, defaults, 100, sampling=Sampling(temperature=1.0), seed=0)
+    model = biotf.Model.load("outputs/smiles_clm/<run>")
+    decoder, defaults = model.decoding()
+    drawn = sample_sequences(decoder, model.tokenizer, defaults, 100, sampling=Sampling(temperature=1.0), seed=0)
     write_samples("samples.fasta", drawn.samples)
 
 Every sample starts from the model's start token (`GenerationDefaults`: what training saw before a sequence) or

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from biotf.atomic import atomic_write
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.data.readers import Record, ReaderOptions, read_records, with_source
 from biotf.errors import InputError, TokenizationError
 from biotf.scoring.choices import SCORE_FORMATS
@@ -102,52 +103,56 @@ def _progress(progress: bool, description: str):
     return tqdm(unit="pos", unit_scale=True, desc=description, leave=False)
 
 
+def sequence_rows(scorer: Scorer, method: str, records: Iterable[Record], summary: ScoreSummary, progress=None,
+                  source: str | Path | None = None) -> list[dict[str, object]]:
+    """One row per record (the module docstring's columns), in order, RECORDS_PER_CALL records sharing batches;
+    counts into `summary` (its tokenizer policies too). `source` names the file in a tokenizer error; `progress` (a
+    tqdm bar or None) advances by the positions scored."""
+    scorer.policies = PolicyStats()
+    rows = []
+    records = iter(records)
+    while chunk := list(islice(records, RECORDS_PER_CALL)):
+        try:
+            scores = scorer.sequence_scores([r.sequence for r in chunk], method, [r.id for r in chunk], progress)
+        except TokenizationError as error:
+            raise (with_source(error, source) if source is not None else error) from None
+        for record, score in zip(chunk, scores):
+            summary.records += 1
+            summary.tokens += score.tokens
+            summary.windows += score.windows
+            summary.chunked += score.windows > 1
+            rows.append(_with_metadata(record, {
+                "id": record.id, "sequence": record.sequence, "method": method,
+                "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
+                "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
+                "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
+                "windows": score.windows}))
+    summary.policies.update(scorer.policies)
+    return rows
+
+
 class ScoreRun:
     """One model scoring the records of a file: the whole table (`score_file`), or the parts of a sharded run and
     their merge (`biotf.data.sharded.PartWork`: a part's rows are JSON lines, whose floats read back exactly)."""
 
-    def __init__(self, model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
-                 options: ScoreOptions = ScoreOptions(), device: str = "cpu", progress: bool = False,
-                 tokenizer_options: Mapping[str, Any] | None = None):
-        from biotf.checkpoint.loading import load_pretrained
-
+    def __init__(self, model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
+                 method: str = "auto", options: ScoreOptions = ScoreOptions(), device: str | None = None,
+                 progress: bool = False, tokenizer_options: Mapping[str, Any] | None = None):
         output_format(output_path)
         self.input_path, self.output_path, self.progress = input_path, output_path, progress
-        self.tokenizer_options = dict(tokenizer_options or {})
-        model, tokenizer = load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options)
-        self.scorer = Scorer(model, tokenizer, options)
+        loaded = as_loaded(model, device, tokenizer_options)
+        self.tokenizer_options = loaded.tokenizer_options
+        self.scorer = Scorer(loaded.network, loaded.tokenizer, options)
         self.method = self.scorer.resolve(method)
 
     def rows(self, records: Iterable[Record], summary: ScoreSummary) -> list[dict[str, object]]:
-        """One row per record, in order, RECORDS_PER_CALL records sharing batches; counts into `summary` (its
-        tokenizer policies too)."""
-        self.scorer.policies = PolicyStats()
-        rows = []
+        """One row per record, in order (`sequence_rows`), with a progress bar if asked for."""
         bar = _progress(self.progress, f"scoring {Path(self.input_path).name}")
-        records = iter(records)
         try:
-            while chunk := list(islice(records, RECORDS_PER_CALL)):
-                try:
-                    scores = self.scorer.sequence_scores([r.sequence for r in chunk], self.method,
-                                                         [r.id for r in chunk], bar)
-                except TokenizationError as error:
-                    raise with_source(error, self.input_path) from None
-                for record, score in zip(chunk, scores):
-                    summary.records += 1
-                    summary.tokens += score.tokens
-                    summary.windows += score.windows
-                    summary.chunked += score.windows > 1
-                    rows.append(_with_metadata(record, {
-                        "id": record.id, "sequence": record.sequence, "method": self.method,
-                        "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
-                        "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
-                        "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
-                        "windows": score.windows}))
+            return sequence_rows(self.scorer, self.method, records, summary, bar, self.input_path)
         finally:
             if bar is not None:
                 bar.close()
-        summary.policies.update(self.scorer.policies)
-        return rows
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -178,35 +183,34 @@ class ScoreRun:
                             **{**counts, "policies": PolicyStats(counts.get("policies", {}))})
 
 
-def score_file(model_source: str | Path, input_path: str | Path, output_path: str | Path, method: str = "auto",
+def score_file(model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path, method: str = "auto",
                options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
-               device: str = "cpu", progress: bool = False,
+               device: str | None = None, progress: bool = False,
                tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
     """The (pseudo-)log-likelihood of every record of `input_path`, into `output_path`; `tokenizer_options` change
-    policies of the model's tokenizer (`load_pretrained`)."""
-    run = ScoreRun(model_source, input_path, output_path, method, options, device, progress, tokenizer_options)
+    policies of the model's tokenizer (`as_loaded`)."""
+    run = ScoreRun(model, input_path, output_path, method, options, device, progress, tokenizer_options)
     summary = ScoreSummary(method=run.method, packing=options.packing)
     rows = run.rows(read_records(input_path, reader_options, summary.policies), summary)
     write_table(output_path, rows)
     return summary
 
 
-def score_variants_file(model_source: str | Path, variants_path: str | Path, reference: str,
+def score_variants_file(model: str | Path | LoadedModel, variants_path: str | Path, reference: str,
                         output_path: str | Path, method: str = "auto", offset: int = 1, both_strands: bool = False,
                         options: ScoreOptions = ScoreOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                        mutation_column: str | None = None, device: str = "cpu", progress: bool = False,
+                        mutation_column: str | None = None, device: str | None = None, progress: bool = False,
                         tokenizer_options: Mapping[str, Any] | None = None) -> ScoreSummary:
     """A score per variant of `variants_path` against `reference` (a one-record file or a sequence: see
     `read_reference`); an error about the reference names its file, one about a variant the variants file;
-    `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`)."""
-    from biotf.checkpoint.loading import load_pretrained
-
+    `tokenizer_options` change policies of the model's tokenizer (`as_loaded`)."""
     output_format(output_path)
     summary = ScoreSummary(packing=options.packing)
     summary.reference = read_reference(reference, summary.policies)
     reference_sequence = summary.reference.sequence
     pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)
-    scorer = Scorer(*load_pretrained(model_source, device=device, tokenizer_options=tokenizer_options), options)
+    loaded = as_loaded(model, device, tokenizer_options)
+    scorer = Scorer(loaded.network, loaded.tokenizer, options)
     try:
         scorer.check_reference(reference_sequence, summary.reference.name, both_strands)
     except TokenizationError as error:

@@ -134,14 +134,14 @@ class Scorer:
             fits = "causal" if causal else ", ".join(m for m in allowed if m not in ("auto", "causal"))
             raise ConfigError("method", method, reason=f"the model is {kind} language model", allowed=fits)
         if method != "causal" and method != "wt-marginal" and self.tokenizer.mask_id is None:
-            raise ConfigError("method", method, reason=f"the {self.tokenizer.kind} tokenizer has no <mask> token")
+            raise ConfigError("method", method, reason=f"the {self.tokenizer.scheme} tokenizer has no <mask> token")
         if method in MARGINAL_METHODS:
             for variant in variants or ():
                 if not variant.is_substitution:
                     raise InputError(f"variant {variant.name!r} ({variant.code()}) is not a substitution: "
                                      f"{method} scores residues in place (allowed for indels: --method pll)")
             if not self._per_residue(reference or ""):
-                raise ConfigError("method", method, reason=f"the {self.tokenizer.kind} tokenizer does not make one "
+                raise ConfigError("method", method, reason=f"the {self.tokenizer.scheme} tokenizer does not make one "
                                   "token per residue of the reference, so a residue has no token to mask",
                                   allowed="pll (re-tokenizes each variant)")
         return method
@@ -197,7 +197,7 @@ class Scorer:
         `name`) and `both_strands` where there is no reverse strand: a tokenizer that reads no DNA, or a
         reference with a letter that has no complement."""
         if both_strands and self.tokenizer.kind in NOT_DNA_TOKENIZERS:
-            raise ConfigError("--both-strands", True, reason=f"the model's {self.tokenizer.kind} tokenizer reads "
+            raise ConfigError("--both-strands", True, reason=f"the model's {self.tokenizer.scheme} tokenizer reads "
                               "no DNA, so a variant has no reverse strand to score (it is for DNA models)")
         self.tokenizer.encode(reference, add_special_tokens=False, record=name)
         if both_strands:
@@ -274,7 +274,7 @@ class Scorer:
             encoded = self.tokenizer.encode(residue, add_special_tokens=False, record=name)
             if len(encoded) != 1:
                 raise InputError(f"variant {name!r}: residue {residue!r} is {len(encoded)} tokens for the "
-                                 f"{self.tokenizer.kind} tokenizer, not one")
+                                 f"{self.tokenizer.scheme} tokenizer, not one")
             ids[residue] = encoded[0]
         return ids
 
@@ -300,7 +300,7 @@ class Scorer:
             if np.array_equal(full[at:at + len(content)], content):
                 break
         else:
-            raise InputError(f"the {self.tokenizer.kind} tokenizer's special tokens do not surround the content of "
+            raise InputError(f"the {self.tokenizer.scheme} tokenizer's special tokens do not surround the content of "
                              f"{sequence[:30]!r}, so windows cannot be formed")
         self._prefix, self._suffix = full[:at], full[at + len(content):]
         if self.max_length - len(self._prefix) - len(self._suffix) < 1:

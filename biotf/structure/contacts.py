@@ -21,7 +21,7 @@ import torch
 
 from biotf.analysis.plot import picture_paths
 from biotf.atomic import atomic_write
-from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
@@ -71,10 +71,11 @@ class Protein:
     length: int
 
 
-def check_contact_head(model: Transformer, source: str | Path) -> None:
+def check_contact_head(model: Transformer, source: str | Path | None) -> None:
     if model.contact_head is None:
-        raise ConfigError("--model", str(source), reason="this model has no contact head (ESM-2 checkpoints ship "
-                          "one, under contact_head.regression; any other model needs one fitted on structures first)")
+        raise ConfigError("--model", str(source or "(in memory)"), reason="this model has no contact head (ESM-2 "
+                          "checkpoints ship one, under contact_head.regression; any other model needs one fitted on "
+                          "structures first)")
 
 
 def proteins(records: Iterable[Record], tokenizer: Tokenizer, max_length: int | None, stats: PolicyStats,
@@ -167,15 +168,16 @@ def _drawn(maps: Iterator[tuple[Record, np.ndarray]], pictures: list[Path]) -> I
         yield record, probabilities
 
 
-def predict_file(model_source: str | Path, input_path: str | Path, output_path: str | Path,
+def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
                  options: ContactOptions = ContactOptions(), reader_options: ReaderOptions = ReaderOptions(),
-                 device: str = "cpu", plot: str | Path | None = None, overwrite: bool = False) -> ContactStats:
+                 device: str | None = None, plot: str | Path | None = None, overwrite: bool = False) -> ContactStats:
     """Contact maps of every record of `input_path` into `output_path` (.npz, .tsv or .rr; `formats`) and, with
     `plot` (a directory), one PNG a record (`picture_paths`: `<id>.png`, an existing one replaced only with
     `overwrite`); returns the run's counts. Every refusal comes before the model runs and the outputs are touched."""
     fmt = contact_format(output_path)
-    model, tokenizer = load_pretrained(model_source, device=device)
-    check_contact_head(model, model_source)
+    loaded = as_loaded(model, device)
+    model, tokenizer = loaded.network, loaded.tokenizer
+    check_contact_head(model, loaded.source)
     stats = ContactStats()
     found = proteins(read_records(input_path, reader_options, stats.policies), tokenizer, model.config.max_seq_len,
                      stats.policies, input_path)

@@ -95,6 +95,12 @@ class Tokenizer(ABC):
         """Text of `ids`; exact inverse of `encode` where the scheme is reversible."""
 
     @property
+    def scheme(self) -> str:
+        """What messages call the tokenizer ("the {scheme} tokenizer"): its kind, unless the kind wraps several
+        schemes (`bpe` wraps any Hugging Face pipeline: WordPiece, byte-level BPE, SentencePiece-BPE, Unigram)."""
+        return self.kind
+
+    @property
     @abstractmethod
     def vocab_size(self) -> int:
         """Number of ids the tokenizer can produce (the embedding table needs at least this many rows)."""

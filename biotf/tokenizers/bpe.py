@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,37 @@ def _token_content(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def without_padding_or_truncation(backend):
+    """`backend`, or a copy of it without the padding and truncation a tokenizer.json may carry (every
+    sentence-transformers export pads and cuts to 128): `transformers` turns both off on the backend before it
+    encodes (`no_padding()` / `no_truncation()` unless asked to pad or truncate), and so does biotf, whose batches pad
+    themselves and whose long records follow their `long` policy. A pipeline without either is kept as it is, so its
+    JSON, hence its fingerprint, stays the same."""
+    if backend.padding is None and backend.truncation is None:
+        return backend
+    from tokenizers import Tokenizer as HFTokenizer
+
+    copy = HFTokenizer.from_str(backend.to_str())  # the caller's tokenizer object is left as it was
+    copy.no_padding()
+    copy.no_truncation()
+    return copy
+
+
+def pipeline_scheme(backend) -> str:
+    """The scheme a `tokenizers` pipeline implements, by its model type and, for BPE, its pre-tokenizer and decoder:
+    byte-level BPE (GPT-2, RoBERTa, Qwen), SentencePiece-BPE (Llama, Mistral: `▁` spaces, byte fallback), or
+    WordPiece (BERT), Unigram (T5, ALBERT), word-level."""
+    model = type(backend.model).__name__
+    if model != "BPE":
+        return {"WordLevel": "word-level"}.get(model, model)
+    steps = f"{backend.pre_tokenizer!r} {backend.decoder!r}"
+    if re.search(r"\bByteLevel\(", steps):
+        return "byte-level BPE"
+    if backend.model.byte_fallback or re.search(r"\b(Metaspace|ByteFallback)\(", steps):
+        return "SentencePiece-BPE"
+    return "BPE"
+
+
 @register_tokenizer("bpe")
 class BPETokenizer(Tokenizer):
     """A Hugging Face `tokenizers.Tokenizer` (byte-level BPE, or any other) behind biotf's interface."""
@@ -82,7 +114,7 @@ class BPETokenizer(Tokenizer):
             tokenizer = HFTokenizer.from_str(tokenizer)
         elif isinstance(tokenizer, Mapping):
             tokenizer = HFTokenizer.from_str(json.dumps(tokenizer))
-        self._tk = tokenizer
+        self._tk = without_padding_or_truncation(tokenizer)
         self.chat_template = chat_template
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
         self.special_tokens = dict(special_tokens or {})
@@ -266,6 +298,11 @@ class BPETokenizer(Tokenizer):
     def backend(self):
         """The wrapped `tokenizers.Tokenizer`."""
         return self._tk
+
+    @property
+    def scheme(self) -> str:
+        """The wrapped pipeline's scheme (`pipeline_scheme`): "WordPiece", "byte-level BPE", ..."""
+        return pipeline_scheme(self._tk)
 
     @property
     def vocab_size(self) -> int:

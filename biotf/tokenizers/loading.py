@@ -70,12 +70,12 @@ def with_options(tokenizer: Tokenizer, options: Mapping[str, Any]) -> Tokenizer:
         if known is not None and key not in known:
             reason = f"not an option of tokenizer {tokenizer.kind!r}"
         else:
-            reason = (f"not a policy of the {tokenizer.kind} tokenizer; an option that changes the vocabulary or how "
+            reason = (f"not a policy of the {tokenizer.scheme} tokenizer; an option that changes the vocabulary or how "
                       "text is cut into tokens cannot change under a trained model")
         raise ConfigError(f"tokenizer.{key}", value, allowed=", ".join(cls.policy_options) or "none", reason=reason)
     changed = cls.from_config({**tokenizer.to_config(), **options})
     if changed.get_vocab() != tokenizer.get_vocab():  # a plugin's policy must keep the vocabulary too
-        raise ConfigError("tokenizer", dict(options), reason=f"changes the vocabulary of the {tokenizer.kind} "
+        raise ConfigError("tokenizer", dict(options), reason=f"changes the vocabulary of the {tokenizer.scheme} "
                           "tokenizer the model was trained with; only policies that keep it can change")
     return changed
 

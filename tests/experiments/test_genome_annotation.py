@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.data.annotation import CDS_MINUS, CDS_PLUS, OTHER, AnnotatedGenome, read_annotated
+from biotf.experiments.annotation_labels import CDS_MINUS, CDS_PLUS, OTHER, AnnotatedGenome, read_annotated
 from biotf.errors import ConfigError
 from biotf.experiments import run_experiment
 from biotf.experiments import genome_annotation as annotation

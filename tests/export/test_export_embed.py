@@ -148,10 +148,45 @@ def test_layers(tiny_encoder):
 
 
 @pytest.mark.parametrize("options, key", [({"pool": "sum"}, "pool"), ({"long": "crop"}, "long"),
-                                          ({"layer": "last"}, "layer"), ({"batch_tokens": 0}, "batch_tokens")])
+                                          ({"layer": "last"}, "layer"), ({"batch_tokens": 0}, "batch_tokens"),
+                                          ({"pool": "none", "pool_specials": True}, "pool_specials"),
+                                          ({"pool": "none", "normalize": True}, "normalize"),
+                                          ({"normalize": 1}, "normalize")])
 def test_bad_options(options, key):
     with pytest.raises(ConfigError, match=key):
         EmbedOptions(**options)
+
+
+@pytest.mark.parametrize("pool", ["mean", "max"])
+def test_pool_specials_counts_every_token_of_the_record_once_and_normalize_scales_to_one(tiny_encoder, pool):
+    """sentence-transformers' pooling: <cls> and <eos> count too; over windows, the first window's prefix and the last
+    one's suffix, each token once (the windows' overlaps are owned by one of them, as without specials)."""
+    from biotf.data.windows import plan_windows
+
+    model, tokenizer = tiny_encoder
+    items = records([9, 40])  # one window, then three (22 content tokens each)
+
+    def hidden(sequence: str) -> np.ndarray:
+        with torch.no_grad():
+            return model.encode(torch.tensor([tokenizer.encode(sequence)])).last_hidden_state[0].numpy()
+
+    pooled, stats = embed(tiny_encoder, items, pool=pool, pool_specials=True)
+    normalized, _ = embed(tiny_encoder, items, pool=pool, pool_specials=True, normalize=True)
+    assert stats.chunked == 1
+    whole = hidden(items[0].sequence)
+    np.testing.assert_allclose(pooled[0].vectors[0], whole.mean(0) if pool == "mean" else whole.max(0), atol=1e-6)
+    for plain, scaled in zip(pooled, normalized):
+        np.testing.assert_allclose(scaled.vectors, plain.vectors / np.linalg.norm(plain.vectors, axis=-1,
+                                                                                  keepdims=True), atol=1e-6)
+    windows = plan_windows(40, 22, 22 // 4)
+    first = hidden(items[1].sequence[windows[0].start:windows[0].end])[0]  # the first window's <cls>
+    last = hidden(items[1].sequence[windows[-1].start:windows[-1].end])[-1]  # the last window's <eos>
+    (content,), _ = embed(tiny_encoder, items[1:], pool=pool)
+    if pool == "mean":
+        expected = (content.vectors[0] * 40 + first + last) / 42
+    else:
+        expected = np.maximum.reduce([content.vectors[0], first, last])
+    np.testing.assert_allclose(pooled[1].vectors[0], expected, atol=1e-5)
 
 
 def test_model_limits_and_cls(tiny_encoder, monkeypatch):

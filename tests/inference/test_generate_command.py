@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import biotf.inference.pretrained as pretrained
+from biotf.api import HF_SOURCE, Model
 from biotf.cli import main
 from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 
@@ -15,7 +15,10 @@ from biotf.inference.generation import Sampling, chat_prompt, generate_ids
 @pytest.fixture
 def loaded(monkeypatch, tied):
     """Skip reloading the checkpoint for every command (loading has its own tests and one here)."""
-    monkeypatch.setattr(pretrained, "load_for_generation", lambda source, dtype, tokenizer_options=None: tied)
+    def load(source, dtype="float32", tokenizer_options=None, for_generation=False):
+        return Model(tied.model, tied.tokenizer, str(source), HF_SOURCE, generation=tied.defaults)
+
+    monkeypatch.setattr(Model, "load", load)
     return tied
 
 
@@ -88,7 +91,7 @@ def test_a_broken_or_refusing_chat_template_is_one_line(loaded, capsys, monkeypa
     monkeypatch.setattr(tokenizer, "chat_template", template)
     assert main(["generate", "--model", "x", "--prompt", "Hi", "--chat", "--max-new-tokens", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("biotf generate: error: the chat template of the bpe tokenizer"), err
+    assert err.count("\n") == 1 and err.startswith("biotf generate: error: the chat template of the byte-level BPE tokenizer"), err
     assert message in err, err
 
 

@@ -1,4 +1,4 @@
-"""`find_source` and `load_for_generation`: the one loader table decides what a model source is, for generation too."""
+"""`find_source` and `Model.load`: the one loader table decides what a model source is, for generation too."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, save_checkpoint
 from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.pretrained import GenerationDefaults
 from biotf.checkpoint.loading import MODEL_SOURCES, find_source
-from biotf.inference.pretrained import load_for_generation
+from biotf.api import Model
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import build_tokenizer
 
@@ -35,7 +35,8 @@ def run_dir(tmp_path) -> Path:
 def test_a_run_is_a_run_even_with_a_hugging_face_config(run_dir):
     """The table's order decides, not a second test of its own: the run directory comes first."""
     assert find_source(run_dir).name == "run directory"
-    model, tokenizer, defaults = load_for_generation(run_dir, dtype="bfloat16")
+    loaded = Model.load(run_dir, dtype="bfloat16")
+    model, tokenizer, defaults = loaded.network, loaded.tokenizer, loaded.generation
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16} and not model.training
     # nothing stored: greedy (plain sampling when a temperature is given), start after and stop at <eos>, as CLM
     # packing trains a run (records joined by <eos>), up to the model's positions
@@ -50,26 +51,28 @@ def test_a_run_is_a_run_even_with_a_hugging_face_config(run_dir):
 def test_a_masked_lm_is_refused_in_one_line(run_dir, tmp_path):
     from biotf.checkpoint import save_pretrained
 
-    model, tokenizer, _ = load_for_generation(run_dir)
+    loaded = Model.load(run_dir)
+    model, tokenizer = loaded.network, loaded.tokenizer
     mlm = Transformer(TransformerConfig(**{**model.config.__dict__, "causal": False}))
     directory = save_pretrained(mlm, tokenizer, tmp_path / "mlm")
     with pytest.raises(CheckpointError, match=r"is a masked-LM \(causal: false\), which cannot generate"):
-        load_for_generation(directory)
+        Model.load(directory).decoding()
 
 
 def test_a_hugging_face_directory_brings_its_generation_config(tied_checkpoint, tied):
     assert find_source(tied_checkpoint) is MODEL_SOURCES[-1]
-    model, tokenizer, defaults = load_for_generation(tied_checkpoint, dtype="bfloat16")
+    loaded = Model.load(tied_checkpoint, dtype="bfloat16")
+    model, tokenizer, defaults = loaded.network, loaded.tokenizer, loaded.generation
     assert defaults == tied.defaults and tokenizer.fingerprint == tied.tokenizer.fingerprint
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
 
 
 def test_refusals_name_the_problem(run_dir, tmp_path):
     with pytest.raises(ConfigError, match="allowed: float32, bfloat16"):
-        load_for_generation(run_dir, dtype="float16")
+        Model.load(run_dir, dtype="float16")
     with pytest.raises(CheckpointError, match="does not exist"):
         find_source(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"allowed: fine-tuning run directory, fine-tuned export, run directory, "
                                               r"checkpoint, exported directory, Hugging Face"):
-        load_for_generation(tmp_path / "empty")
+        Model.load(tmp_path / "empty")

@@ -98,11 +98,12 @@ def test_a_masked_lm_a_non_smiles_valid_only_and_an_existing_output_are_refused(
 def test_a_runs_prompt_follows_an_eos_and_runs_to_its_positions(smiles_dir, capsys):
     """As CLM packing trained it (records joined by <eos>); no --max-new-tokens: what the 32 positions leave."""
     from biotf.inference.generation import generate_ids
-    from biotf.inference.pretrained import load_for_generation
+    from biotf.api import Model
 
     assert main(["generate", "--model", str(smiles_dir), "--prompt", "CC"]) == 0
     out, err = capsys.readouterr()
-    model, tokenizer, defaults = load_for_generation(smiles_dir)
+    loaded = Model.load(smiles_dir)
+    model, tokenizer, defaults = loaded.network, loaded.tokenizer, loaded.generation
     start = [tokenizer.eos_id] + tokenizer.encode("CC", add_special_tokens=False)
     ids = generate_ids(model, [start], max_new_tokens=32 - len(start), eos_token_ids=defaults.eos_token_ids)[0]
     assert out == tokenizer.decode(ids) + "\n" and f"{len(start)} prompt tokens, {len(ids)} new tokens" in err

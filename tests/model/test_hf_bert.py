@@ -118,12 +118,42 @@ def test_token_type_zero_is_what_hf_adds_without_token_type_ids(random_encoder):
     assert max_diff(ours, zeros, mask) <= TOLERANCE < max_diff(ours, ones, mask)
 
 
+def legacy_norm_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): tensor
+            for name, tensor in state.items()}
+
+
+@pytest.mark.parametrize("storage", ["safetensors", "bin", "bin-gamma-beta"])
+@pytest.mark.parametrize("architecture", ["BertForSequenceClassification", "BertForTokenClassification",
+                                          "RobertaForSequenceClassification", "RobertaForTokenClassification"])
+def test_classifier_checkpoints_load_their_encoder_as_transformers_does(architecture, storage, tmp_path,
+                                                                         random_encoder):
+    """A fine-tuned classifier as the hub holds it (model.safetensors, or only a pytorch_model.bin, with gamma / beta
+    norm names where TF converted it): biotf reads its encoder, every hidden state equal to that of the classifier
+    `transformers` loads from the same directory (which renames gamma / beta on load); the classifier is not read."""
+    model_type = "roberta" if architecture.startswith("Roberta") else "bert"
+    trunk = random_encoder(model_type, masked_lm=False, seed=9)
+    torch.manual_seed(10)
+    classifier = getattr(transformers, architecture)(trunk.config).eval()
+    getattr(classifier, classifier.base_model_prefix).load_state_dict(trunk.state_dict(), strict=False)
+    classifier.save_pretrained(tmp_path)
+    if storage != "safetensors":
+        state = load_file(tmp_path / "model.safetensors")
+        (tmp_path / "model.safetensors").unlink()
+        torch.save(legacy_norm_names(state) if storage == "bin-gamma-beta" else state, tmp_path / "pytorch_model.bin")
+    reference = getattr(transformers, architecture).from_pretrained(tmp_path, attn_implementation="sdpa").eval()
+    encoder = getattr(reference, reference.base_model_prefix)
+    assert torch.equal(encoder.embeddings.LayerNorm.weight, trunk.embeddings.LayerNorm.weight)  # renamed on load
+    model = Transformer.from_hf(tmp_path)
+    assert not model.config.lm_head
+    assert_parity(model, encoder)
+
+
 def test_old_checkpoints_with_gamma_beta_norms_and_pickled_weights_load(tmp_path, random_encoder):
     """TF-converted BERTs (bert-base-uncased's pytorch_model.bin) name LayerNorm gains and biases gamma and beta."""
     hf = random_encoder("bert", seed=6)
     hf.config.save_pretrained(tmp_path)
-    state = {name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): tensor
-             for name, tensor in hf.state_dict().items()}
+    state = legacy_norm_names(hf.state_dict())
     assert sum("gamma" in name for name in state) == 1 + 2 * 3 + 1
     torch.save(state, tmp_path / "pytorch_model.bin")
     assert_parity(Transformer.from_hf(tmp_path), hf)

@@ -104,6 +104,23 @@ def test_logits_loss_and_every_hidden_state_match_from_object_and_directory(case
             assert max_diff(mine, reference) <= TOLERANCE
 
 
+def test_a_directory_with_only_pytorch_model_bin_loads_as_transformers_loads_it(case, tmp_path):
+    """The older hub layout: config.json and a pickled state dict (read with `torch.load(weights_only=True)`), the
+    logits and every hidden state those of the model `transformers` loads from the same directory."""
+    hf = random_model(case, seed=3)
+    hf.config.save_pretrained(tmp_path)
+    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["config.json", "pytorch_model.bin"]
+    reference = getattr(transformers, case.model_class).from_pretrained(tmp_path).eval()
+    ids = torch.randint(0, VOCAB, (2, 13), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ours = Transformer.from_hf(tmp_path)(ids, output_hidden_states=True)
+        theirs = reference(ids, output_hidden_states=True)
+    assert max_diff(ours.logits, theirs.logits) <= TOLERANCE
+    for mine, expected in zip(ours.hidden_states, theirs.hidden_states, strict=True):
+        assert max_diff(mine, expected) <= TOLERANCE
+
+
 def test_left_padded_batch_matches_the_generation_path(case):
     hf = random_model(case, seed=3)
     model = Transformer.from_hf(hf)

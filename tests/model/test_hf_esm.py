@@ -19,7 +19,7 @@ from biotf.model import Transformer, TransformerConfig
 from protein_batches import MASK, PAD
 from protein_batches import masked_protein_batch as batch
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 TOLERANCE = 1e-4  # max abs difference of float32 logits and hidden states
 
@@ -58,10 +58,20 @@ def test_saved_esm2_directory_matches_hf(token_dropout, tied, tmp_path, random_e
     assert_parity(model, hf)
 
 
-def test_model_object_and_pickled_bin_directory_load_alike(tmp_path, random_esm):
+@pytest.mark.parametrize("legacy_names", [False, True], ids=["weight-bias", "gamma-beta"])
+def test_model_object_and_pickled_bin_directory_load_alike(legacy_names, tmp_path, random_esm):
+    """The older hub layout, read weights_only=True; with LayerNorm gamma / beta names too, which `transformers`
+    renames on load: equal to the model it loads from the same directory."""
     hf = random_esm(token_dropout=True, seed=3)
     hf.config.save_pretrained(tmp_path)
-    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")  # the older hub layout, read weights_only=True
+    state = hf.state_dict()
+    if legacy_names:
+        state = {name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"):
+                 tensor for name, tensor in state.items()}
+        assert sum(name.endswith("LayerNorm.gamma") for name in state) > 0
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    assert_parity(Transformer.from_hf(tmp_path), transformers.EsmForMaskedLM.from_pretrained(tmp_path).eval(),
+                  tolerance=1e-5)
     assert_parity(Transformer.from_hf(tmp_path), hf)
     assert_parity(Transformer.from_hf(hf), hf)
 

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from hf_tokenizer_dirs import overlapping_kmers, write_tokenizer
+from hf_tokenizer_dirs import overlapping_kmers, with_fixed_padding_and_truncation, write_tokenizer
 
 from biotf.errors import InputError
 from biotf.tokenizers import BPETokenizer, PolicyStats, load_tokenizer
@@ -164,6 +164,76 @@ def test_load_tokenizer_reads_a_directory_without_tokenizer_json(directories):
     """`--tokenizer DIR` / `bpe: path:` take a hub directory holding only vocab.txt or vocab.json + merges.txt."""
     for kind in ("protbert", "chemberta"):
         assert load_tokenizer(directories[kind]).fingerprint == read_hf_tokenizer(directories[kind]).fingerprint
+
+
+@pytest.mark.parametrize("kind, scheme", [("bert", "WordPiece"), ("roberta", "byte-level BPE"),
+                                          ("llama", "SentencePiece-BPE")])
+def test_padding_and_truncation_in_tokenizer_json_are_not_applied_as_transformers(kind, scheme, directories, corpora,
+                                                                                    tmp_path):
+    """A sentence-transformers export's tokenizer.json pads and cuts to a fixed length; `AutoTokenizer` turns both
+    off before it encodes, and so does biotf: the real ids, texts longer than that length uncut."""
+    from transformers import AutoTokenizer
+
+    padded = tmp_path / "padded"
+    padded.mkdir()
+    for item in directories[kind].iterdir():
+        (padded / item.name).write_bytes(item.read_bytes())
+    with_fixed_padding_and_truncation(padded, length=16)
+    reference = AutoTokenizer.from_pretrained(padded)
+    texts = corpora[CASES[kind][1]][:40]
+    assert max(len(ids) for ids in reference(texts)["input_ids"]) > 16
+    for ours in (load_tokenizer(padded), read_hf_tokenizer(padded)):
+        assert ours.scheme == scheme
+        assert_same_as_transformers(ours, reference, texts)
+        assert ours.backend.padding is None and ours.backend.truncation is None
+
+
+def test_a_pipeline_without_padding_or_truncation_keeps_its_fingerprint(directories, tmp_path):
+    """The sections are dropped from a copy only where present: a directory without them gives the pipeline as it
+    was (checkpoints keep their fingerprints), and one with them the fingerprint of the same pipeline without."""
+    from tokenizers import Tokenizer
+
+    plain = directories["bloom"]  # a tokenizer.json as the hub ships it, without padding or truncation
+    backend = Tokenizer.from_file(str(plain / "tokenizer.json"))
+    assert BPETokenizer(backend).backend is backend
+    padded = tmp_path / "padded"
+    padded.mkdir()
+    for item in plain.iterdir():
+        (padded / item.name).write_bytes(item.read_bytes())
+    with_fixed_padding_and_truncation(padded)
+    assert load_tokenizer(padded).fingerprint == load_tokenizer(plain).fingerprint
+
+
+SCHEMES = {"bert": "WordPiece", "bert-cased": "WordPiece", "protbert": "WordPiece", "dnabert": "WordPiece",
+           "gpt2": "byte-level BPE", "protgpt2": "byte-level BPE", "roberta": "byte-level BPE",
+           "chemberta": "byte-level BPE", "bloom": "byte-level BPE", "llama": "SentencePiece-BPE",
+           "mistral": "SentencePiece-BPE"}
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_messages_name_the_tokenizer_by_its_scheme_not_bpe(kind, directories):
+    """`scheme` reads the pipeline's model type, pre-tokenizer and decoder; "the bpe tokenizer" (the kind that wraps
+    every Hugging Face pipeline) named WordPiece too."""
+    from biotf.errors import ConfigError
+    from biotf.export.embed import Embedder, EmbedOptions
+    from biotf.model import Transformer, TransformerConfig
+
+    tokenizer = read_hf_tokenizer(directories[kind])
+    assert tokenizer.kind == "bpe" and tokenizer.scheme == SCHEMES[kind]
+    if tokenizer.cls_id is None:
+        model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=8, n_layers=1, n_heads=2,
+                                              n_kv_heads=2, d_ff=16, max_seq_len=16))
+        with pytest.raises(ConfigError, match=f"the {SCHEMES[kind]} tokenizer has no <cls> token"):
+            Embedder(model, tokenizer, EmbedOptions(pool="cls"))
+
+
+def test_unigram_and_word_level_pipelines_are_named_so():
+    from tokenizers import Tokenizer, models
+
+    unigram = Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], unk_id=0))
+    assert BPETokenizer(unigram).scheme == "Unigram"
+    assert BPETokenizer(Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))).scheme == "word-level"
+    assert BPETokenizer(Tokenizer(models.BPE())).scheme == "BPE"
 
 
 def test_checkpoint_model_types_read_their_tokenizer_here():

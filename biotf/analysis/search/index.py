@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from biotf.analysis.search.choices import KINDS, METRICS
 from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.atomic import atomic_directory, atomic_write, atomic_write_text
 from biotf.errors import ConfigError, InputError
+from biotf.export.outputs import hold
 from biotf.export.writers import EmbeddingTable, read_embeddings
 from biotf.untrusted import file_crc32, read_json_object, read_text
 
@@ -90,8 +91,19 @@ class SearchIndex:
 
     @classmethod
     def open(cls, directory: str | Path) -> SearchIndex:
+        """Read and check an index. An add that commits meanwhile removes the approximate index it replaced: a file
+        gone while index.json changed is read again from the new index.json, not reported missing."""
         directory = Path(directory)
-        meta = read_meta(directory)
+        while True:
+            meta = read_meta(directory)
+            try:
+                return cls._read(directory, meta)
+            except InputError:
+                if read_meta(directory) == meta:
+                    raise
+
+    @classmethod
+    def _read(cls, directory: Path, meta: dict[str, Any]) -> SearchIndex:
         crcs = meta["crc32"]
         for name, crc in crcs.items():
             path = directory / name
@@ -107,7 +119,11 @@ class SearchIndex:
                              f"{meta['records']}")
         approx = None
         if meta["kind"] == "approx":
-            approx = _faiss().read_index(str(directory / meta["approx"]["file"]))
+            faiss = _faiss()
+            try:
+                approx = faiss.read_index(str(directory / meta["approx"]["file"]))
+            except RuntimeError as error:  # faiss's own "could not open": gone since checked, or unreadable
+                raise InputError(f"search index {directory}: cannot read {meta['approx']['file']} ({error})") from None
             if approx.ntotal != len(ids):
                 raise InputError(f"search index {directory}: the approximate index holds {approx.ntotal} vectors, "
                                  f"the shards {len(ids)}")
@@ -242,6 +258,12 @@ def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str]
     if metric not in METRICS:
         raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
     directory = Path(directory)
+    with hold(directory, "--output"):  # another build into the same directory is refused, an add waits for it
+        return _build(directory, vectors, ids, info, kind, metric, array, sources)
+
+
+def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str, Any], kind: str, metric: str,
+           array: str, sources: Sequence[str]) -> dict[str, Any]:
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InputError(f"--output {directory} exists and is not an empty directory; choose a new directory")
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
@@ -274,9 +296,18 @@ def _commit(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def add_records(directory: str | Path, embeddings: str | Path, array: str | None = None) -> tuple[dict[str, Any], int]:
+def add_records(directory: str | Path, embeddings: str | Path, array: str | None = None,
+                waiting: Callable[[], None] = lambda: None) -> tuple[dict[str, Any], int]:
     """Extend an index with the records of another embedding file (same model, tokenizer, pooling and layer; ids new
-    to the index): a new shard, and the approximate index grown in place, not rebuilt. Returns (index.json, added)."""
+    to the index): a new shard, and the approximate index grown in place, not rebuilt. Returns (index.json, added).
+
+    The index is held for the whole add: a second add (or a build) on it meanwhile waits its turn, after calling
+    `waiting()` to say so, then adds to what the first one wrote (two adds of 30 records to 200: 260, not 230)."""
+    with hold(Path(directory), "--index", waiting=waiting):
+        return _add(directory, embeddings, array)
+
+
+def _add(directory: str | Path, embeddings: str | Path, array: str | None) -> tuple[dict[str, Any], int]:
     index = SearchIndex.open(directory)
     array = array or index.meta["array"]
     table, vectors = _embedding_rows(embeddings, array)

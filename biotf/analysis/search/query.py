@@ -17,6 +17,7 @@ import numpy as np
 
 from biotf.analysis.search.expression import expression_vector
 from biotf.analysis.search.index import SearchIndex, array_layer
+from biotf.checkpoint.loading import LoadedModel
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.errors import InputError
 from biotf.export.embed import EmbedOptions, EmbedStats
@@ -44,10 +45,11 @@ def expression_queries(index: SearchIndex, texts: Sequence[str], metric: str) ->
     return Queries(list(texts), np.stack([vector for vector, _ in built]), [rows for _, rows in built])
 
 
-def sequence_queries(index: SearchIndex, model: str | Path, input_path: str | Path,
-                     reader_options: ReaderOptions = ReaderOptions(), device: str = "cpu",
+def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_path: str | Path,
+                     reader_options: ReaderOptions = ReaderOptions(), device: str | None = None,
                      batch_tokens: int = 16384) -> tuple[Queries, EmbedStats]:
-    """The records of `input_path`, embedded as the index's vectors were; refused when the model differs."""
+    """The records of `input_path`, embedded as the index's vectors were by `model` (loaded, or its source:
+    `as_loaded`); refused when the model differs."""
     from biotf.export.files import open_embedder
 
     info = index.info
@@ -57,11 +59,12 @@ def sequence_queries(index: SearchIndex, model: str | Path, input_path: str | Pa
                          "--expression work)")
     options = EmbedOptions(pool=info["pool"], layer=array_layer(info, index.meta["array"]), batch_tokens=batch_tokens,
                            max_length=info.get("max_length"), long=info.get("long", "chunk"),
-                           overlap=info.get("overlap"))
+                           overlap=info.get("overlap"), pool_specials=info.get("pool_specials", False),
+                           normalize=info.get("normalize", False))
     embedder, query_info = open_embedder(model, options, device, info.get("tokenizer_options") or {})
     for key, what in (("model_fingerprint", "model"), ("tokenizer_fingerprint", "tokenizer")):
         if query_info[key] != info.get(key):
-            raise InputError(f"--model {model}: its {what} fingerprint {query_info[key]} differs from the index's "
+            raise InputError(f"--model {query_info['model']}: its {what} fingerprint {query_info[key]} differs from the index's "
                              f"{info.get(key)} (the index holds embeddings of {info.get('model')}): queries must be "
                              "embedded by the same model and tokenizer")
     stats = EmbedStats()

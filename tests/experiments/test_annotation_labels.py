@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.data.annotation import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, RNA, read_annotated
+from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, RNA, read_annotated
 from biotf.errors import InputError
 
 FEATURES = """\

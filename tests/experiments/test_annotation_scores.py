@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.analysis.annotation import average_precision, genes_found, score_annotation
-from biotf.analysis.annotation_anchors import (KmerLogistic, prodigal_calls, prodigal_finder, reverse_complement,
+from biotf.experiments.annotation_scores import average_precision, genes_found, score_annotation
+from biotf.experiments.annotation_anchors import (KmerLogistic, prodigal_calls, prodigal_finder, reverse_complement,
                                                reverse_complement_classes)
-from biotf.data.annotation import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, OTHER, RNA, Gene, read_annotated
+from biotf.experiments.annotation_labels import (ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, OTHER, RNA, Gene,
+                                                read_annotated)
 from biotf.errors import InputError
 
 

@@ -1,4 +1,4 @@
-"""Scores of per-base genome annotation (`biotf.data.annotation` classes): what a gene finder is judged by.
+"""Scores of per-base genome annotation (`annotation_labels`'s classes): what a gene finder is judged by.
 
 - per class, over bases: F1 of the calls (one class per base), and the area under the precision-recall curve of
   the method's per-base scores for that class, one class against the rest: average precision (sklearn's
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from biotf.data.annotation import ANNOTATION_CLASSES, Gene
+from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, Gene
 from biotf.errors import InputError
 
 GENE_FOUND_FRACTION = 0.8

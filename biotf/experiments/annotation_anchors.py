@@ -1,15 +1,15 @@
 """The anchors a genome-annotation model is held against: a k-mer logistic baseline and Prodigal.
 
 - k-mer logistic: each base is described by the frequencies of the k-mers (k = 1..3 by default) in the window
-  around it (`baselines.kmer_window_frequencies`); the probe's multinomial logistic regression (standardised
-  features, `probe.probe_estimators`) learns the class. Both strands: it trains on each training sequence and its
+  around it (`biotf.analysis.baselines.kmer_window_frequencies`); the probe's multinomial logistic regression
+  (standardised features, `biotf.analysis.probe.probe_estimators`) learns the class. Both strands: it trains on each training sequence and its
   reverse complement (cds_plus and cds_minus swapped), and predicts the mean of the forward call and the reverse
   complement's call mapped back, so the two strands are treated alike (as a model trained on reverse complements).
 - Prodigal (Hyatt et al. 2010, BMC Bioinformatics 11:119) through `pyrodigal`: its genes become per-base calls
   (cds_plus / cds_minus under a predicted gene; under genes of both strands cds_plus, as in the labels; other
   elsewhere: Prodigal predicts no RNA) and per-base scores (the highest confidence of a gene covering the base on
-  that strand, 0 elsewhere; other: 1 - the higher of the two). `single` mode trains Prodigal on a training sequence (>= 20 kb, Prodigal's minimum;
-  translation table 11, bacteria and plastids), `meta` mode uses its pre-trained metagenomic profiles, the mode
+  that strand, 0 elsewhere; other: 1 - the higher of the two). `single` mode trains Prodigal on a training
+  sequence (>= 20 kb, Prodigal's minimum; translation table 11, bacteria and plastids), `meta` mode uses its pre-trained metagenomic profiles, the mode
   Prodigal prescribes for sequences too short to train on.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from biotf.analysis.baselines import NUCLEOTIDES, kmer_window_frequencies
-from biotf.data.annotation import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, OTHER
+from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, OTHER
 from biotf.errors import BiotfError, ConfigError, InputError
 
 COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")

@@ -1,0 +1,244 @@
+"""`biotf.Model`: one object for every job biotf does with a trained model, from Python.
+
+    import biotf
+
+    model = biotf.Model.load("outputs/protein_mlm/<run>")      # a run, a .ckpt, an export, a Hugging Face dir
+    vectors = model.embed(["MKTAYIAKQR", "MSLEQKKGAD"])          # (2, d_model) float32, mean-pooled
+    table = model.score(["MKTAYIAKQR"])                         # a pandas DataFrame: log_likelihood, perplexity ...
+    maps = model.contacts(["MKTAYIAKQR"])                       # one (L, L) contact probability map a sequence
+    texts = model.generate(["The ribosome"], max_new_tokens=20)  # a causal model's completions
+    labels = biotf.Model.load("outputs/finetune/<run>").predict(["MKTAYIAKQR"])  # a fine-tuned model's predictions
+    model.save("exported/")                                     # what `biotf export-model` writes
+
+Each job runs the same code as its command (`biotf embed`, `score`, `contacts`, `generate`, `predict`,
+`export-model`) on sequences in memory, and returns arrays or data frames where the command writes a file: the same
+tokenizer policies, windows, batches and checks, so a vector or a score equals the command's to the last bit. Sources
+are whatever `find_source` recognises (`biotf.checkpoint.loading.MODEL_SOURCES`); a fine-tuned model (a fine-tuning
+run or its `model/`) also carries its task head, which `predict` uses while the other jobs use its trunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, check_architecture,
+                                          load_hf_model, parse_dtype, read_checked_config, read_hf_config)
+from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
+from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
+from biotf.checkpoint.task_model import load_task_model
+from biotf.data.readers import Record
+from biotf.data.packing import check_packable
+from biotf.errors import CheckpointError, ConfigError, check_int
+from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
+from biotf.export.sentence_transformers import embed_defaults, transformer_directory
+from biotf.inference.fast import DecodingModel, optimize_for_decoding
+from biotf.inference.generation import Sampling
+from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
+from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
+from biotf.scoring.files import ScoreSummary, sequence_rows
+from biotf.scoring.scorer import ScoreOptions, Scorer
+from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
+from biotf.tokenizers.loading import with_options
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["Model"]
+
+HF_SOURCE = next(source.name for source in MODEL_SOURCES if source.load is load_hf_directory)
+
+
+def _generates(directory: Path, config: Mapping[str, Any]) -> bool:
+    """Whether a Hugging Face directory holds a causal LM biotf generates with (its family and architectures)."""
+    try:
+        check_architecture(directory, config, CAUSAL_LM_ARCHITECTURES, "run for text generation")
+    except CheckpointError:
+        return False
+    return True
+
+
+def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | None = None) -> list[Record]:
+    """Records of `sequences` (one string, strings or `Record`s), ids from `ids` or else their 0-based numbers, as
+    the readers number a file's records without an id column."""
+    items = [sequences] if isinstance(sequences, str) else list(sequences)
+    if ids is not None and len(ids) != len(items):
+        raise ConfigError("ids", f"{len(ids)} ids", allowed=f"one id per sequence ({len(items)})")
+    records = []
+    for index, item in enumerate(items):
+        if isinstance(item, Record):
+            records.append(item)
+        elif isinstance(item, str):
+            records.append(Record(str(index) if ids is None else str(ids[index]), item, {}, index))
+        else:
+            raise ConfigError("sequences", type(item).__name__, allowed="str or biotf.data.readers.Record items")
+    return records
+
+
+def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=list(rows[0]) if rows else list(columns))
+
+
+@dataclass
+class Model(LoadedModel):
+    """A loaded model (`LoadedModel`: its `network`, a `biotf.model.Transformer` in eval mode, its `tokenizer`, where it
+    came from, and when fine-tuned its `task` model and `task_info`) with its generation defaults, and every job.
+    Build one with `Model.load`."""
+
+    generation: GenerationDefaults | None = None
+    _decoder: DecodingModel | None = field(default=None, repr=False)
+
+    # --- loading and saving -------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, source: str | Path, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
+             tokenizer_options: Mapping[str, Any] | None = None, for_generation: bool = False) -> Model:
+        """The model of `source` on `device` in `dtype` (float32 | bfloat16); `tokenizer_options` change
+        policies of its tokenizer, never its vocabulary (`stop="strip_terminal"`, `unknown="to_unk"`: what
+        `--option` sets in the commands). Every file is checked as the commands check it (CRCs, the tokenizer
+        against the weights, the config against the weights' shapes) before a tensor is allocated. With
+        `for_generation` (what `biotf generate` loads with), a Hugging Face decoder's matrices are read straight into
+        their decoding layout, one copy per tensor (`load_hf_checkpoint`), and a directory of a family or
+        architecture biotf does not generate with is refused before its weights are read (`decoding` refuses a
+        masked-LM)."""
+        path = transformer_directory(Path(source))  # a sentence-transformers directory's model (`embed` pools as it)
+        loader = find_source(path)
+        torch_dtype = parse_dtype(dtype)  # an unknown dtype is refused before any weight is read
+        task = info = generation = None
+        if loader.load is load_fine_tuned:
+            task, tokenizer, info = load_task_model(path)
+            network = task.trunk
+        elif loader.load is load_hf_directory and for_generation:  # refused before any weight is read
+            read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")
+            network, tokenizer, generation = load_hf_checkpoint(path, torch_dtype)
+        elif loader.load is load_hf_directory:
+            network, tokenizer = load_hf_model(path, torch_dtype)
+            hf_config = read_hf_config(path)
+            if _generates(path, hf_config):
+                generation = GenerationDefaults.from_hf(read_generation_config(path, hf_config), tokenizer)
+        else:
+            network, tokenizer = loader.load(path)
+        if loader.load is not load_hf_directory and network.config.causal:  # biotf's own runs store no settings
+            generation = GenerationDefaults.for_run(tokenizer)
+        network = network.to(device=device, dtype=torch_dtype).eval()
+        if task is not None:
+            task.to(device=device, dtype=torch_dtype).eval()
+        tokenizer = with_options(tokenizer, tokenizer_options or {})
+        return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
+                   generation)
+
+    def save(self, directory: str | Path, hf: str | None = None) -> Path:
+        """Write the model into a new `directory`: a biotf export (config.json, model.safetensors, tokenizer.json;
+        what `Model.load` and `biotf.load_pretrained` read), or with `hf` a Hugging Face checkpoint of that family
+        ("auto": the first that holds it) that `transformers`' `AutoModel*` loads. A fine-tuned model saves its
+        trunk."""
+        if hf is None:
+            return save_pretrained(self.network, self.tokenizer, directory)
+        return save_hf_pretrained(self.network, self.tokenizer, directory, None if hf == "auto" else hf)
+
+    @property
+    def device(self) -> torch.device:
+        return self.network.device
+
+    def decoding(self) -> tuple[DecodingModel, GenerationDefaults]:
+        """The network arranged for decoding (`optimize_for_decoding`, once) and its generation defaults; a model
+        that cannot generate (a masked-LM, an encoder directory) is refused, naming what can."""
+        if self.generation is None:
+            if self.kind == HF_SOURCE and self.source is not None:  # the family's own refusal, naming what can generate
+                read_checked_config(Path(self.source), CAUSAL_LM_ARCHITECTURES, "run for text generation")
+            raise CheckpointError(f"{self.source or 'this model'} is a masked-LM (causal: false), which cannot "
+                                  "generate: generation needs a causal model (trained with model.causal=true, e.g. "
+                                  "experiment=smiles_clm)")
+        if self._decoder is None:
+            self._decoder = optimize_for_decoding(self.network)
+        return self._decoder, self.generation
+
+    # --- the jobs -----------------------------------------------------------------------------------------
+    def embed(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
+              pool: str | None = None, layer: int | str = -1, batch_tokens: int = 16384,
+              max_length: int | None = None, long: str | None = None, overlap: int | None = None, packing: bool = False,
+              summary: EmbedStats | None = None) -> np.ndarray | list[np.ndarray]:
+        """One float32 vector per sequence, in order, as `biotf embed` computes it (`EmbedOptions` say what the
+        options mean; `pool`, `max_length` and `long` not given: a sentence-transformers directory's own pooling,
+        length and cut, else mean pooling over windows of the model's length): an (N, d_model) array, or (N, layers, d_model) with `layer="all"`; with `pool="none"` a list
+        of (tokens, d_model) arrays, one row per content token ((layers, tokens, d_model) with `layer="all"`).
+        `summary` counts what `biotf embed`'s summary line says (windows, chunked and truncated records, what the
+        tokenizer's policies changed); every job takes one of its own kind."""
+        _, pooling = embed_defaults(self.source, pool, max_length, long)
+        options = EmbedOptions(**pooling, layer=layer, batch_tokens=batch_tokens, overlap=overlap, packing=packing)
+        embedder = Embedder(self.network, self.tokenizer, options)
+        single = layer != "all"
+        vectors = [item.vectors[0] if single else item.vectors
+                   for item in embedder.embed(as_records(sequences, ids), summary)]
+        if options.pool == "none":
+            return vectors
+        width = (self.network.config.d_model,) if single else (len(embedder.layers), self.network.config.d_model)
+        return np.stack(vectors) if vectors else np.zeros((0, *width), np.float32)
+
+    def score(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
+              method: str = "auto", batch_tokens: int = 16384, max_length: int | None = None,
+              overlap: int | None = None, packing: bool = False,
+              summary: ScoreSummary | None = None) -> pandas.DataFrame:
+        """Each sequence's (pseudo-)log-likelihood in nats, one row per sequence in order, with the columns of
+        `biotf score`'s table (`biotf.scoring.files`): id, sequence, method, log_likelihood, mean_per_token,
+        mean_per_residue, perplexity, tokens, scored_tokens, residues, windows. `method`: auto | causal | pll."""
+        scorer = Scorer(self.network, self.tokenizer, ScoreOptions(batch_tokens, max_length, overlap, packing))
+        method = scorer.resolve(method)
+        summary = summary if summary is not None else ScoreSummary()
+        summary.method, summary.packing = method, packing
+        rows = sequence_rows(scorer, method, as_records(sequences, ids), summary)
+        return _frame(rows, ("id", "sequence", "method", "log_likelihood"))
+
+    def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
+                batch_size: int = 32, packing: bool = False,
+                summary: PredictionSummary | None = None) -> pandas.DataFrame:
+        """A fine-tuned model's prediction for each sequence, with the columns of `biotf predict`'s table: id,
+        prediction (the class name, the value, or one label a residue), p_<class> for classification. Sequences
+        the model's long-sequence policy drops have no row (counted in `summary`)."""
+        loaded = loaded_task_model(self)
+        check_int("batch_size", batch_size)
+        check_packable(packing, self.network.config)
+        summary = summary if summary is not None else PredictionSummary(rows=0, records=0, task=loaded.task_info.task)
+        header = prediction_header(loaded.task_info)
+        rows = prediction_rows(loaded.task, loaded.tokenizer, loaded.task_info, as_records(sequences, ids), summary,
+                               batch_size, packing)
+        return _frame([dict(zip(header, row)) for row in rows], header)
+
+    def contacts(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
+                 batch_pairs: int = ContactOptions.batch_pairs,
+                 summary: ContactStats | None = None) -> list[np.ndarray]:
+        """One (L, L) float32 map of contact probabilities per protein (L its residues), as `biotf contacts`
+        predicts them, from a model with a contact head (ESM-2 checkpoints ship one; `biotf contacts fit` fits
+        one)."""
+        check_contact_head(self.network, self.source)
+        summary = summary if summary is not None else ContactStats()
+        found = proteins(as_records(sequences, ids), self.tokenizer, self.network.config.max_seq_len,
+                         summary.policies)
+        pad_id = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
+        return [probabilities for _, probabilities in
+                contact_maps(self.network, found, pad_id, ContactOptions(batch_pairs), summary)]
+
+    def generate(self, prompts: str | Sequence[str], *, max_new_tokens: int | None = None,
+                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 repetition_penalty: float | None = None, seed: int | None = None, chat: bool = False,
+                 system: str | None = None, truncate_prompt: bool = False) -> list[str]:
+        """Each prompt's completion (special tokens left out) from a causal model, as `biotf generate` makes it:
+        sampling options not given come from the checkpoint's generation_config.json (a biotf run's: greedy), a
+        biotf run's prompt follows its `<eos>`, and generation stops at any eos id. `chat` renders each prompt with
+        the tokenizer's chat template (after `system`, if given)."""
+        texts = [prompts] if isinstance(prompts, str) else list(prompts)
+        decoder, defaults = self.decoding()
+        sampling = Sampling(temperature=defaults.temperature if temperature is None else temperature,
+                            top_k=defaults.top_k if top_k is None else top_k,
+                            top_p=defaults.top_p if top_p is None else top_p,
+                            repetition_penalty=(defaults.repetition_penalty if repetition_penalty is None
+                                                else repetition_penalty))
+        done = complete(decoder, self.tokenizer, defaults, texts, chat=chat, system=system,
+                        max_new_tokens=max_new_tokens, sampling=sampling, seed=seed, truncate_prompt=truncate_prompt)
+        return [self.tokenizer.decode(row, skip_special_tokens=True) for row in done.new]
