@@ -2,9 +2,10 @@
 
 Everything is written under a hidden temporary name beside the target and renamed into place at the
 end (a rename within one directory is atomic on POSIX), so a killed process leaves at most a hidden
-`.<name>.*.tmp`. While a command holds its claim on a user-named output without `--overwrite`
-(`biotf.export.outputs.claim_output`, which registers it here with `keep_existing`), the rename never replaces
-a file that appeared under that name meanwhile: it is refused in one line instead.
+`.<name>.*.tmp`. A write the system refuses (a full disk, a read-only file system: `biotf.errors.disk_error`)
+removes the temporary and is one `DiskError` naming the target. While a command holds its claim on a user-named
+output without `--overwrite` (`biotf.export.outputs.claim_output`, which registers it here with `keep_existing`),
+the rename never replaces a file that appeared under that name meanwhile: it is refused in one line instead.
 
 The temporaries that `tempfile` creates are private (0600 / 0700); they are given the permissions a plain
 `open()` / `mkdir()` would have had under the user's umask before the rename, so a checkpoint or an export is as
@@ -17,11 +18,12 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
-from biotf.errors import InputError
+from biotf.errors import InputError, disk_errors
 
 # Outputs the running command claimed without --overwrite: their key (`_key`) -> the one line refusing to publish
 # over a file that appeared meanwhile. Set only by `keep_existing`, for the length of its block.
@@ -82,16 +84,17 @@ def publish(temporary: str | Path, path: str | Path) -> None:
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call `write(temporary_path)` then rename it to `path`; a crash leaves only a hidden temporary."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.chmod(temporary, 0o666 & ~_umask())
-        publish(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with disk_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        try:
+            write(Path(temporary))
+            os.chmod(temporary, 0o666 & ~_umask())
+            publish(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
     return path
 
 
@@ -108,23 +111,35 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
     the permissions a plain `open()` would give (safetensors, for one, creates its files 0600).
     """
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    try:
-        yield staging
-        mask = _umask()
-        for path in staging.rglob("*"):
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
-        os.chmod(staging, 0o777 & ~mask)
+    with disk_errors(directory):
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         try:
-            if directory.exists():
-                directory.rmdir()
-            os.rename(staging, directory)
-        except OSError as error:
-            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            raise InputError(  # another program filled it meanwhile; it is left as it isf"{directory} was filled by another program while this run was writing it; it was "
-                             f"left as it is ({error.strerror}): choose a new directory") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            yield staging
+            mask = _umask()
+            for path in staging.rglob("*"):
+                os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+            os.chmod(staging, 0o777 & ~mask)
+            try:
+                if directory.exists():
+                    directory.rmdir()
+                os.rename(staging, directory)
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                # another program filled it meanwhile; it is left as it is
+                raise InputError(f"{directory} was filled by another program while this run was writing it; it was "
+                                 f"left as it is ({error.strerror}): choose a new directory") from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def close_quietly(handles: Iterable[IO]) -> None:
+    """Close work files whose content is being thrown away, every one: a last flush that fails (the disk that filled
+    up, stopping the write) loses nothing, and must neither hide that error nor keep the others open."""
+    for handle in handles:
+        try:
+            handle.close()
+        except OSError:
+            pass

@@ -2,7 +2,8 @@
 
 Subcommands live in `biotf/commands/<name>.py`, each defining `add_parser(subparsers)` which
 registers its parser with `set_defaults(run=<function taking the parsed args>)`.
-A `BiotfError` is printed as one line on stderr with exit status 2, never a traceback.
+A `BiotfError` is printed as one line on stderr with exit status 2, never a traceback; so is a write the system
+refused (a full disk, a read-only file system, no permission: `biotf.errors.disk_error`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from biotf.errors import BiotfError
+from biotf.errors import BiotfError, user_error
 
 # Order is the order of `biotf --help`.
 COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
@@ -37,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*unknown, *args.overrides]
     try:
         result = args.run(args)
-    except BiotfError as error:
+    except (BiotfError, OSError) as caught:
+        error = user_error(caught)
+        if error is None:
+            raise
         print(f"biotf {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

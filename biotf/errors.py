@@ -1,14 +1,19 @@
 """One error family for every user-facing failure.
 
 The CLI catches `BiotfError`, prints its message on one line and exits with status 2;
-anything else is a bug and keeps its traceback.
+anything else is a bug and keeps its traceback. A write the system refuses (a full disk, a read-only file system,
+no permission: `DISK_CAUSES`) is the user's to fix, so it too becomes one line (`disk_error`), wherever it happens.
 """
 
 from __future__ import annotations
 
+import errno
 import math
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from numbers import Integral, Real
+from pathlib import Path
 
 
 class BiotfError(Exception):
@@ -88,3 +93,67 @@ class TokenizationError(InputError):
 
 class CheckpointError(BiotfError):
     """A checkpoint or model directory that cannot be loaded safely or does not match."""
+
+
+# What the system says when it refuses a write, and what the user can do about it.
+DISK_CAUSES = {errno.ENOSPC: ("no space left on device", "free space there or write elsewhere"),
+               errno.EDQUOT: ("disk quota exceeded", "free space there or write elsewhere"),
+               errno.EACCES: ("permission denied", "choose a directory you may write to"),
+               errno.EROFS: ("read-only file system", "choose a writable directory")}
+
+
+class DiskError(BiotfError):
+    """A write the system refused: a full disk (or quota), a read-only file system, no permission. Names the file
+    and the cause; the work files of the failed write are already removed."""
+
+    def __init__(self, message: str, errno_: int):
+        self.errno = errno_
+        super().__init__(message)
+
+
+def _refused_write(error: BaseException) -> OSError | None:
+    """The OSError of a full, read-only or forbidden place that is `error` or that it was raised from or while
+    handling: torch's zip writer, cleaning up after the OSError of a full disk, raises "unexpected pos" over it."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in DISK_CAUSES:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def disk_error(error: BaseException, target: str | Path | None = None) -> DiskError | None:
+    """The one-line `DiskError` for an OSError of a full, read-only or forbidden place, or for an error raised over
+    one (`_refused_write`); None for any other error.
+
+    It names `target`, the file the user asked for, when given (else the file the system names), and the file the
+    system refused too when that is not a work file beside `target` (the directory a `mkdir` could not create)."""
+    if isinstance(error, BiotfError) or (error := _refused_write(error)) is None:
+        return None
+    cause, fix = DISK_CAUSES[error.errno]
+    refused = None if error.filename is None else Path(os.fsdecode(error.filename))
+    if target is None:
+        where = f"{refused}: " if refused is not None else ""
+        return DiskError(f"{where}{cause} ({fix})", error.errno)
+    target = Path(target)
+    also = f" at {refused}" if refused is not None and refused != target and refused.parent != target.parent else ""
+    return DiskError(f"cannot write {target}: {cause}{also} ({fix})", error.errno)
+
+
+@contextmanager
+def disk_errors(target: str | Path | None = None) -> Iterator[None]:
+    """Turn a refused write inside the block into `disk_error(error, target)`; other errors pass unchanged."""
+    try:
+        yield
+    except Exception as error:
+        translated = disk_error(error, target)
+        if translated is None:
+            raise
+        raise translated from None  # the one line says all of it
+
+
+def user_error(error: BaseException) -> BiotfError | None:
+    """`error` itself if it is a `BiotfError`, a refused write as its `DiskError`; None for anything else (a bug,
+    which keeps its traceback). What the command lines print as one line."""
+    return error if isinstance(error, BiotfError) else disk_error(error)

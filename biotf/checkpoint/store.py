@@ -49,9 +49,18 @@ def _by_name(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: str | Path) -> Path:
-    """torch.save `checkpoint` with its content CRC-32 added, atomically."""
+    """torch.save `checkpoint` with its content CRC-32 added, atomically (a failed write never touches `path`).
+
+    Through a Python file: torch's own writer reports a full disk as "unexpected pos" alone (a RuntimeError), a
+    Python file raises the OSError (which torch's cleanup then covers with "unexpected pos"), which `atomic_write`
+    turns into one line naming `path` (`biotf.errors.disk_error`)."""
     stamped = {**checkpoint, DIGEST_KEY: content_crc32(checkpoint)}
-    return atomic_write(path, lambda temporary: torch.save(stamped, temporary))
+
+    def write(temporary: Path) -> None:
+        with open(temporary, "wb") as handle:
+            torch.save(stamped, handle)
+
+    return atomic_write(path, write)
 
 
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:

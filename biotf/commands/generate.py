@@ -287,13 +287,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from biotf.inference.moses.reference import DEFAULT_CACHE_DIR
 
     check_int("--batch-size", args.batch_size, 1)
+    cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
+    blocking = next((path for path in (cache_dir, *cache_dir.parents) if path.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError("--cache-dir", str(cache_dir), reason=f"{blocking} is a file, not a directory",
+                          allowed="a directory, made if missing")
     tests = {name: path for name, path in (("Test", args.test), ("TestSF", args.test_scaffolds)) if path is not None}
     inputs = [args.input, *tests.values(), *([args.train] if args.train else [])]
     if args.output is not None:
         metric_format(args.output)
     with claim_outputs(args, {"--output": args.output}, inputs):
         evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
-                                   ReaderOptions(column=args.reference_column), args.cache_dir or DEFAULT_CACHE_DIR,
+                                   ReaderOptions(column=args.reference_column), cache_dir,
                                    args.batch_size, args.device)
         for name, loaded in evaluation.references.items():
             how = (f"read from {loaded.path}" if loaded.how == "cache" else

@@ -10,7 +10,8 @@ policy, packing) are not part of the key, so changing them costs no re-tokenizat
 
 Safety: entries are written under a temporary name and renamed into place, so a killed run never
 leaves a half-written entry under the final name; `meta.json` records each file's size and CRC-32,
-checked on load, so a truncated or corrupted shard is detected and rebuilt, never read as data.
+checked on load, so a truncated or corrupted shard is detected and rebuilt, never read as data. A build the disk
+refuses (full, read-only) removes its temporary and is one line naming the entry (`biotf.errors.disk_error`).
 Memory: records stream from the reader in chunks of about `chunk_characters`, so peak memory is
 bounded by the chunk size and the longest record, not by the input size.
 Speed: a chunk is columns of ids and sequences (`read_columns`), encoded in one `encode_flat` call, split by one
@@ -34,7 +35,8 @@ import numpy as np
 from biotf.data.readers import ReaderOptions, read_columns
 from biotf.data.tokenize import naming_source
 from biotf.data.validation_split import SPLITS, validate_fraction, validation_mask
-from biotf.errors import InputError
+from biotf.atomic import close_quietly
+from biotf.errors import InputError, disk_errors
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.untrusted import file_crc32
 
@@ -185,26 +187,32 @@ def _build(directory: Path, path: Path, tokenizer: Tokenizer, options: ReaderOpt
     with one bulk hash pass, and append each split's part as whole arrays."""
     dtype = token_dtype(tokenizer.vocab_size)
     writers = {name: _SplitWriter(directory, name, dtype, tokenizer.vocab_size) for name in SPLITS}
-    stats = PolicyStats()
-    for run in read_columns(path, options, stats, chunk_characters):
-        with naming_source(path):
-            tokens, lengths = tokenizer.encode_flat(run.sequences, add_special_tokens, records=run.ids, stats=stats)
-        if not lengths.all():
-            at = int(np.argmin(lengths))
-            raise InputError(f"{path}: record {run.ids[at]!r} (record {run.first + at + 1}) encodes to no tokens")
-        if tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size:
-            raise InputError(f"tokenizer produced an id outside 0..{tokenizer.vocab_size - 1}; its vocab_size is wrong")
-        tokens = tokens.astype(dtype, copy=False)  # before the split: half the bytes to copy
-        validation = validation_mask(run.sequences, validation_fraction, seed)
-        indices = np.arange(run.first, run.first + len(lengths), dtype=np.int64)
-        for name, selected in (("train", ~validation), ("validation", validation)):
-            writers[name].append(_tokens_of(selected, tokens, lengths), lengths[selected], indices[selected])
-    meta["dtype"] = dtype.name
-    meta["policy_stats"] = dict(stats)
-    meta["splits"] = {}
-    for name, writer in writers.items():
-        files = writer.close()
-        meta["splits"][name] = {"records": files["records"]["bytes"] // 8, "tokens": writer.n_tokens, "files": files}
+    try:
+        stats = PolicyStats()
+        for run in read_columns(path, options, stats, chunk_characters):
+            with naming_source(path):
+                tokens, lengths = tokenizer.encode_flat(run.sequences, add_special_tokens, records=run.ids, stats=stats)
+            if not lengths.all():
+                at = int(np.argmin(lengths))
+                raise InputError(f"{path}: record {run.ids[at]!r} (record {run.first + at + 1}) encodes to no tokens")
+            if tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size:
+                raise InputError(f"tokenizer produced an id outside 0..{tokenizer.vocab_size - 1}; "
+                                 "its vocab_size is wrong")
+            tokens = tokens.astype(dtype, copy=False)  # before the split: half the bytes to copy
+            validation = validation_mask(run.sequences, validation_fraction, seed)
+            indices = np.arange(run.first, run.first + len(lengths), dtype=np.int64)
+            for name, selected in (("train", ~validation), ("validation", validation)):
+                writers[name].append(_tokens_of(selected, tokens, lengths), lengths[selected], indices[selected])
+        meta["dtype"] = dtype.name
+        meta["policy_stats"] = dict(stats)
+        meta["splits"] = {}
+        for name, writer in writers.items():
+            files = writer.close()
+            meta["splits"][name] = {"records": files["records"]["bytes"] // 8, "tokens": writer.n_tokens,
+                                    "files": files}
+    except BaseException:  # the entry is thrown away (`tokenize_to_cache`): a full disk's last flush loses nothing
+        close_quietly(handle for writer in writers.values() for handle in writer.handles.values())
+        raise
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -259,21 +267,22 @@ def tokenize_to_cache(path: str | Path, tokenizer: Tokenizer, cache_dir: str | P
             log.warning("token cache %s is damaged (%s); rebuilding it", final, reason)
             status = f"rebuilt ({reason})"
             shutil.rmtree(final, ignore_errors=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
     meta = {"version": CACHE_VERSION, "key": key, "input": str(path), "tokenizer": tokenizer.fingerprint,
             "tokenizer_kind": tokenizer.kind, "reader": options.as_key(),
             "validation_fraction": validation_fraction, "seed": seed, "add_special_tokens": add_special_tokens}
-    try:
-        _build(temporary, path, tokenizer, options, validation_fraction, seed, add_special_tokens,
-               chunk_characters, meta)
+    with disk_errors(final):  # a full disk or a read-only cache_dir: one line naming the entry
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
         try:
-            os.rename(temporary, final)
-        except OSError:  # another process published the same entry first; use theirs if it is intact
+            _build(temporary, path, tokenizer, options, validation_fraction, seed, add_special_tokens,
+                   chunk_characters, meta)
+            try:
+                os.rename(temporary, final)
+            except OSError:  # another process published the same entry first; use theirs if it is intact
+                shutil.rmtree(temporary, ignore_errors=True)
+        except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+            raise
     try:
         splits, stats = _load(final, key, tokenizer.vocab_size)
     except CorruptCacheError as reason:  # only if the disk or another writer damaged it just now

@@ -6,10 +6,10 @@ holds `tokenizers/`, `biotf/commands/` `tokenize.py`).
 
 Before Hydra runs anything, `preflight` composes the config for the given overrides (each value of
 a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment, a missing data
-file, a run directory that holds another run or a resume with other settings than its run's
-(`rundir.check_resume`) stops the command at once with one line on stderr and exit status 2, before
-any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job starts). Hydra then
-runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
+file, a run directory that holds another run or cannot be written (`rundir.check_writable`), a resume with
+other settings than its run's (`rundir.check_resume`) stops the command at once with one line on stderr and exit
+status 2, before any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job
+starts). Hydra then runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
 this script in each worker process).
 
 Resuming (`ckpt_path=<run>/checkpoints/last.ckpt`) continues that run's directory unless
@@ -36,11 +36,12 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from biotf.errors import BiotfError, ConfigError
+from biotf.errors import BiotfError, ConfigError, user_error
 from biotf.resources import CONF_DIR
 from biotf.training.config import check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
-from biotf.training.rundir import check_resume, check_run_dir, checkpoint_run_dir, is_launch_rank_zero
+from biotf.training.rundir import (check_resume, check_run_dir, check_writable, checkpoint_run_dir,
+                                   is_launch_rank_zero)
 
 register_configs()
 
@@ -137,6 +138,7 @@ def preflight(overrides: list[str], multirun: bool = False) -> None:
             # Rank 0 only: the DDP workers Lightning launches re-run this in the directory rank 0 holds.
             if not multirun and is_launch_rank_zero():
                 check_run_dir(Path(cfg.hydra.run.dir), config.ckpt_path)
+                check_writable(Path(cfg.hydra.run.dir))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -150,7 +152,10 @@ def _hydra_job(cfg: DictConfig) -> float:
         config = validate(cfg)
         run = train if config.task is None else train_task  # a task fine-tunes (biotf.finetune.run)
         return run(config, Path(HydraConfig.get().runtime.output_dir)).final_val_loss
-    except BiotfError as error:
+    except (BiotfError, OSError) as caught:  # an OSError: a write the system refused that no writer named
+        error = user_error(caught)
+        if error is None:
+            raise
         print(f"train: error: {error}", file=sys.stderr)
         sys.exit(2)
     except RunInterrupted as stop:

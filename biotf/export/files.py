@@ -10,12 +10,14 @@ are, and the merge appends them in order to one writer, which writes the file as
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from biotf.data.readers import ReaderOptions, Record, read_records
 from biotf.checkpoint.digest import model_fingerprint
+from biotf.errors import disk_errors
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.writers import EmbeddingWriter, output_format
 from biotf.checkpoint.loading import LoadedModel, as_loaded
@@ -53,8 +55,13 @@ class EmbedRun:
         self.embedder, self.info = open_embedder(model, options, device, tokenizer_options)
         self.info["input"] = str(input_path)
 
-    def _writer(self, path: str | Path, spool_dir: Path | None = None) -> EmbeddingWriter:
-        return EmbeddingWriter(path, self.embedder.array_names, self.options.pool == "none", self.info, spool_dir)
+    @contextmanager
+    def _writer(self, path: str | Path, spool_dir: Path | None = None) -> Iterator[EmbeddingWriter]:
+        """A writer of `path`: an error removes its spools, and a write the system refuses (a full disk, a read-only
+        directory) is one line naming `path`."""
+        with disk_errors(path), EmbeddingWriter(path, self.embedder.array_names, self.options.pool == "none",
+                                                self.info, spool_dir) as writer:
+            yield writer
 
     def embed(self, records: Iterable[Record], writer: EmbeddingWriter, stats: EmbedStats) -> None:
         """Embed `records` into `writer`, counting into `stats` (progress on stderr if asked for: `biotf.progress`)."""

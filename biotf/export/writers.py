@@ -43,7 +43,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from biotf.atomic import atomic_write
+from biotf.atomic import atomic_write, close_quietly
 from biotf.errors import InputError
 from biotf.npz import NpzNames
 from biotf.export.embed import RecordEmbedding
@@ -181,13 +181,16 @@ class EmbeddingWriter:
             self.abort()
 
     def abort(self) -> None:
-        self._close_spools()
+        """Remove the spools, also when the disk filled up: their last flush may fail, their removal must not."""
+        close_quietly(self._handles())
         shutil.rmtree(self.spool_dir, ignore_errors=True)
 
+    def _handles(self) -> list[BinaryIO]:
+        return [self.text, *(spool.handle for spool in self.spools.values())]
+
     def _close_spools(self) -> None:
-        self.text.close()
-        for spool in self.spools.values():
-            spool.handle.close()
+        for handle in self._handles():
+            handle.close()
 
     # --- parts of a sharded run (biotf.data.sharded) ------------------------------------------------------
     def keep(self) -> None:

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ import yaml
 
 from biotf.atomic import atomic_write_text
 from biotf.checkpoint import CHECKPOINT_DIR, FINETUNED_MODEL_DIR
-from biotf.errors import BiotfError, InputError
+from biotf.errors import BiotfError, InputError, disk_errors
 from biotf.training.hints import command_line, hydra_override
 
 if TYPE_CHECKING:
@@ -154,6 +155,17 @@ def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
         last = run_dir / CHECKPOINT_DIR / "last.ckpt"
         raise RunDirectoryError(f"run directory {run_dir} already holds a run ({', '.join(used)}); resume it with "
                                 f"{command_line(hydra_override('ckpt_path', last))} or choose a new hydra.run.dir")
+
+
+def check_writable(run_dir: str | Path) -> None:
+    """Refuse a run directory that cannot be written (a read-only file system, no permission, a full disk) in one
+    line, before Hydra creates it: a small probe file is written and removed in it, or in the nearest existing
+    directory above it, where it would be created."""
+    run_dir = Path(run_dir)
+    where = next((path for path in (run_dir, *run_dir.parents) if path.is_dir()), Path("."))
+    with disk_errors(run_dir), tempfile.TemporaryFile(dir=where) as probe:
+        probe.write(bytes(4096))  # a block: a full disk refuses it, an empty file it would not
+        probe.flush()
 
 
 @contextmanager

@@ -4,9 +4,8 @@ comment on the line above says why not:
     <!-- not run: needs a GPU -->          the block is skipped, and the reason is the skip's
     <!-- exit status: 2 -->                the block runs and must end with that status (a refusal shown on purpose)
 
-```text (output), ```yaml and blocks without a language are never run. Pages: docs/**/*.md, and README.md once
-README_BLOCKS_COVERED is True (its blocks train for minutes and read ../shared, so they are not run yet; the check
-of their options below covers them already).
+```text (output), ```yaml and blocks without a language are never run. Pages: docs/**/*.md and README.md
+(README_BLOCKS_COVERED).
 
 Each page's blocks run in order in one temporary directory (files and a Python namespace carry from block to block,
 as in a reader's session). What differs between a reader's checkout and this test, and how it is substituted:
@@ -39,7 +38,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
-README_BLOCKS_COVERED = False  # flip once README.md's blocks run here in seconds or are marked
+README_BLOCKS_COVERED = True  # README.md's blocks run here, or say above them why not
 BASH, PYTHON = {"bash", "sh", "shell"}, {"python", "py"}
 LINKED = ("train.py", "conf", "data", "scripts")
 MARKER = re.compile(r"<!--\s*(not run|exit status)\s*:?\s*(.*?)\s*-->")

@@ -109,6 +109,43 @@ def test_the_reference_statistics_are_cached_and_a_damaged_entry_is_computed_aga
     assert "the entry there was not used: unreadable" in err and err.count("read from") == 1
 
 
+def damage_entry(entry: Path, kind: str) -> None:
+    data = entry.read_bytes()
+    if kind == "a directory":
+        entry.unlink()
+        (entry / "something").mkdir(parents=True)
+    else:
+        entry.write_bytes({"empty": b"", "half": data[: len(data) // 2], "its end cut": data[:-10]}[kind])
+
+
+@pytest.mark.parametrize("kind", ["empty", "half", "its end cut", "a directory"])
+def test_every_damage_of_a_cache_entry_is_computed_again_and_said_so_in_one_line(capsys, files, tmp_path, kind):
+    """Before: BadZipFile or EOFError (a truncated entry) and IsADirectoryError (a directory) tracebacks."""
+    argv = ["generate", "evaluate", "--input", str(files["generated"]), "--train", str(files["train"]),
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    (entry,) = (tmp_path / "cache").iterdir()
+    damage_entry(entry, kind)
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    said = [line for line in captured.err.splitlines() if line.startswith("reference train:")]
+    assert captured.out == first and len(said) == 1 and "Traceback" not in captured.err, captured.err
+    assert f"cached in {entry} (the entry there was not used: " in said[0]
+    assert ("a directory is in its place" if kind == "a directory" else "unreadable (") in said[0]
+    assert entry.is_file() and main(argv) == 0 and "read from" in capsys.readouterr().err
+
+
+def test_a_cache_dir_that_is_a_file_is_one_line_naming_the_flag(capsys, files, tmp_path):
+    blocking = tmp_path / "cache"
+    blocking.write_text("my notes\n")
+    for cache_dir in (blocking, blocking / "moses"):
+        status = main(["generate", "evaluate", "--input", str(files["generated"]), "--train", str(files["train"]),
+                       "--cache-dir", str(cache_dir)])
+        one_line(status, capsys.readouterr().err, f"invalid --cache-dir='{cache_dir}'", f"{blocking} is a file")
+    assert blocking.read_text() == "my notes\n"
+
+
 def test_a_txt_file_of_valid_molecules_and_no_reference(capsys, files):
     status = main(["generate", "evaluate", "--input", str(files["valid"])])
     out = capsys.readouterr().out

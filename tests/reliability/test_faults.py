@@ -49,10 +49,10 @@ if point == "write":
         if writes[0] == n:
             buffer = io.BytesIO()
             save(obj, buffer, *args, **kwargs)
-            with open(f, "wb") as handle:
-                handle.write(buffer.getvalue()[: buffer.tell() // 2])
-                handle.flush()
-                os.fsync(handle.fileno())
+            handle = f if hasattr(f, "write") else open(f, "wb")  # biotf saves checkpoints through an open file
+            handle.write(buffer.getvalue()[: buffer.tell() // 2])
+            handle.flush()
+            os.fsync(handle.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
         return save(obj, f, *args, **kwargs)
     torch.save = torn_save

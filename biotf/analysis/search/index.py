@@ -39,7 +39,7 @@ import numpy as np
 
 from biotf.analysis.search.choices import KINDS, METRICS
 from biotf.analysis.search.neighbours import exact_search, prepare
-from biotf.atomic import atomic_write, atomic_write_text
+from biotf.atomic import atomic_directory, atomic_write, atomic_write_text
 from biotf.errors import ConfigError, InputError
 from biotf.export.outputs import hold
 from biotf.export.writers import EmbeddingTable, read_embeddings
@@ -295,24 +295,25 @@ def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str,
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InputError(f"--output {directory} exists and is not an empty directory; choose a new directory")
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
-    directory.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {"biotf_search_index": FORMAT, "kind": kind, "metric": metric, "dim": vectors.shape[1],
-                            "records": len(ids), "array": array, "embedding_info": info, "sources": list(sources),
-                            "shards": [_write_shard(directory, 0, vectors, ids)]}
-    if kind == "approx":
-        faiss = _faiss()
-        approx = faiss.IndexHNSWFlat(vectors.shape[1], HNSW_M,
-                                     faiss.METRIC_INNER_PRODUCT if metric == "cosine" else faiss.METRIC_L2)
-        approx.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        with reporting(progress, f"indexing {directory.name}", "records", total=len(prepared)) as shown:
-            for start in range(0, len(prepared), HNSW_ADD_ROWS):
-                approx.add(prepared[start:start + HNSW_ADD_ROWS])
-                if shown is not None:
-                    shown.update(len(prepared[start:start + HNSW_ADD_ROWS]))
-        meta["approx"] = {"library": "faiss", "version": faiss.__version__, "type": "IndexHNSWFlat", "M": HNSW_M,
-                          "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH,
-                          "file": _write_approx(directory, approx, len(ids))}
-    return _commit(directory, meta)
+    with atomic_directory(directory) as staging:  # a failed build (a full disk) leaves no partial index
+        meta: dict[str, Any] = {"biotf_search_index": FORMAT, "kind": kind, "metric": metric,
+                                "dim": vectors.shape[1], "records": len(ids), "array": array, "embedding_info": info,
+                                "sources": list(sources), "shards": [_write_shard(staging, 0, vectors, ids)]}
+        if kind == "approx":
+            faiss = _faiss()
+            approx = faiss.IndexHNSWFlat(vectors.shape[1], HNSW_M,
+                                         faiss.METRIC_INNER_PRODUCT if metric == "cosine" else faiss.METRIC_L2)
+            approx.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            with reporting(progress, f"indexing {directory.name}", "records", total=len(prepared)) as shown:
+                for start in range(0, len(prepared), HNSW_ADD_ROWS):
+                    approx.add(prepared[start:start + HNSW_ADD_ROWS])
+                    if shown is not None:
+                        shown.update(len(prepared[start:start + HNSW_ADD_ROWS]))
+            meta["approx"] = {"library": "faiss", "version": faiss.__version__, "type": "IndexHNSWFlat", "M": HNSW_M,
+                              "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH,
+                              "file": _write_approx(staging, approx, len(ids))}
+        _commit(staging, meta)
+    return meta
 
 
 def _commit(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:

@@ -7,13 +7,16 @@ Scaf). A training set's are the hashes of its canonical SMILES (novelty). Each i
 a JSON text for the counts and the key; read with allow_pickle=False) in the cache directory under the file's
 CRC-32: `<cache>/<test|train>-<crc32>.npz`. The key holds the CRC, the file's size, the column read, the
 statistics' version and RDKit's version (canonical SMILES and fingerprints may change with it): a cache entry whose
-key differs, or that cannot be read, is computed again and replaced, and the caller is told which happened.
+key differs, or that cannot be read (truncated, not an .npz, a directory in its place), is computed again and
+replaced, and the caller is told which happened.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,11 +144,16 @@ def _save(target: Path, key: dict, statistics: ReferenceStatistics | TrainingSta
         with open(temporary, "wb") as handle:
             np.savez(handle, meta=np.array(json.dumps(meta)), **arrays)
 
+    if target.is_dir() and not target.is_symlink():  # `_load` said so; biotf alone names files so in its cache
+        shutil.rmtree(target)
     atomic_write(target, write)
 
 
 def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | TrainingStatistics | str:
-    """The cached statistics, or why they cannot be used."""
+    """The cached statistics, or why they cannot be used: any damage (truncated, not an .npz, other content, a
+    directory in its place) is a reason to compute them again, never an error."""
+    if target.is_dir():
+        return "a directory is in its place (replaced)"
     if not target.exists():
         return "absent"
     try:
@@ -154,7 +162,7 @@ def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | Training
             if meta.pop("key") != key:
                 return "its key differs (another RDKit or statistics version)"
             return kind(**meta, **{name: data[name] for name in data.files if name != "meta"})
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as error:
         return f"unreadable ({type(error).__name__})"
 
 
