@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from biotf.errors import InputError
-from biotf.training import callbacks, entry
+from biotf.entry import train as entry
+from biotf.training import callbacks
 from biotf.finetune.run import train_task
 from biotf.training.rundir import RunDirectoryError
 from training_helpers import REPO, SUBPROCESS_ENV, finetune_config, finetune_overrides

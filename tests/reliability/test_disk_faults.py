@@ -24,7 +24,7 @@ from biotf.data.cache import tokenize_to_cache
 from biotf.errors import DISK_CAUSES, DiskError, disk_error
 from biotf.export import writers
 from biotf.tokenizers import AminoAcidTokenizer
-from biotf.training import entry
+from biotf.entry import train as entry
 
 FASTA = "".join(f">p{i} note{i % 3}\n{'MKVLAAGIVGSTNPKPQRK'[i % 7:]}\n" for i in range(12))
 NO_SPACE = DISK_CAUSES[errno.ENOSPC][0]
