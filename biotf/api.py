@@ -166,8 +166,9 @@ class Model(LoadedModel):
               summary: EmbedStats | None = None) -> np.ndarray | list[np.ndarray]:
         """One float32 vector per sequence, in order, as `biotf embed` computes it (`EmbedOptions` say what the
         options mean; `pool`, `max_length` and `long` not given: a sentence-transformers directory's own pooling,
-        length and cut, else mean pooling over windows of the model's length): an (N, d_model) array, or (N, layers, d_model) with `layer="all"`; with `pool="none"` a list
-        of (tokens, d_model) arrays, one row per content token ((layers, tokens, d_model) with `layer="all"`).
+        length and cut, else mean pooling over windows of the model's length): an (N, d_model) array, or
+        (N, layers, d_model) with `layer="all"`; with `pool="none"` a list of (tokens, d_model) arrays, one row per
+        content token ((layers, tokens, d_model) with `layer="all"`).
         `summary` counts what `biotf embed`'s summary line says (windows, chunked and truncated records, what the
         tokenizer's policies changed); every job takes one of its own kind."""
         _, pooling = embed_defaults(self.source, pool, max_length, long)
