@@ -66,7 +66,5 @@ def run(args: argparse.Namespace) -> int:
                 summary.policies.update(done.reader_policies)
         print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
               f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
-        changed = [f"{n} {why}" for why, n in summary.counts.items()]
-        changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
-        print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
+        print(f"policies: {summary.changed()}", file=sys.stderr)
         return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.labels import labels, left_out_lines
+from biotf.analysis.labels import labels as column_labels, left_out_lines
 from biotf.analysis.search.classical import KINDS, classical_sets, describe
 from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.data.split_file import sides_of
@@ -144,7 +144,7 @@ def evaluate_embeddings(path: str | Path, label: str, label_pattern: str | None,
         kind = None  # text and other kinds have no classical neighbour: the embeddings' row alone
     elif kind == "none":
         kind = None
-    values = labels(table, label, label_pattern)
+    values = column_labels(table, label, label_pattern)
     sides = None if split is None else sides_of(split, table.ids)
     report = knn_agreement(table.arrays[array], values, table.sequences, table.ids, kind, ks, metric, sides,
                            name=f"biotf {array}, {table.info.get('pool')} pool", invalid_smiles=invalid_smiles)
