@@ -59,7 +59,7 @@ class GenerateRequest:
         """The request of parsed arguments (any object with an attribute per field)."""
         return cls(**{item.name: getattr(arguments, item.name) for item in fields(cls)})
 
-    def sampling(self, defaults: GenerationDefaults, temperature: float) -> Sampling:
+    def sampling(self, defaults: GenerationDefaults | Sampling, temperature: float) -> Sampling:
         """The sampling the flags ask for, each one that is not given taken from the checkpoint's `defaults`
         (`temperature`: the default temperature, which differs between prompts and drawn samples). A value refused
         is named by its flag, or as the checkpoint's (its generation_config.json) where it came from there."""
