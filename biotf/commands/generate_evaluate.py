@@ -1,5 +1,5 @@
 """`biotf generate evaluate`: the MOSES metrics of a file of generated SMILES (`biotf.inference.moses.evaluate`);
-`biotf.commands.generate` adds it as the form `evaluate` of its command, described by its own docstring."""
+`biotf.commands.generate` adds it as the form `evaluate` of its command, whose help describes both forms."""
 
 from __future__ import annotations
 
