@@ -21,7 +21,7 @@ from pathlib import Path
 from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
-from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
+from biotf.commands.parts import add_part_arguments, launch, run_file
 from biotf.errors import ConfigError
 
 
@@ -74,7 +74,7 @@ def parse_layer(text: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.export import EmbedOptions, EmbedRun, embed_file, stats_from_counts
+    from biotf.export import EmbedOptions, EmbedRun, embed_file
     from biotf.export.sentence_transformers import embed_defaults
 
     if args.plot is not None and args.pool == "none":
@@ -88,16 +88,12 @@ def run(args: argparse.Namespace) -> int:
         launched = launch()
         model = load_model(args, args.device if launched is None else launched.device(args.device))
         with as_option_errors(model.tokenizer_options):
-            if launched is None:
-                note_waiting_parts(args)
-                stats = embed_file(model, args.input, args.output, options, reader, progress=progress)
-            else:
-                work = EmbedRun(model, args.input, args.output, options, progress=progress and launched.rank == 0)
-                done = run_in_parts(args, work, launched)
-                if done is None:
-                    return 0
-                stats = stats_from_counts(done.counts)
-                stats.policies.update(done.reader_policies)
+            stats = run_file(args, launched, lambda: embed_file(model, args.input, args.output, options, reader,
+                                                                progress=progress),
+                             lambda: EmbedRun(model, args.input, args.output, options,
+                                              progress=progress and launched.rank == 0))
+        if stats is None:
+            return 0
         print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
         if args.plot is not None:
             from biotf.analysis.plot import plot_file

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from biotf.data.readers import INPUT_FORMATS, ReaderOptions
-from biotf.errors import ConfigError
-from biotf.tokenizers.loading import option_errors
+from biotf.tokenizers.loading import option_errors, parse_options
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -32,22 +30,8 @@ def reader_options(args: argparse.Namespace) -> ReaderOptions:
 
 
 def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
-    """--option KEY=VALUE (repeatable), read by `parse_options`."""
+    """--option KEY=VALUE (repeatable), read by `biotf.tokenizers.loading.parse_options`."""
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help=help)
-
-
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs; values are read as JSON where they parse (6 -> int, true -> bool), else as strings."""
-    options = {}
-    for pair in pairs:
-        key, equals, value = pair.partition("=")
-        if not equals or not key:
-            raise ConfigError("--option", pair, allowed="KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except (ValueError, RecursionError):  # not JSON (or nested past the parser): the string as given
-            options[key] = value
-    return options
 
 
 def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):

@@ -46,6 +46,13 @@ class PredictionSummary:
     counts: Counter = field(default_factory=Counter)  # records cut or dropped by the run's long_policy
     policies: PolicyStats = field(default_factory=PolicyStats)  # what the reader's and tokenizer's policies changed
 
+    def changed(self) -> str:
+        """What the policies changed, as `biotf predict` says it: long-policy counts, then each reader and tokenizer
+        policy count by name ("3 truncated, unknown=2"), or "nothing changed"."""
+        changed = [f"{n} {why}" for why, n in self.counts.items()]
+        changed += [f"{key}={n}" for key, n in sorted(self.policies.items())]
+        return ", ".join(changed) or "nothing changed"
+
 
 @torch.no_grad()
 def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray],
