@@ -38,7 +38,7 @@ from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.sentence_transformers import embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
-from biotf.inference.generation import Sampling
+from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
 from biotf.scoring.files import ScoreSummary, sequence_rows
@@ -235,11 +235,8 @@ class Model(LoadedModel):
         the tokenizer's chat template (after `system`, if given)."""
         texts = [prompts] if isinstance(prompts, str) else list(prompts)
         decoder, defaults = self.decoding()
-        sampling = Sampling(temperature=defaults.temperature if temperature is None else temperature,
-                            top_k=defaults.top_k if top_k is None else top_k,
-                            top_p=defaults.top_p if top_p is None else top_p,
-                            repetition_penalty=(defaults.repetition_penalty if repetition_penalty is None
-                                                else repetition_penalty))
+        sampling = sampling_over(defaults, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 repetition_penalty=repetition_penalty)
         done = complete(decoder, self.tokenizer, defaults, texts, chat=chat, system=system,
                         max_new_tokens=max_new_tokens, sampling=sampling, seed=seed, truncate_prompt=truncate_prompt)
         return [self.tokenizer.decode(row, skip_special_tokens=True) for row in done.new]

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.inference.fast import DecodingModel
-from biotf.inference.generation import Sampling, TextStreamer
+from biotf.inference.generation import Sampling, TextStreamer, sampling_over
 from biotf.inference.pretrained import GenerationDefaults, complete
 from biotf.inference.sampling import sample_sequences, write_samples
 from biotf.progress import reporting
@@ -64,9 +64,8 @@ class GenerateRequest:
         (`temperature`: the default temperature, which differs between prompts and drawn samples). A value refused
         is named by its flag, or as the checkpoint's (its generation_config.json) where it came from there."""
         try:
-            return Sampling(temperature=option(self.temperature, temperature),
-                            top_k=option(self.top_k, defaults.top_k), top_p=option(self.top_p, defaults.top_p),
-                            repetition_penalty=option(self.repetition_penalty, defaults.repetition_penalty))
+            return sampling_over(defaults, temperature=option(self.temperature, temperature), top_k=self.top_k,
+                                 top_p=self.top_p, repetition_penalty=self.repetition_penalty)
         except ConfigError as error:
             if getattr(self, error.key) is not None:
                 raise ConfigError(SAMPLING_FLAGS[error.key], error.value, error.allowed) from None
