@@ -77,6 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="random seed for sampling (same seed, same text)")
     parser.add_argument("--dtype", default="float32",
                         help="weights and compute dtype: float32 (default) or bfloat16 (checked when loading)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--verbose", action="store_true",
                         help="say on stderr which decoding paths this machine takes and the timings they rest on")
     parser.add_argument("--truncate-prompt", action="store_true",
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 def load_generator(args: argparse.Namespace) -> tuple:
     """--model's decoder (`biotf.Model.decoding`), tokenizer (with --option's policies) and generation defaults; with
     --verbose, the decoding plan (which paths, measured how) on stderr."""
-    model = load_model(args, dtype=args.dtype, for_generation=True)
+    model = load_model(args, args.device, dtype=args.dtype, for_generation=True)
     decoder, defaults = model.decoding()
     if args.verbose:
         print(decoder.plan.describe(), file=sys.stderr)
