@@ -5,6 +5,7 @@
     python scripts/bench.py tokenizers model      # some sections
     python scripts/bench.py --quick --json out.json
     python scripts/bench.py model generation --device cuda   # both sides on the GPU
+    python scripts/bench.py packing --device cuda            # packed vs padded on the GPU
 
 Each section lives in `scripts/benchmarks/<section>.py` and defines `run(bench, quick)`, calling
 `bench.compare(...)` for paired timings, `bench.add(...)` for paired times it took itself and

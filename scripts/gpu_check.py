@@ -13,8 +13,9 @@ Every check runs on --device and compares with --reference (default cpu), in flo
   step with fused AdamW is timed, and its MFU printed against the bf16 matmul peak measured on --device
   (scripts/benchmarks/model.py's FLOP count and peak).
 - ddp: 2 processes under torchrun (nccl on 2 GPUs, gloo on the CPU), each with half of the batch of a causal
-  protein-small: the all-reduced gradient against the reference's one-process gradient of the whole batch. Skipped
-  where --device has fewer than 2 devices.
+  protein-small: the all-reduced gradient against the reference's one-process gradient of the whole batch; then
+  `python train.py` with DDP on 2 devices in bf16-mixed (the default run, a few steps) ends with every step done
+  and a finite validation loss. Skipped where --device has fewer than 2 devices.
 - commands: `biotf embed` (plain and --packing), `score` (plain and --packing), `contacts` and `generate` (greedy)
   with --device, each against the same command with the reference's --device, on random protein-small models saved
   here (one with a contact head, one causal).
@@ -102,12 +103,17 @@ class Size:
     prompts: tuple[str, ...]  # `biotf generate`'s prompts
     new_tokens: int
     timed_steps: int
+    train_overrides: tuple[str, ...]  # of `python train.py` (the default run: protein-small on the DeepLoc sample)
 
 
 SIZES = {
-    "full": Size({}, None, 32, (50, 510), (8, 512), ("M", "MKT", "MSLEQ", "MAHHHHHH"), 32, 10),
+    "full": Size({}, None, 32, (50, 510), (8, 512), ("M", "MKT", "MSLEQ", "MAHHHHHH"), 32, 10,
+                 ("trainer.max_steps=100", "trainer.val_check_interval=50")),
     "tiny": Size(dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=64), 256, 6, (5, 40),
-                 (2, 32), ("M", "MKT"), 6, 2),
+                 (2, 32), ("M", "MKT"), 6, 2,
+                 ("model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=2", "model.d_ff=64",
+                  "model.max_seq_len=64", "data.max_length=64", "data.batch_size=8", "trainer.max_steps=4",
+                  "trainer.val_check_interval=2", "trainer.limit_val_batches=2")),
 }
 
 
@@ -306,7 +312,29 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     gradients = load_file(directory / "gradients.safetensors")
     loss = json.loads((directory / "loss.json").read_text())["loss"]
     passed, detail = compare_step(loss, gradients, reference_loss, reference_gradients, STEP_TOLERANCES["float32"])
-    return [Result(name, verdict(passed), detail)]
+    return [Result(name, verdict(passed), detail), ddp_training_run(device, size, workdir)]
+
+
+def ddp_training_run(device: str, size: Size, workdir: Path) -> Result:
+    """`python train.py` on 2 devices with DDP in bf16-mixed: every step done, a finite validation loss."""
+    where = (["trainer=gpu", "trainer.devices=2"] if device == "cuda"
+             else ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=bf16-mixed"])
+    run = workdir / "run"
+    overrides = [*where, "trainer.strategy=ddp", *size.train_overrides, "trainer.enable_progress_bar=false",
+                 f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
+    name = f"train.py {' '.join(where)} trainer.strategy=ddp"
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
+                          capture_output=True, text=True, timeout=1200, env=environment)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-5000:])
+        return Result(name, "FAIL", f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+    summary = json.loads((run / "summary.json").read_text())
+    steps = int(next(o.split("=")[1] for o in size.train_overrides if o.startswith("trainer.max_steps=")))
+    passed = summary["steps"] == steps and np.isfinite(summary["final_val_loss"])
+    return Result(name, verdict(passed), (
+        f"{summary['steps']} of {steps} steps, {summary['tokens_seen'] / summary['train_seconds']:,.0f} tokens/s; "
+        f"validation loss {summary['final_val_loss']:.3f} (unigram baseline {summary['unigram_baseline']:.3f})"))
 
 
 class LossOf(torch.nn.Module):
