@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""biotf's GPU path checked against the same computation on the CPU, with stated tolerances (`TOLERANCES`).
+"""biotf's GPU path checked against the same computation on the CPU, with stated tolerances (`STEP_TOLERANCES`,
+`TOLERANCES`).
 
     python scripts/gpu_check.py --device cuda                  # every check, full sizes (what gpu_check.sh runs)
     python scripts/gpu_check.py training sdpa --device cuda    # some checks
@@ -83,7 +84,7 @@ class OutputTolerances:
     """How close each command's output on --device must be to the reference's (float32 on both)."""
 
     embedding: float = 1e-4  # max |vector - reference| over every component (LayerNorm'd states: values of order 1)
-    log_likelihood: float = 1e-3  # nats per sequence (the issue's gate for reduced precision is 0.1)
+    log_likelihood: float = 1e-3  # nats per sequence
     contact: float = 1e-4  # max |probability - reference|
     tie: float = 1e-3  # greedy tokens may differ only where the reference's two logits are this close
 
@@ -103,17 +104,18 @@ class Size:
     prompts: tuple[str, ...]  # `biotf generate`'s prompts
     new_tokens: int
     timed_steps: int
-    train_overrides: tuple[str, ...]  # of `python train.py` (the default run: protein-small on the DeepLoc sample)
+    train_steps: int  # of `python train.py` (the default run: protein-small on the DeepLoc sample) under DDP
+    train_overrides: tuple[str, ...]  # its other overrides, besides `widths` (as model.<field>=<value>)
 
 
 SIZES = {
-    "full": Size({}, None, 32, (50, 510), (8, 512), ("M", "MKT", "MSLEQ", "MAHHHHHH"), 32, 10,
-                 ("trainer.max_steps=100", "trainer.val_check_interval=50")),
-    "tiny": Size(dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=64), 256, 6, (5, 40),
-                 (2, 32), ("M", "MKT"), 6, 2,
-                 ("model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=2", "model.d_ff=64",
-                  "model.max_seq_len=64", "data.max_length=64", "data.batch_size=8", "trainer.max_steps=4",
-                  "trainer.val_check_interval=2", "trainer.limit_val_batches=2")),
+    "full": Size(widths={}, clm_vocab=None, records=32, lengths=(50, 510), clm_batch=(8, 512),
+                 prompts=("M", "MKT", "MSLEQ", "MAHHHHHH"), new_tokens=32, timed_steps=10, train_steps=100,
+                 train_overrides=("trainer.val_check_interval=50",)),
+    "tiny": Size(widths=dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=64), clm_vocab=256,
+                 records=6, lengths=(5, 40), clm_batch=(2, 32), prompts=("M", "MKT"), new_tokens=6, timed_steps=2,
+                 train_steps=4, train_overrides=("data.max_length=64", "data.batch_size=8",
+                                                 "trainer.val_check_interval=2", "trainer.limit_val_batches=2")),
 }
 
 
@@ -126,6 +128,12 @@ class Result:
 
 def verdict(passed: bool) -> str:
     return "PASS" if passed else "FAIL"
+
+
+def verdict_of(comparison: tuple[bool, str]) -> tuple[str, str]:
+    """A comparison's (passed, detail) as a row's (status, detail)."""
+    passed, detail = comparison
+    return verdict(passed), detail
 
 
 # --- models and batches -----------------------------------------------------------------------------------------
@@ -276,8 +284,9 @@ def training_checks(device: str, reference: str, size: Size, workdir: Path) -> l
         model.to(device)
         for precision, tolerance in STEP_TOLERANCES.items():
             loss, gradients = gradient_step(model, batch, precision)
-            passed, detail = compare_step(loss, gradients, reference_loss, reference_gradients, tolerance)
-            results.append(Result(f"training {label} {precision} vs {reference} float32", verdict(passed), detail))
+            results.append(Result(f"training {label} {precision} vs {reference} float32",
+                                  *verdict_of(compare_step(loss, gradients, reference_loss, reference_gradients,
+                                                           tolerance))))
         results.append(Result(f"training {label} MFU on {device}", "PASS", mfu(model, batch, device,
                                                                                   size.timed_steps)))
         del model
@@ -292,8 +301,9 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
 
     from biotf.checkpoint import save_pretrained
 
-    name = f"ddp 2 processes ({'nccl' if device == 'cuda' else 'gloo'}) vs 1 process on {reference}"
-    if device == "cuda" and torch.cuda.device_count() < 2:
+    kind = torch.device(device).type  # the ranks take devices 0 and 1 of that kind
+    name = f"ddp 2 processes ({'nccl' if kind == 'cuda' else 'gloo'}) vs 1 process on {reference}"
+    if kind == "cuda" and torch.cuda.device_count() < 2:
         return [Result(name, "SKIP", f"needs 2 CUDA devices; torch sees {torch.cuda.device_count()}")]
     model = seeded_model(protein_config(size, causal=True))
     directory = save_pretrained(model, protein_tokenizer(), workdir / "ddp-model")
@@ -303,7 +313,7 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     reference_loss, reference_gradients = gradient_step(model.to(reference), batch, "float32")
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             str(Path(__file__).resolve()), DDP_WORKER, str(directory), device],
+                             str(Path(__file__).resolve()), DDP_WORKER, str(directory), kind],
                             capture_output=True, text=True, timeout=600, env=environment)
     if launch.returncode != 0:
         sys.stderr.write(launch.stdout + launch.stderr)
@@ -311,16 +321,19 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
         return [Result(name, "FAIL", f"torchrun exit status {launch.returncode}: {last}")]
     gradients = load_file(directory / "gradients.safetensors")
     loss = json.loads((directory / "loss.json").read_text())["loss"]
-    passed, detail = compare_step(loss, gradients, reference_loss, reference_gradients, STEP_TOLERANCES["float32"])
-    return [Result(name, verdict(passed), detail), ddp_training_run(device, size, workdir)]
+    comparison = compare_step(loss, gradients, reference_loss, reference_gradients, STEP_TOLERANCES["float32"])
+    return [Result(name, *verdict_of(comparison)), ddp_training_run(kind, size, workdir)]
 
 
-def ddp_training_run(device: str, size: Size, workdir: Path) -> Result:
-    """`python train.py` on 2 devices with DDP in bf16-mixed: every step done, a finite validation loss."""
-    where = (["trainer=gpu", "trainer.devices=2"] if device == "cuda"
+def ddp_training_run(kind: str, size: Size, workdir: Path) -> Result:
+    """`python train.py` on 2 devices of `kind` (cuda | cpu) with DDP in bf16-mixed: every step done, a finite
+    validation loss."""
+    where = (["trainer=gpu", "trainer.devices=2"] if kind == "cuda"
              else ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=bf16-mixed"])
     run = workdir / "run"
-    overrides = [*where, "trainer.strategy=ddp", *size.train_overrides, "trainer.enable_progress_bar=false",
+    widths = [f"model.{key}={value}" for key, value in size.widths.items()]
+    overrides = [*where, "trainer.strategy=ddp", *widths, f"trainer.max_steps={size.train_steps}",
+                 *size.train_overrides, "trainer.enable_progress_bar=false",
                  f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py {' '.join(where)} trainer.strategy=ddp"
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -330,7 +343,7 @@ def ddp_training_run(device: str, size: Size, workdir: Path) -> Result:
         sys.stderr.write(done.stderr[-5000:])
         return Result(name, "FAIL", f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
     summary = json.loads((run / "summary.json").read_text())
-    steps = int(next(o.split("=")[1] for o in size.train_overrides if o.startswith("trainer.max_steps=")))
+    steps = size.train_steps
     passed = summary["steps"] == steps and np.isfinite(summary["final_val_loss"])
     return Result(name, verdict(passed), (
         f"{summary['steps']} of {steps} steps, {summary['tokens_seen'] / summary['train_seconds']:,.0f} tokens/s; "
@@ -397,7 +410,7 @@ def save_models(size: Size, workdir: Path) -> tuple[Path, Path]:
     from biotf.checkpoint import save_pretrained
 
     encoder = seeded_model(protein_config(size, contact_head=True))
-    with torch.no_grad():  # the head is built at zero weight; a random one makes every map differ
+    with torch.no_grad():  # built at std init_std (0.02), every probability would sit near sigmoid(0) = 0.5
         encoder.contact_head.regression.weight.normal_(0.0, 1.0)
     decoder = seeded_model(protein_config(size, causal=True), seed=1)
     return (save_pretrained(encoder, protein_tokenizer(), workdir / "encoder"),
@@ -444,22 +457,24 @@ def completions(stdout: str) -> list[str]:
 
 
 def greedy_tokens(model_dir: Path, prompts: tuple[str, ...], new_tokens: int, device: str):
-    """The prompts' token ids and their greedy continuations on `device`, as `biotf generate` makes them, with the
-    loaded model."""
+    """The prompts' token ids as the model sees them and their greedy continuations on `device`, as
+    `biotf generate` makes them."""
     import biotf
     from biotf.inference.pretrained import complete
 
     model = biotf.Model.load(model_dir, device=device, for_generation=True)
     decoder, defaults = model.decoding()
-    done = complete(decoder, model.tokenizer, defaults, list(prompts), max_new_tokens=new_tokens)
-    return model, done.prompts, done.new
+    return complete(decoder, model.tokenizer, defaults, list(prompts), max_new_tokens=new_tokens)
 
 
 def tie_gaps(model_dir: Path, prompts: tuple[str, ...], new_tokens: int, device: str, reference: str) -> list[float]:
     """Where the greedy tokens of `device` and `reference` part, the reference's logit gap between its token and the
     device's (a near-tie may go either way in another summation order); one gap per prompt that differs."""
-    _, _, ours = greedy_tokens(model_dir, prompts, new_tokens, device)
-    model, ids, theirs = greedy_tokens(model_dir, prompts, new_tokens, reference)
+    import biotf
+
+    ours = greedy_tokens(model_dir, prompts, new_tokens, device).new
+    ids, theirs = greedy_tokens(model_dir, prompts, new_tokens, reference)
+    model = biotf.Model.load(model_dir, device=reference)  # a plain forward, apart from the decoding layout
     gaps = []
     for prompt_ids, mine, expected in zip(ids, ours, theirs):
         where = next((t for t, (a, b) in enumerate(zip(mine, expected)) if a != b), None)
@@ -476,6 +491,7 @@ def tie_gaps(model_dir: Path, prompts: tuple[str, ...], new_tokens: int, device:
 
 def compare_generations(stdout: str, expected: str, model_dir: Path, size: Size, device: str,
                         reference: str) -> tuple[bool, str]:
+    """`biotf generate`'s JSON lines on both sides: the same completions, or parting only at near-ties."""
     ours, theirs = completions(stdout), completions(expected)
     tokens = sum(map(len, theirs))
     if ours == theirs:
@@ -495,14 +511,16 @@ def command_checks(device: str, reference: str, size: Size, workdir: Path) -> li
     prompts = workdir / "prompts.txt"
     prompts.write_text("".join(f"{prompt}\n" for prompt in size.prompts))
     read = ["--input", proteins, "--no-progress"]
-    runs: dict[str, tuple[list, str | None, Callable[..., tuple[bool, str]]]] = {
+    # label: the command's arguments, its output's suffix (None: stdout), how two outputs are compared
+    runs: dict[str, tuple[list, str | None, Callable[[object, object], tuple[bool, str]]]] = {
         "embed": (["embed", "--model", encoder, *read], ".npz", compare_embeddings),
         "embed --packing": (["embed", "--model", encoder, *read, "--packing"], ".npz", compare_embeddings),
         "score": (["score", "--model", encoder, *read], ".csv", compare_scores),
         "score --packing": (["score", "--model", encoder, *read, "--packing"], ".csv", compare_scores),
         "contacts": (["contacts", "--model", encoder, *read], ".npz", compare_contacts),
         "generate": (["generate", "--model", decoder, "--prompt-file", prompts, "--temperature", "0",
-                      "--max-new-tokens", size.new_tokens], None, compare_generations),
+                      "--max-new-tokens", size.new_tokens], None,
+                     lambda ours, theirs: compare_generations(ours, theirs, decoder, size, device, reference)),
     }
     results = []
     for label, (arguments, suffix, compare) in runs.items():
@@ -518,13 +536,8 @@ def command_checks(device: str, reference: str, size: Size, workdir: Path) -> li
                                                     f"{(stderr.strip().splitlines() or [''])[-1]}"))
                 break
             written[side] = output if suffix else stdout
-        if written is None:
-            continue
-        if suffix is None:
-            passed, detail = compare(written["device"], written["reference"], decoder, size, device, reference)
-        else:
-            passed, detail = compare(written["device"], written["reference"])
-        results.append(Result(name, verdict(passed), detail))
+        if written is not None:
+            results.append(Result(name, *verdict_of(compare(written["device"], written["reference"]))))
     return results
 
 
@@ -591,9 +604,10 @@ def sdpa_checks(device: str, reference: str, size: Size, workdir: Path) -> list[
 def bench_check(device: str, reference: str, size: Size, workdir: Path) -> list[Result]:
     """`scripts/bench.py packing --quick --device <device>` (its output shown as it runs)."""
     output = workdir / "bench-packing.json"
-    name = f"bench.py packing --quick --device {device}"
+    kind = torch.device(device).type  # bench.py takes cpu | cuda
+    name = f"bench.py packing --quick --device {kind}"
     sys.stdout.flush()
-    status = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "packing", "--quick", "--device", device,
+    status = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "packing", "--quick", "--device", kind,
                              "--json", str(output)], timeout=1800).returncode
     if status != 0:
         return [Result(name, "FAIL", f"exit status {status} (its output above)")]
@@ -679,6 +693,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown check(s) {unknown}; available: {', '.join(CHECKS)}")
     for flag, device in (("--device", args.device), ("--reference", args.reference)):
+        try:
+            torch.device(device)
+        except RuntimeError:
+            parser.error(f"{flag} {device}: not a torch device (cpu, cuda, cuda:1, ...)")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             parser.error(f"{flag} {device}: torch sees no CUDA device here (scripts/gpu_check.sh then runs the "
                          "checks on the CPU and says the CUDA ones were skipped)")
