@@ -15,7 +15,7 @@ Every check runs on --device and compares with --reference (default cpu), in flo
   (scripts/benchmarks/model.py's FLOP count and peak).
 - ddp: 2 processes under torchrun (nccl on 2 GPUs, gloo on the CPU), each with half of the batch of a causal
   protein-small: the all-reduced gradient against the reference's one-process gradient of the whole batch; then
-  `python train.py` with DDP on 2 devices in bf16-mixed (the default run, a few steps) ends with every step done
+  `python train.py` with DDP on 2 devices in bf16-mixed (the default run, 100 steps) ends with every step done
   and a finite validation loss. Skipped where --device has fewer than 2 devices.
 - commands: `biotf embed` (plain and --packing), `score` (plain and --packing), `contacts` and `generate` (greedy)
   with --device, each against the same command with the reference's --device, on random protein-small models saved
