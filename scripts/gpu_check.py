@@ -70,9 +70,9 @@ class StepTolerance:
 
 # float32: the same arithmetic in another order (GPU kernels, a 2-process all-reduce); torch leaves TF32 off for
 # matmuls by default, and biotf does not turn it on. bf16-mixed: bf16 keeps 8 significant bits (a relative rounding
-# of 2^-9), so a step moves away from float32; on the CPU (autocast, Intel Xeon with AMX, 2 cores) protein-small's
-# step (32 proteins of 50-510 residues) was off by 6e-5 (loss), cosine 0.99999, error 4e-3, and gpt2-small's
-# (2 x 256 tokens) by 2e-5, 0.99995, 1e-2: the bounds leave 5-30 times that.
+# of 2^-9), so a step moves away from float32; on the CPU (autocast, Intel Xeon with AMX, 2 cores; `training --device
+# cpu` at full size) protein-small's step was off by 6e-5 (loss), cosine 0.99999, error 4e-3, and gpt2-small's by
+# 4e-7, 0.99996, 9e-3: the bounds leave 5-30 times that (docs/howto/gpu_check.md).
 STEP_TOLERANCES = {
     "float32": StepTolerance(loss=1e-5, cosine=0.99999, error=1e-3),
     "bf16-mixed": StepTolerance(loss=2e-3, cosine=0.999, error=0.05),
