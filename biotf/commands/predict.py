@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options, as_option_errors, load_model,
                                          reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
@@ -34,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
+    add_precision_argument(parser)
     parser.add_argument("--packing", action="store_true",
                         help="the records of a batch share rows, each attending to (and pooled over) itself alone: "
                              "the same predictions with fewer pad tokens (see README, Packing)")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 summary = work.summary(done.counts)
                 summary.policies.update(done.reader_policies)
         print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
-              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
+              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''}; {model.precision})")
         changed = [f"{n} {why}" for why, n in summary.counts.items()]
         changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
         print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
