@@ -4,24 +4,28 @@
     print(choice)                                                     # precision bf16 (auto: ...; gate: ...)
 
 - **bf16**: every weight stored in bfloat16 (`network.to(torch.bfloat16)`), so each product runs in oneDNN's bf16
-  kernels (AMX or AVX512-BF16 where the CPU has them). Measured against CPU autocast on an Intel Xeon with AMX
-  (ESM-2 8M shape, 8 x 512 tokens): bf16 weights 1.5x fp32, autocast 1.1x (it casts every weight on every call).
+  kernels (AMX or AVX512-BF16 where the CPU has them), except the LM head, computed in float32 from a float32 copy
+  of its matrix (`Transformer.float_head`): bf16 logits alone drifted a pseudo-log-likelihood by ~0.2 nats over 300
+  residues, the rest of the network by ~0.01. Measured against CPU autocast on an Intel Xeon with AMX (ESM-2 8M
+  shape, 8 x 512 tokens): bf16 weights 1.5x fp32, autocast 1.1x (it casts every weight on every call), float32
+  activations around bf16 products 0.9x (the casts).
 - **int8**: every nn.Linear of the transformer blocks becomes torch's dynamic-quantization linear (int8 weights
   with one scale per matrix, activations quantized per call; `torch.ao.quantization.quantize_dynamic`'s module,
-  the fbgemm / oneDNN kernels with VNNI). The embedding, the norms, attention itself, the LM head and task or
-  contact heads stay in fp32. torchao 0.18's int8 configurations were measured slower than fp32 in eager mode on
-  the same CPU (0.5-0.65x on a 320 x 1280 MLP), where this path ran 1.7x.
-- **auto**: `auto_precision`: bf16 where the CPU computes it natively (x86 flags `amx_bf16` or `avx512_bf16`, ARM
-  `bf16`; a CUDA device that supports bf16), else fp32. int8 is never chosen by auto: it changes a model most and
-  was measured slower than bf16 where both are native.
+  fbgemm's kernels, VNNI where the CPU has it). The embedding, the norms, attention itself, the residual stream, the
+  LM head and task or contact heads stay in fp32. torchao 0.18's int8 configurations were measured slower than fp32
+  in eager mode on the same CPU (0.5-0.65x on a 320 x 1280 MLP), where this path ran 1.7x.
+- **auto** (`auto_precisions`): the first that passes the gate of bf16 where the device computes it natively (x86
+  flags `amx_bf16` or `avx512_bf16`, ARM `bf16`; a CUDA device that supports bf16), then int8 where the CPU has int8
+  dot products (`amx_int8`, `avx512_vnni`, `avx_vnni`, ARM `asimddp`), then fp32: bf16 was measured faster than int8
+  where both are native; on a CPU with neither (an AVX2-only AMD EPYC), fp32.
 
 **The fidelity gate** (in `set_precision`): before a reduced precision is used, the network runs a small calibration
 batch (`calibration_batch`: 4 seeded sequences of up to 64 tokens over the content vocabulary, each also copied
 with every 4th content position masked) in fp32 and then converted. It must keep every sequence's mean-pooled last
 hidden state within `COSINE_GATE` (cosine) of fp32 and its strided pseudo-log-likelihood (each content token
 masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats. A precision asked
-for by name that fails is refused in one line (`PrecisionError`); `auto` falls back to fp32 and says why. The cost
-is two forwards of 20 x 64 tokens at load, and no copy of the network: the fp32 weights are kept until the gate
+for by name that fails is refused in one line (`PrecisionError`); `auto` tries its next and says why. The cost
+is two forwards of 20 x 64 tokens at load for each precision tried, and no copy of the network: the fp32 weights are kept until the gate
 passes (a bf16 network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8).
 """
 
@@ -37,6 +41,7 @@ import torch
 from torch import nn
 
 from biotf.errors import BiotfError, check_choice
+from biotf.model.transformer import Transformer
 
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
 REDUCED = ("bf16", "int8")
@@ -45,6 +50,8 @@ LIKELIHOOD_GATE = 0.1  # nats per sequence, less than: (pseudo-)log-likelihood d
 CALIBRATION_SEQUENCES, CALIBRATION_TOKENS, MASK_STRIDE = 4, 64, 4
 # CPU flags of native bf16 products (x86: AMX tiles, AVX512-BF16 dot products; ARM: the BF16 extension).
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+# CPU flags of native int8 dot products (x86: AMX-INT8, AVX512-VNNI, AVX-VNNI; ARM: the dot-product extension).
+NATIVE_INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni", "asimddp")
 
 
 class PrecisionError(BiotfError):
@@ -163,22 +170,28 @@ def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset(line.partition(":")[2].split())
 
 
-def auto_precision(device: torch.device | str = "cpu", flags: Collection[str] | None = None) -> tuple[str, str]:
-    """(precision, why) that `auto` picks on `device`: bf16 where the device computes it natively, else fp32 (module
-    docstring). `flags`: the CPU's, default `cpu_flags()`."""
+def auto_precisions(device: torch.device | str = "cpu", flags: Collection[str] | None = None) -> list[tuple[str, str]]:
+    """The (precision, why) pairs `auto` tries in turn on `device`, the fastest first, ending with fp32: bf16 where the
+    device computes it natively, int8 where the CPU has int8 dot products (module docstring). `flags`: the CPU's,
+    default `cpu_flags()`."""
     device = torch.device(device)
     if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
         if torch.cuda.is_bf16_supported():
-            return "bf16", f"auto: {torch.cuda.get_device_name(device)} computes bf16"
-        return "fp32", f"auto: {torch.cuda.get_device_name(device)} has no bf16"
+            return [("bf16", f"auto: {name} computes bf16"), ("fp32", f"auto: fp32 on {name}")]
+        return [("fp32", f"auto: {name} has no bf16")]
     if device.type != "cpu":
-        return "fp32", f"auto: fp32 on {device.type}"
+        return [("fp32", f"auto: fp32 on {device.type}")]
     flags = cpu_flags() if flags is None else flags
-    native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
-    if native:
-        return "bf16", f"auto: the CPU has {native[0]}"
-    return "fp32", f"auto: no native bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, none of " \
-                   f"{', '.join(NATIVE_BF16_FLAGS)})"
+    candidates = []
+    for name, native in (("bf16", NATIVE_BF16_FLAGS), ("int8", NATIVE_INT8_FLAGS)):
+        found = [flag for flag in native if flag in flags]
+        if found:
+            candidates.append((name, f"auto: the CPU has {found[0]}"))
+    if candidates:
+        return candidates + [("fp32", "auto: fp32")]
+    return [("fp32", f"auto: the CPU ({torch.backends.cpu.get_cpu_capability()}) has none of "
+                     f"{', '.join(NATIVE_BF16_FLAGS + NATIVE_INT8_FLAGS)}")]
 
 
 def quantized_linear(linear: nn.Linear) -> nn.Module:
@@ -196,7 +209,13 @@ def quantized_linear(linear: nn.Linear) -> nn.Module:
 
 
 def _to_bf16(network: nn.Module) -> Callable[[], None]:
-    """`network` (and any module sharing its parameters) in bfloat16 in place; returns the undo."""
+    """`network` (or a module holding it, as a task model) in bfloat16 in place, its LM head kept in float32
+    (`Transformer.float_head`); returns the undo."""
+    trunks = [module for module in network.modules() if isinstance(module, Transformer)]
+    for trunk in trunks:
+        if trunk.config.lm_head:
+            bias = trunk.lm_head_bias
+            trunk.float_head = (trunk.head_weight.detach(), None if bias is None else bias.detach())  # the fp32 ones
     saved = [(tensor, tensor.data) for tensor in [*network.parameters(), *network.buffers()]
              if tensor.is_floating_point()]
     network.to(torch.bfloat16)
@@ -204,6 +223,8 @@ def _to_bf16(network: nn.Module) -> Callable[[], None]:
     def undo() -> None:
         for tensor, data in saved:
             tensor.data = data
+        for trunk in trunks:
+            trunk.float_head = None
     return undo
 
 
@@ -233,31 +254,36 @@ def check_device(precision: str, device: torch.device | str) -> None:
                              f"{torch.device(device).type} use bf16 or fp32")
 
 
+def _gated(network: nn.Module, precision: str, calibration: Calibration,
+           converted: nn.Module | None) -> tuple[Fidelity, Callable[[], None]]:
+    """`network` converted to `precision` in place (`converted`: the module holding it whose other weights follow for
+    bf16), with the gate's figures against its fp32 outputs and the undo."""
+    reference = _calibration_outputs(network, calibration)
+    undo = CONVERSIONS[precision](network if precision == "int8" or converted is None else converted)
+    return fidelity(reference, _calibration_outputs(network, calibration)), undo
+
+
 def set_precision(network: nn.Module, precision: str, calibration: Calibration, model_name: str = "this model",
                   converted: nn.Module | None = None) -> PrecisionChoice:
     """Convert `network` (a float32 `Transformer`, or `converted`, a module holding it such as a task model: its
-    other weights follow for bf16) to `precision` in place, after the fidelity gate on `calibration` passed (module
-    docstring); returns what runs and why. A gate that fails restores fp32 and raises `PrecisionError`, naming
-    `model_name`, except for `auto`, which keeps fp32 and says so."""
+    other weights follow for bf16) to `precision` in place, once the fidelity gate on `calibration` passed (module
+    docstring); returns what runs and why. A gate that fails restores fp32 and raises `PrecisionError` naming
+    `model_name`; `auto` tries its next candidate instead (`auto_precisions`), down to fp32, and says why."""
     check_choice("precision", precision, PRECISIONS)
-    requested, reason = precision, ""
-    if precision == "auto":
-        precision, reason = auto_precision(network.device)
-    if precision == "fp32":
-        return PrecisionChoice("fp32", requested, reason)
-    check_device(precision, network.device)
-    if network.embed.weight.dtype != torch.float32:
-        raise PrecisionError(f"precision {precision} converts a float32 model; {model_name} was loaded in "
-                             f"{network.embed.weight.dtype} (load it in float32)")
-    reference = _calibration_outputs(network, calibration)
-    undo = CONVERSIONS[precision](network if precision == "int8" or converted is None else converted)
-    figures = fidelity(reference, _calibration_outputs(network, calibration))
-    if figures.passes(precision):
-        return PrecisionChoice(precision, requested, reason, figures)
-    undo()
-    gate = f"cosine >= {COSINE_GATE[precision]}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
-    if requested == "auto":
-        return PrecisionChoice("fp32", requested, f"{reason}, but {precision} failed the gate ({figures}; needs "
-                                                  f"{gate})")
+    candidates = auto_precisions(network.device) if precision == "auto" else [(precision, "")]
+    failed = []
+    for candidate, reason in candidates:
+        if candidate == "fp32":
+            return PrecisionChoice("fp32", precision, "; ".join(failed) or reason)
+        check_device(candidate, network.device)
+        if network.embed.weight.dtype != torch.float32:
+            raise PrecisionError(f"precision {candidate} converts a float32 model; {model_name} was loaded in "
+                                 f"{network.embed.weight.dtype} (load it in float32)")
+        figures, undo = _gated(network, candidate, calibration, converted)
+        if figures.passes(candidate):
+            return PrecisionChoice(candidate, precision, "; ".join([*failed, reason]), figures)
+        undo()
+        gate = f"cosine >= {COSINE_GATE[candidate]}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
+        failed.append(f"{reason}, but {candidate} failed the gate ({figures}; needs {gate})")
     raise PrecisionError(f"precision {precision} is refused for {model_name}: against fp32 on the calibration batch "
                          f"{figures}, the gate needs {gate} (use --precision fp32)")
