@@ -56,8 +56,8 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="inference precision (default fp32): bf16 or int8 weights, each checked against fp32 on "
-                             "a calibration batch at load and refused if it drifts; auto: bf16 where the CPU has it "
-                             "natively (AMX or AVX512-BF16), else fp32")
+                             "a calibration batch at load and refused if it drifts; auto: the first that passes of "
+                             "bf16 where the CPU has it natively (AMX, AVX512-BF16), int8 where it has VNNI, fp32")
 
 
 def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):

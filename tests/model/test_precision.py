@@ -222,3 +222,12 @@ def test_the_commands_print_the_precision_in_their_summary(trained_model, tmp_pa
                  "--precision", "auto", "--no-progress"]) == 0
     assert f"precision {auto_precisions('cpu')[0][0]}" in capsys.readouterr().err.splitlines()[-1]
 
+
+
+def test_contact_maps_stay_close_in_each_precision(esm2_checkpoint):
+    directory, _ = esm2_checkpoint
+    sequences = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ"]
+    reference = biotf.Model.load(directory).contacts(sequences)[0]
+    for name in REDUCED:
+        maps = biotf.Model.load(directory, precision=name).contacts(sequences)[0]
+        assert maps.dtype == np.float32 and np.abs(maps - reference).max() < 0.02, name
