@@ -69,7 +69,8 @@ def load_models(bench, directory: str) -> tuple[dict, set[str]]:
             refused.add(name)
         print(f"  {name}: {note}", flush=True)
     auto = biotf.Model.load(directory, precision="auto").precision
-    bench.record(f"auto on {cpu_name()}: {auto}", 1.0, "choice", note=f"took {auto.precision}")
+    print(f"  auto on {cpu_name()}: {auto}", flush=True)
+    bench.results.append({"name": "auto", "cpu": cpu_name(), "precision": auto.precision, "why": str(auto)})
     return models, refused
 
 
