@@ -9,6 +9,7 @@
     texts = model.generate(["The ribosome"], max_new_tokens=20)  # a causal model's completions
     labels = biotf.Model.load("outputs/finetune/<run>").predict(["MKTAYIAKQR"])  # a fine-tuned model's predictions
     model.save("exported/")                                     # what `biotf export-model` writes
+    fast = biotf.Model.load("exported/", precision="auto")     # bf16 / int8 where the CPU has them, gated vs fp32
 
 Each job runs the same code as its command (`biotf embed`, `score`, `contacts`, `generate`, `predict`,
 `export-model`) on sequences in memory, and returns arrays or data frames where the command writes a file: the same
@@ -34,14 +35,14 @@ from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
 from biotf.checkpoint.task_model import load_task_model
 from biotf.data.readers import Record
 from biotf.data.packing import check_packable
-from biotf.errors import CheckpointError, ConfigError, check_int
+from biotf.errors import CheckpointError, ConfigError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.sentence_transformers import embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import Sampling
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
-from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
+from biotf.model.precision import PRECISIONS, Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
@@ -125,7 +126,8 @@ class Model(LoadedModel):
         why is `Model.precision`."""
         path = transformer_directory(Path(source))  # a sentence-transformers directory's model (`embed` pools as it)
         loader = find_source(path)
-        torch_dtype = parse_dtype(dtype)  # an unknown dtype is refused before any weight is read
+        torch_dtype = parse_dtype(dtype)  # an unknown dtype or precision is refused before any weight is read
+        check_choice("precision", precision, PRECISIONS)
         task = info = generation = None
         if loader.load is load_fine_tuned:
             task, tokenizer, info = load_task_model(path)

@@ -231,3 +231,10 @@ def test_contact_maps_stay_close_in_each_precision(esm2_checkpoint):
     for name in REDUCED:
         maps = biotf.Model.load(directory, precision=name).contacts(sequences)[0]
         assert maps.dtype == np.float32 and np.abs(maps - reference).max() < 0.02, name
+
+
+def test_an_unknown_precision_is_one_line_naming_the_allowed_ones(trained_model):
+    from biotf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"precision='fp16' \(allowed: fp32 \| bf16 \| int8 \| auto\)"):
+        biotf.Model.load(trained_model, precision="fp16")
