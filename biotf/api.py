@@ -42,7 +42,8 @@ from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import Sampling
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
-from biotf.model.precision import PRECISIONS, Calibration, PrecisionChoice, calibration_batch, set_precision
+from biotf.conventions import PRECISIONS
+from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins

@@ -52,7 +52,7 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     """--precision fp32|bf16|int8|auto, read by `load_model` (biotf.model.precision says what each does)."""
-    from biotf.model.precision import PRECISIONS
+    from biotf.conventions import PRECISIONS
 
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="inference precision (default fp32): bf16 or int8 weights, each checked against fp32 on "

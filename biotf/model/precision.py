@@ -40,10 +40,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from biotf.conventions import PRECISIONS
 from biotf.errors import BiotfError, check_choice
 from biotf.model.transformer import Transformer
 
-PRECISIONS = ("fp32", "bf16", "int8", "auto")
 REDUCED = ("bf16", "int8")
 COSINE_GATE = {"bf16": 0.999, "int8": 0.99}  # per-record embedding cosine against fp32, at least
 LIKELIHOOD_GATE = 0.1  # nats per sequence, less than: (pseudo-)log-likelihood drift against fp32
