@@ -36,7 +36,7 @@ from pathlib import Path
 
 from biotf.commands import contacts_structures
 from biotf.commands.contacts_structures import add_plot_argument
-from biotf.commands.input_options import add_input_arguments, load_model, reader_options
+from biotf.commands.input_options import add_input_arguments, add_precision_argument, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
@@ -54,6 +54,7 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
     parser.add_argument("--batch-pairs", type=int, default=1 << 20, metavar="N",
                         help="padded positions squared per forward, batch x T x T (default 1048576)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_plot_argument(parser)
@@ -82,8 +83,9 @@ def _run_predict(args: argparse.Namespace) -> int:
                                        "`biotf contacts fit` / `biotf contacts evaluate`)")
     contact_format(args.output)
     with claim_outputs(args, {"--output": args.output}, [args.input]):
-        stats = predict_file(load_model(args, args.device), args.input, args.output,
+        model = load_model(args, args.device)
+        stats = predict_file(model, args.input, args.output,
                              ContactOptions(batch_pairs=args.batch_pairs), reader_options(args), plot=args.plot,
                              overwrite=args.overwrite, progress=not args.no_progress)
-        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+        print(f"{args.input} -> {args.output}: {stats.summary()}; {model.precision}", file=sys.stderr)
         return 0

@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
-                                         reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                         as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, run_file
 from biotf.errors import ConfigError
@@ -55,6 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="several records share a row, each attending to itself alone: the same vectors "
                              "with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                                               progress=progress and launched.rank == 0))
         if stats is None:
             return 0
-        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+        print(f"{args.input} -> {args.output}: {stats.summary()}; {model.precision}", file=sys.stderr)
         if args.plot is not None:
             from biotf.analysis.plot import plot_file
 

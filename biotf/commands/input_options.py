@@ -34,15 +34,26 @@ def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """--precision fp32|bf16|int8|auto, read by `load_model` (biotf.model.precision says what each does)."""
+    from biotf.conventions import PRECISIONS
+
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="inference precision (default fp32): bf16 or int8 weights, each checked against fp32 on "
+                             "a calibration batch at load and refused if it drifts; auto: the first that passes of "
+                             "bf16 where the CPU has it natively (AMX, AVX512-BF16), int8 where it has VNNI, fp32")
+
+
 def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
     """`--model`, loaded through `biotf.Model.load` on `device` with the policies `--option` sets where the command
-    has it (a tokenizer's refusal of one names it as such); `load`: Model.load's other options (dtype,
-    for_generation)."""
+    has it (a tokenizer's refusal of one names it as such), in the `--precision` it has; `load`: Model.load's other
+    options (dtype, for_generation)."""
     from biotf.api import Model
 
     options = parse_options(getattr(args, "option", None) or [])
     with as_option_errors(options):
-        return Model.load(args.model, device=device, tokenizer_options=options, **load)
+        return Model.load(args.model, device=device, tokenizer_options=options,
+                          precision=getattr(args, "precision", "fp32"), **load)
 
 
 def as_option_errors(options: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:

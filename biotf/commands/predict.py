@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
-                                         reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                         as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, run_file
 
@@ -34,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
+    add_precision_argument(parser)
     parser.add_argument("--packing", action="store_true",
                         help="the records of a batch share rows, each attending to (and pooled over) itself alone: "
                              "the same predictions with fewer pad tokens (see README, Packing)")
@@ -61,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
         if summary is None:
             return 0
         print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
-              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
+              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''}; {model.precision})")
         print(f"policies: {summary.changed()}", file=sys.stderr)
         return 0

@@ -24,8 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
-                                         reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                         as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, run_file
 from biotf.errors import ConfigError
@@ -65,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="several masked copies / windows share a row, each attending to itself alone: the same "
                              "scores with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_part_arguments(parser)
     parser.set_defaults(run=run)
@@ -110,5 +111,5 @@ def run(args: argparse.Namespace) -> int:
         if summary is None:
             return 0
         source = args.input if args.input is not None else args.variants
-        print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
+        print(f"{source} -> {args.output}: {summary.summary()}; {model.precision}", file=sys.stderr)
         return 0

@@ -68,7 +68,8 @@ def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray],
     ids, inputs = torch.from_numpy(filled.ids), filled.inputs("cpu")
     mask = content_mask(ids, torch.from_numpy(filled.segments != 0), tokenizer)
     out = model(ids, inputs.get("attention_mask"), mask, segment_ids=inputs.get("segment_ids"))
-    predictions = out.predictions.numpy()
+    predictions = out.predictions  # values in the model's dtype (bf16 with --precision bf16), or class ids
+    predictions = (predictions.float() if predictions.is_floating_point() else predictions).numpy()
     scores = predictions if model.task == "regression" else torch.softmax(out.logits.float(), -1).numpy()
     order, per_position = [index for row in rows for index in row], model.task == "token"
     return (_in_batch_order(predictions, filled, order, per_position),
