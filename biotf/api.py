@@ -43,7 +43,7 @@ from biotf.inference.predict import PredictionSummary, loaded_task_model, predic
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
-from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
+from biotf.structure.contact_files import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
 from biotf.tokenizers.loading import with_options
 
 if TYPE_CHECKING:

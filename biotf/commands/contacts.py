@@ -133,7 +133,7 @@ def _run_fit(args: argparse.Namespace) -> int:
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
-    from biotf.structure.evaluate import COLUMNS, evaluate_structures, write_metrics
+    from biotf.structure.precision import COLUMNS, evaluate_structures, write_metrics
 
     with claim_outputs(args, {"--output": args.output}, []):
         evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",

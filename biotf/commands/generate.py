@@ -283,7 +283,7 @@ def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     """`generate evaluate`: the metrics table on stdout (and --output), where each reference came from on stderr."""
     from biotf.data.readers import ReaderOptions
-    from biotf.inference.moses.evaluate import COLUMNS, evaluate_file, format_value, metric_format, write_metrics
+    from biotf.inference.moses.benchmark import COLUMNS, evaluate_file, format_value, metric_format, write_metrics
     from biotf.inference.moses.reference import DEFAULT_CACHE_DIR
 
     check_int("--batch-size", args.batch_size, 1)

@@ -149,7 +149,7 @@ def run_add(args: argparse.Namespace) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from biotf.analysis.labels import labels
     from biotf.analysis.search.classical import KINDS
-    from biotf.analysis.search.evaluate import knn_agreement
+    from biotf.analysis.search.agreement import knn_agreement
     from biotf.data.split_file import sides_of
     from biotf.errors import ConfigError
     from biotf.export.writers import read_embeddings

@@ -9,7 +9,7 @@ from biotf.lazy import lazy_exports
 
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
-    "ShardCache": "cache", "TokenShard": "cache", "tokenize_to_cache": "cache", "MLMCollator": "collators",
+    "ShardCache": "token_cache", "TokenShard": "token_cache", "tokenize_to_cache": "token_cache", "MLMCollator": "collators",
     "pad_batch": "collators", "TRAINING_LONG_POLICIES": "long_policy", "LongPolicy": "long_policy",
     "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.cache import ShardCache, TokenShard, tokenize_to_cache
+from biotf.data.token_cache import ShardCache, TokenShard, tokenize_to_cache
 from biotf.data.datasets import LongSequenceStats, PackedBlockDataset, SequenceDataset
 from biotf.data.readers import ReaderOptions
 from biotf.errors import ConfigError, InputError

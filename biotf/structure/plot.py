@@ -14,7 +14,7 @@ import numpy as np
 from biotf.analysis.plot import pyplot, save_figure
 from biotf.structure.chains import CONTACT_ANGSTROM, Chain
 
-SCALE_SEPARATION = 6  # the shortest separation `evaluate` scores
+SCALE_SEPARATION = 6  # the shortest separation `precision` scores
 
 
 def _top(probabilities: np.ndarray) -> float:

@@ -218,7 +218,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
 def causal_training(bench, label: str, sequences: list[str], tokenizer, block: int, repeats: int) -> None:
     import torch
 
-    from biotf.data.cache import TokenShard
+    from biotf.data.token_cache import TokenShard
     from biotf.data.datasets import PackedBlockDataset
     from biotf.model import Transformer, TransformerConfig
     from biotf.model.loss import language_model_loss

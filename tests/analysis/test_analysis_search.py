@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from biotf.analysis.search.classical import classical_sets
-from biotf.analysis.search.evaluate import agreement, knn_agreement
+from biotf.analysis.search.agreement import agreement, knn_agreement
 from biotf.analysis.search.expression import parse_expression
 from biotf.analysis.search.index import SearchIndex, add_records, build_index
 from biotf.analysis.search.neighbours import exact_search, prepare

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from biotf.data import fasta
-from biotf.data.cache import ShardCache, tokenize_to_cache
+from biotf.data.token_cache import ShardCache, tokenize_to_cache
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 
 

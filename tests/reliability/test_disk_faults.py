@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.data import cache
-from biotf.data.cache import tokenize_to_cache
+from biotf.data import token_cache
+from biotf.data.token_cache import tokenize_to_cache
 from biotf.errors import DISK_CAUSES, DiskError, disk_error
 from biotf.export import writers
 from biotf.tokenizers import AminoAcidTokenizer
@@ -207,7 +207,7 @@ def test_a_token_cache_on_a_full_disk_is_one_error_leaving_no_work_files(tmp_pat
     source = tmp_path / "in.fasta"
     source.write_text(FASTA * 20)
     with pytest.MonkeyPatch.context() as patch:
-        full_disk(patch, cache, room=200)
+        full_disk(patch, token_cache, room=200)
         with pytest.raises(DiskError, match=f"cannot write {tmp_path / 'cache'}/in.fasta-.*: {NO_SPACE}"):
             tokenize_to_cache(source, AminoAcidTokenizer(), tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []

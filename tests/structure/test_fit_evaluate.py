@@ -13,7 +13,7 @@ import torch
 from biotf.checkpoint.loading import load_pretrained
 from biotf.cli import main
 from biotf.structure.chains import Chain, read_chain
-from biotf.structure.evaluate import precisions
+from biotf.structure.precision import precisions
 
 TRAIN = ["2xcjA", "3a4rA"]  # 84 and 79 residues: within the tiny model's 128 positions
 L1_C = 5.0  # a weak penalty on a random model's weak signal: some weights come out 0 (L1), some do not

@@ -24,7 +24,7 @@ from biotf.analysis.plot import picture_paths
 from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
-from biotf.structure.contacts import check_contact_head, contact_maps
+from biotf.structure.contact_files import check_contact_head, contact_maps
 from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
 from biotf.structure.plot import plot_contacts
 
