@@ -146,7 +146,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
     kind = kind if baseline_kind == "auto" else baseline_kind
     unparsable: list[str] = []
     if kind == "smiles":  # before the folds: every row is fitted on the same records
-        from biotf.tokenizers.chem import molecules
+        from biotf.chemistry import molecules
 
         _, bad = molecules([str(s) for s in sequences[chosen]], [str(i) for i in ids[chosen]], invalid_smiles,
                            "--invalid-smiles")

@@ -41,7 +41,7 @@ from biotf.checkpoint.loading import load_pretrained
 from biotf.data.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
-from biotf.wording import counted
+from biotf.conventions import counted
 
 SHIPPED = "amino-acid scales (biotf.analysis.scales)"
 MIN_TOKENS = 3  # leave-one-out needs two tokens to fit on

@@ -46,7 +46,7 @@ from pathlib import Path
 from biotf.commands.input_options import add_input_arguments, add_tokenizer_options, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 from biotf.errors import CheckpointError, ConfigError, check_int
-from biotf.wording import counted
+from biotf.conventions import counted
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

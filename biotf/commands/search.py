@@ -30,7 +30,7 @@ from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from biotf.analysis.search.choices import KINDS, METRICS
-    from biotf.tokenizers.chem import INVALID_SMILES
+    from biotf.chemistry import INVALID_SMILES
 
     parser = subparsers.add_parser("search", help="nearest-neighbour search over embeddings, and its evaluation",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -173,7 +173,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if report.left_out:
         print("left out of every row: " + ", ".join(f"{count} {why}" for why, count in report.left_out.items()))
     if report.unparsable:
-        from biotf.wording import listed
+        from biotf.conventions import listed
 
         print(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(report.unparsable)}")
     print(report.table())

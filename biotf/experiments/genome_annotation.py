@@ -40,7 +40,7 @@ from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, AnnotatedGen
 from biotf.errors import ConfigError, InputError
 from biotf.experiments.report import markdown_table, mean_or_none, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
-from biotf.resources import SAMPLES_DIR
+from biotf.conventions import SAMPLES_DIR
 
 POSITIONS = ("alibi", "rope", "learned", "sinusoidal", "none")
 RESULTS_FILE = "annotation.json"  # per run: scores per genome and context, so a rerun of the report skips evaluation

@@ -44,7 +44,7 @@ from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them

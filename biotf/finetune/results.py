@@ -18,9 +18,8 @@ from biotf.data.labels import label_text
 from biotf.data.long_policy import CROPPED
 from biotf.data.split_file import read_sides
 from biotf.errors import InputError
-from biotf.conventions import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX, listed
 from biotf.finetune.labelled import LabelledSet
-from biotf.wording import listed
 
 RESULT_FILE = "finetune.json"
 PREDICTIONS_FILE = "predictions_test.tsv"

@@ -26,7 +26,7 @@ from biotf.errors import ConfigError, check_choice, check_int
 from biotf.model.mlp import ACTIVATIONS, MLP_CLASSES
 from biotf.model.norms import NORM_CLASSES
 from biotf.model.positions import POSITION_CLASSES
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 
 NORM_POSITIONS = ("pre", "post")
 STEMS = ("none", "conv")

@@ -29,7 +29,7 @@ from biotf.scoring.choices import SCORE_FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import Reference, read_reference, read_variants
 from biotf.tokenizers.base import PolicyStats
-from biotf.wording import counted
+from biotf.conventions import counted
 
 RECORDS_PER_CALL = 256  # sequences scored together: their rows share batches
 PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON object a line

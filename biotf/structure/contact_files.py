@@ -31,7 +31,7 @@ from biotf.progress import Progress, reporting
 from biotf.structure.formats import WRITERS, check_ids, contact_format
 from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_PAIRS = 1 << 24  # residue pairs whose maps wait (float32) for their block to end: 64 MiB

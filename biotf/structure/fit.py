@@ -33,7 +33,7 @@ from biotf.model.attention_contacts import attach_contact_head, contact_features
 from biotf.structure.chains import Chain, read_chain, structure_files
 from biotf.structure.contact_files import Protein, proteins
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 MIN_SEPARATION = 6
 DEFAULT_L1_C = 0.15

@@ -25,8 +25,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
-from biotf.resources import SAMPLES_DIR
-from biotf.tokenizers.chem import INVALID_SMILES
+from biotf.conventions import SAMPLES_DIR
+from biotf.chemistry import INVALID_SMILES
 from biotf.tokenizers.loading import check_tokenizer_config
 from biotf.training.finetune_config import FinetuneConfig, check_finetune
 

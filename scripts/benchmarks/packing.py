@@ -41,7 +41,7 @@ EMBED_LENGTH, BATCH_TOKENS = 512, 16384
 
 def deeploc_sequences(n: int) -> list[str]:
     from biotf.data.readers import read_records
-    from biotf.resources import SAMPLES_DIR
+    from biotf.conventions import SAMPLES_DIR
 
     path = SHARED_DEEPLOC if SHARED_DEEPLOC.exists() else SAMPLES_DIR / "deeploc_our_val_set.fasta"
     sequences = [record.sequence for record in read_records(path)]
@@ -258,7 +258,7 @@ def causal_training(bench, label: str, sequences: list[str], tokenizer, block: i
 
 def smiles_sequences(n: int) -> list[str]:
     from biotf.data.readers import ReaderOptions, read_records
-    from biotf.resources import SAMPLES_DIR
+    from biotf.conventions import SAMPLES_DIR
 
     records = read_records(SAMPLES_DIR / "moses_train_head20k.csv.gz", ReaderOptions(column="SMILES"))
     return [record.sequence for record, _ in zip(records, range(n))]

@@ -147,7 +147,7 @@ def test_the_worked_examples_are_experiment_presets_on_shipped_data(name, record
     (biotf/samples), and its label settings find a label in every record."""
     from hydra import compose, initialize_config_dir
 
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
     from biotf.training.config import register_configs, validate
     from biotf.finetune.labelled import _label_values
 

@@ -156,7 +156,7 @@ def test_to_hf_gives_identical_ids(trained, moses, lipo, esol_raw):
 def test_chem_helpers_without_rdkit(monkeypatch):
     import builtins
 
-    from biotf.tokenizers import chem
+    from biotf import chemistry
 
     real_import = builtins.__import__
 
@@ -167,13 +167,13 @@ def test_chem_helpers_without_rdkit(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_rdkit)
     with pytest.raises(BiotfError, match=r"pip install 'biotf\[chem\]'"):
-        chem.canonicalize("CCO")
+        chemistry.canonicalize("CCO")
 
 
 def test_chem_helpers_with_rdkit(bbbp):
     pytest.importorskip("rdkit")
     from biotf.errors import InputError
-    from biotf.tokenizers.chem import canonicalize, is_valid, randomize
+    from biotf.chemistry import canonicalize, is_valid, randomize
 
     assert sum(not is_valid(s) for s in bbbp) == 11
     assert canonicalize("OCC") == canonicalize("C(O)C") == "CCO"

@@ -28,7 +28,7 @@ from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
 from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
 from biotf.tokenizers.base import PolicyStats
-from biotf.wording import counted
+from biotf.conventions import counted
 
 UNIQUE_AT = (1000, 10000)
 COUNTS = ("rows", "invalid", "duplicates")  # rows that are counts of molecules, not metrics
