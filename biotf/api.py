@@ -32,7 +32,7 @@ from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, check_archit
 from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
 from biotf.checkpoint.task_model import load_task_model
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.data.packing import check_packable
 from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
@@ -76,7 +76,7 @@ def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | Non
         elif isinstance(item, str):
             records.append(Record(str(index) if ids is None else str(ids[index]), item, {}, index))
         else:
-            raise ConfigError("sequences", type(item).__name__, allowed="str or biotf.data.readers.Record items")
+            raise ConfigError("sequences", type(item).__name__, allowed="str or biotf.io.readers.Record items")
     return records
 
 

@@ -224,7 +224,7 @@ def test_the_checker_sees_a_function_level_cycle():
 def test_an_import_through_a_package_points_at_the_defining_file():
     graph = import_graph()
     assert defining_file("biotf.model", "TransformerConfig") == "biotf.model.config"  # an __init__ re-export
-    assert defining_file("biotf.data", "read_records") == "biotf.data.readers"  # a lazy export
+    assert defining_file("biotf.io", "read_records") == "biotf.io.readers"  # a lazy export
     assert defining_file("biotf", "load_pretrained") == "biotf.checkpoint.loading"  # the package __getattr__
     assert defining_file("biotf.model", "hf") == "biotf.model.hf"  # a subpackage
     assert "biotf.model" not in graph["biotf.training.module"]

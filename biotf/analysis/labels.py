@@ -14,7 +14,7 @@ from biotf.data.labels import parse_labels
 from biotf.errors import InputError
 
 if TYPE_CHECKING:
-    from biotf.export.writers import EmbeddingTable
+    from biotf.io.embeddings import EmbeddingTable
 
 
 def labels(table: EmbeddingTable, column: str, pattern: str | None = None) -> np.ndarray:

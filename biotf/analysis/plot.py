@@ -18,7 +18,7 @@ import numpy as np
 from biotf.analysis.labels import labels
 from biotf.data.labels import numeric
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.export.outputs import check_output
+from biotf.io.outputs import check_output
 
 METHODS = ("auto", "pca", "umap")
 MAX_CATEGORIES = 20
@@ -56,7 +56,7 @@ def pyplot():
 
 def save_figure(figure, path: str | Path) -> Path:
     """Write `figure` as a PNG under a temporary name, then rename (all or nothing), and free it."""
-    from biotf.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
+    from biotf.io.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
 
     try:
         return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
@@ -118,8 +118,8 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
               label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False) -> str:
     """Draw the map of an embedding file into `output` (PNG); returns the projection method used.
-    `output` follows `biotf.export.outputs.check_output`: never the input, never a file that is not a PNG."""
-    from biotf.export.writers import read_embeddings
+    `output` follows `biotf.io.outputs.check_output`: never the input, never a file that is not a PNG."""
+    from biotf.io.embeddings import read_embeddings
 
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)

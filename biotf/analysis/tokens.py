@@ -36,9 +36,9 @@ import torch
 
 from biotf.analysis.plot import pyplot, save_figure
 from biotf.analysis.scales import AMINO_ACID_SCALES
-from biotf.atomic import atomic_write
+from biotf.io.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
 from biotf.conventions import counted

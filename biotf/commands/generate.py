@@ -112,7 +112,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def read_prompts(path: Path) -> list[str]:
     """The non-blank lines of `path`, read by biotf's text reader: gzip and Windows line endings read
     transparently, a non-UTF-8 byte or an empty file is one InputError naming the file and line."""
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
 
     return [record.sequence for record in read_records(path, ReaderOptions(format="text"))]
 
@@ -185,9 +185,10 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise ConfigError("--system", args.system, reason="a system prompt needs --chat")
     if args.num_samples is not None:
-        from biotf.inference.sampling import sample_format
+        from biotf.inference.sampling import SAMPLE_FORMATS
+        from biotf.io.outputs import output_format
 
-        sample_format(args.output)
+        output_format(args.output, SAMPLE_FORMATS, "--output")
         with claim_outputs(args, {"--output": args.output}, [args.model]):
             return run_samples(args, *load_generator(args))
     prompts = read_prompts(args.prompt_file) if args.prompt_file else [args.prompt]
@@ -282,8 +283,9 @@ def run_samples(args: argparse.Namespace, decoder, tokenizer, defaults) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """`generate evaluate`: the metrics table on stdout (and --output), where each reference came from on stderr."""
-    from biotf.data.readers import ReaderOptions
-    from biotf.inference.moses.benchmark import COLUMNS, evaluate_file, format_value, metric_format, write_metrics
+    from biotf.io.readers import ReaderOptions
+    from biotf.inference.moses.benchmark import COLUMNS, METRIC_FORMATS, evaluate_file, format_value, write_metrics
+    from biotf.io.outputs import output_format
     from biotf.inference.moses.reference import DEFAULT_CACHE_DIR
 
     check_int("--batch-size", args.batch_size, 1)
@@ -295,7 +297,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     tests = {name: path for name, path in (("Test", args.test), ("TestSF", args.test_scaffolds)) if path is not None}
     inputs = [args.input, *tests.values(), *([args.train] if args.train else [])]
     if args.output is not None:
-        metric_format(args.output)
+        output_format(args.output, METRIC_FORMATS, "--output")
     with claim_outputs(args, {"--output": args.output}, inputs):
         evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
                                    ReaderOptions(column=args.reference_column), cache_dir,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from biotf.data.readers import INPUT_FORMATS, ReaderOptions
+from biotf.io.readers import INPUT_FORMATS, ReaderOptions
 from biotf.errors import ConfigError
 from biotf.tokenizers.loading import option_errors
 

@@ -1,7 +1,7 @@
 """The output-file rule shared by every command that writes a file the user names (`embed`, `plot`, `compare`,
 `predict`, `score`, `contacts`, `generate`, `search query`, `tokens`).
 
-See `biotf.export.outputs` for the rule itself; this module adds `--overwrite` to a parser and holds a command's
+See `biotf.io.outputs` for the rule itself; this module adds `--overwrite` to a parser and holds a command's
 outputs for the whole command (`claim_outputs`), saying on stderr which leftovers of killed runs it removed.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from biotf.export.outputs import check_distinct, check_output, claim_output, remove_leftovers
+from biotf.io.outputs import check_distinct, check_output, claim_output, remove_leftovers
 
 
 def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:

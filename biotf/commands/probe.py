@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from biotf.analysis.labels import labels
     from biotf.analysis.probe import run_probe
     from biotf.data.split_file import sides_of
-    from biotf.export.writers import read_embeddings
+    from biotf.io.embeddings import read_embeddings
 
     table = read_embeddings(args.embeddings)
     values = labels(table, args.label, args.label_pattern)

@@ -29,7 +29,7 @@ from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.analysis.search.choices import KINDS, METRICS
+    from biotf.analysis.search import KINDS, METRICS
     from biotf.chemistry import INVALID_SMILES
 
     parser = subparsers.add_parser("search", help="nearest-neighbour search over embeddings, and its evaluation",
@@ -99,7 +99,8 @@ def run_query(args: argparse.Namespace) -> int:
     from biotf.analysis.search.index import SearchIndex
     from biotf.analysis.search.query import HIT_COLUMNS, expression_queries, hits, id_queries, sequence_queries
     from biotf.errors import ConfigError
-    from biotf.scoring.files import output_format, write_table
+    from biotf.io.outputs import output_format
+    from biotf.io.tables import TABLE_FORMATS, write_table
 
     forms = [flag for flag, value in (("--ids", args.ids), ("--expression", args.expression), ("--input", args.input))
              if value is not None]
@@ -114,7 +115,7 @@ def run_query(args: argparse.Namespace) -> int:
         raise ConfigError("-k", args.k, allowed="an integer >= 1")
     if args.ef_search is not None and args.ef_search < 1:
         raise ConfigError("--ef-search", args.ef_search, allowed="an integer >= 1")
-    output_format(args.output)
+    output_format(args.output, TABLE_FORMATS)
     with claim_outputs(args, {"--output": args.output}, [p for p in (args.input,) if p is not None]):
         index = SearchIndex.open(args.index)
         metric = args.metric or index.meta["metric"]
@@ -152,7 +153,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from biotf.analysis.search.agreement import knn_agreement
     from biotf.data.split_file import sides_of
     from biotf.errors import ConfigError
-    from biotf.export.writers import read_embeddings
+    from biotf.io.embeddings import read_embeddings
 
     table = read_embeddings(args.embeddings)
     if args.array not in table.arrays:

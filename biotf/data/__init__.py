@@ -1,7 +1,6 @@
-"""Data layer: readers -> token-shard cache (split by record) -> datasets -> collators.
+"""Data layer: records (`biotf.io.readers`) -> token-shard cache (split by record) -> datasets -> collators.
 
-`prepare_dataset` is the entry point training uses; `read_records` streams any supported file; `tokenize_file`
-lists a file's tokens (`biotf tokenize`). `splits` makes the leakage-aware train / validation / test splits of
+`prepare_dataset` is the entry point training uses; `tokenize_file` lists a file's tokens (`biotf tokenize`). `splits` makes the leakage-aware train / validation / test splits of
 labelled sets (fine-tuning).
 """
 
@@ -13,8 +12,7 @@ _EXPORTS = {
     "pad_batch": "collators", "TRAINING_LONG_POLICIES": "long_policy", "LongPolicy": "long_policy",
     "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
-    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "INPUT_FORMATS": "readers",
-    "ReaderOptions": "readers", "Record": "readers", "detect_format": "readers", "read_records": "readers",
+    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare",
     "is_validation": "validation_split", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)

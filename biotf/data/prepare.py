@@ -15,7 +15,7 @@ import numpy as np
 
 from biotf.data.token_cache import ShardCache, TokenShard, tokenize_to_cache
 from biotf.data.datasets import LongSequenceStats, PackedBlockDataset, SequenceDataset
-from biotf.data.readers import ReaderOptions
+from biotf.io.readers import ReaderOptions
 from biotf.errors import ConfigError, InputError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 

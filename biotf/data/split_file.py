@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
 from biotf.errors import InputError
 
 SPLIT_FILE = "split.tsv"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from biotf.data import read_records
+from biotf.io.readers import read_records
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from biotf.atomic import atomic_write, atomic_write_text
+from biotf.io.atomic import atomic_write, atomic_write_text
 
 Series = dict[float, list[float]]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
 from biotf.data.labels import label_text
 from biotf.data.long_policy import CROPPED
 from biotf.data.split_file import read_sides

@@ -27,7 +27,7 @@ import torch
 from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
 from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
-from biotf.data.readers import detect_format
+from biotf.io.readers import detect_format
 from biotf.data.split_file import SPLIT_FILE, write_split
 from biotf.data.splits import UNPLACED, assign, split_groups
 from biotf.conventions import IGNORE_INDEX, counted

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
+from biotf.io.outputs import output_format
 from biotf.errors import CheckpointError, ConfigError, InputError, check_int
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, fit_prompts, generate_batch, stream_seed
@@ -124,19 +125,10 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     return drawn
 
 
-def sample_format(path: str | PathLike) -> str:
-    """The file format of `path` by its extension; a ConfigError names the ones there are."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in SAMPLE_FORMATS:
-        raise ConfigError("--output", str(path), reason="the format is chosen by the extension",
-                          allowed=" | ".join(SAMPLE_FORMATS))
-    return suffix
-
-
 def write_samples(path: str | PathLike, samples: list[Sample]) -> Path:
     """Write `samples` (ids `sample_1`, `sample_2`, ... in order) by extension, all or nothing: FASTA (id and
     sequence), CSV (id, sequence, tokens, log_prob, finished) or TXT (one sequence a line)."""
-    suffix = sample_format(path)
+    suffix = output_format(path, SAMPLE_FORMATS, "--output")
     ids = [f"sample_{number}" for number in range(1, len(samples) + 1)]
     if suffix != ".csv":
         for name, sample in zip(ids, samples):

@@ -10,7 +10,7 @@ from biotf.lazy import lazy_exports
 
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
-    "CONTACT_FORMATS": "formats", "contact_format": "formats", "ContactOptions": "contact_files",
+    "CONTACT_FORMATS": "formats", "ContactOptions": "contact_files",
     "ContactStats": "contact_files", "contact_maps": "contact_files", "predict_file": "contact_files",
     "proteins": "contact_files",
     "Chain": "chains", "read_chain": "chains", "fit_file": "fit", "evaluate_structures": "precision",

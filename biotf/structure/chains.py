@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import open_binary
+from biotf.io.readers import open_binary
 from biotf.errors import InputError
 
 CONTACT_ANGSTROM = 8.0

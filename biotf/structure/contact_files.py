@@ -20,15 +20,16 @@ import numpy as np
 import torch
 
 from biotf.analysis.plot import picture_paths
-from biotf.atomic import atomic_write
+from biotf.io.atomic import atomic_write
+from biotf.io.outputs import output_format
 from biotf.checkpoint.loading import LoadedModel, as_loaded
-from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.attention_contacts import predict_contacts
 from biotf.progress import Progress, reporting
-from biotf.structure.formats import WRITERS, check_ids, contact_format
+from biotf.structure.formats import CONTACT_FORMATS, WRITERS, check_ids
 from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
@@ -180,7 +181,7 @@ def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output
     `plot` (a directory), one PNG a record (`picture_paths`: `<id>.png`, an existing one replaced only with
     `overwrite`); returns the run's counts; `progress`: residues done, on stderr (`biotf.progress`). Every refusal
     comes before the model runs and the outputs are touched."""
-    fmt = contact_format(output_path)
+    fmt = output_format(output_path, CONTACT_FORMATS)
     loaded = as_loaded(model, device)
     model, tokenizer = loaded.network, loaded.tokenizer
     check_contact_head(model, loaded.source)

@@ -26,7 +26,7 @@ import torch
 
 from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.store import check_export_directory, save_pretrained
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
 from biotf.model.attention_contacts import attach_contact_head, contact_features

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from biotf.analysis.plot import picture_paths
-from biotf.atomic import atomic_write
+from biotf.io.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contact_files import check_contact_head, contact_maps

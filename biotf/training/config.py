@@ -42,7 +42,7 @@ PROGRESS_FORMS = ("auto", "bar", "lines")  # trainer.progress (biotf.training.pr
 class DataConfig:
     """Where the sequences come from and how they are batched.
 
-    path: the input file (FASTA, GenBank, CSV/TSV, .smi or text; see `biotf.data.readers`).
+    path: the input file (FASTA, GenBank, CSV/TSV, .smi or text; see `biotf.io.readers`).
     format / column / id_column: reader options (format from the extension when null).
     max_length: longest training sequence in tokens, specials included (<= model.max_seq_len); null (fine-tuning
     only) means the max_seq_len of init_from's model.

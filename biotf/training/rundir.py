@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
 from biotf.checkpoint import CHECKPOINT_DIR, FINETUNED_MODEL_DIR
 from biotf.errors import BiotfError, InputError, disk_errors
 from biotf.training.hints import command_line, hydra_override

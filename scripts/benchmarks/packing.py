@@ -40,7 +40,7 @@ EMBED_LENGTH, BATCH_TOKENS = 512, 16384
 
 
 def deeploc_sequences(n: int) -> list[str]:
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
     from biotf.conventions import SAMPLES_DIR
 
     path = SHARED_DEEPLOC if SHARED_DEEPLOC.exists() else SAMPLES_DIR / "deeploc_our_val_set.fasta"
@@ -180,7 +180,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
     import torch
 
     from biotf.data.packing import first_fit_decreasing
-    from biotf.data.readers import Record
+    from biotf.io.readers import Record
     from biotf.export import Embedder, EmbedOptions
 
     tokenizer, ours, theirs = models()
@@ -257,7 +257,7 @@ def causal_training(bench, label: str, sequences: list[str], tokenizer, block: i
 
 
 def smiles_sequences(n: int) -> list[str]:
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
     from biotf.conventions import SAMPLES_DIR
 
     records = read_records(SAMPLES_DIR / "moses_train_head20k.csv.gz", ReaderOptions(column="SMILES"))

@@ -40,7 +40,7 @@ def run(bench, quick: bool) -> None:
     import torch
 
     from biotf.checkpoint import save_pretrained
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
     from biotf.model import Transformer, TransformerConfig
     from biotf.conventions import SAMPLES_DIR
     from biotf.tokenizers import AminoAcidTokenizer

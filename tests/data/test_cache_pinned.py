@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from biotf.data import fasta
+from biotf.io import fasta
 from biotf.data.token_cache import ShardCache, tokenize_to_cache
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from biotf.data.token_cache import file_digest, token_counts, tokenize_to_cache, token_dtype
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.data.validation_split import is_validation
 from biotf.errors import InputError, TokenizationError
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from biotf.cli import main
-from biotf.data import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.experiments import extrapolation
 from biotf.experiments.runs import compose_config, read_run
 from biotf.conventions import SAMPLES_DIR

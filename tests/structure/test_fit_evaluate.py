@@ -204,7 +204,7 @@ def test_evaluate_writes_per_chain_rows_and_means_for_the_model_and_the_prior(fi
 
 def test_evaluate_plot_draws_each_chain_with_its_true_map_and_keeps_existing_pictures(fitted, shared_data, tmp_path,
                                                                                      capsys):
-    from biotf.export.outputs import is_png
+    from biotf.io.outputs import is_png
 
     arguments = ["contacts", "evaluate", "--model", str(fitted / "model"), "--structures",
                  str(shared_data / "structures"), "--list", str(fitted / "train.txt"), "--plot", str(tmp_path / "maps")]

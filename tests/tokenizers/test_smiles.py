@@ -23,7 +23,7 @@ def trained(moses, lipo) -> SmilesTokenizer:
 
 
 def test_pieces_equal_the_reference_regex_on_real_sets(trained, moses, lipo, shared_data):
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
 
     hiv = [r.sequence for r in read_records(shared_data / "smiles/molnet_hiv.csv.gz", ReaderOptions(column="smiles"))]
     tokenizer = SmilesTokenizer(unknown="to_unk")
@@ -194,7 +194,7 @@ def test_base_vocabulary_is_the_scripts_and_covers_moses_and_moleculenet(moses, 
     import importlib.util
     from itertools import islice
 
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
 
     spec = importlib.util.spec_from_file_location("smiles_vocabulary", repo_root / "scripts/smiles_vocabulary.py")
     script = importlib.util.module_from_spec(spec)

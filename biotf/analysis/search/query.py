@@ -18,7 +18,7 @@ import numpy as np
 from biotf.analysis.search.expression import expression_vector
 from biotf.analysis.search.index import SearchIndex, array_layer
 from biotf.checkpoint.loading import LoadedModel
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import InputError
 from biotf.export.embed import EmbedOptions, EmbedStats
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.atomic import atomic_write_text
-from biotf.data.readers import ReaderOptions
+from biotf.io.atomic import atomic_write_text
+from biotf.io.outputs import output_format
+from biotf.io.readers import ReaderOptions
 from biotf.errors import InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
@@ -54,13 +55,6 @@ class Evaluation:
 
     def value(self, metric: str) -> float:
         return next(row.value for row in self.rows if row.metric == metric)
-
-
-def metric_format(path: str | Path) -> str:
-    suffix = Path(path).suffix.lower()
-    if suffix not in METRIC_FORMATS:
-        raise InputError(f"--output {path}: the metrics file must end in {' or '.join(METRIC_FORMATS)}")
-    return suffix
 
 
 def _label(k: int) -> str:
@@ -137,7 +131,7 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
 
 def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
     """The metric rows as TSV (metric, value, molecules, note) or JSON, by extension, all or nothing."""
-    if metric_format(path) == ".tsv":
+    if output_format(path, METRIC_FORMATS, "--output") == ".tsv":
         lines = ["\t".join(COLUMNS)] + ["\t".join((row.metric, format_value(row), str(row.molecules),
                                                    row.note)) for row in evaluation.rows]
         return atomic_write_text(path, "\n".join(lines) + "\n")

@@ -13,7 +13,7 @@ evaluate --output`, `search query --output`, `tokens --output/--plot`), checked 
 For the whole run the command holds its outputs (`claim_output`): an exclusive advisory `flock` on the empty
 `.<name>.lock` beside each, so a second biotf run over the same output is refused at once in one line (or, where
 it must, as `search add` on one index, waits its turn: `hold`); and the final rename of an output claimed without
-`overwrite` never replaces a file another program put there meanwhile (`biotf.atomic.keep_existing`). The kernel
+`overwrite` never replaces a file another program put there meanwhile (`biotf.io.atomic.keep_existing`). The kernel
 drops a killed run's lock with its process; the lock file it leaves is removed by the next run over the name.
 
 Writers put their work beside the output under hidden names `.<name>.<8 random chars>.tmp` (the file
@@ -33,7 +33,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import IO
 
-from biotf.atomic import keep_existing
+from biotf.io.atomic import keep_existing
 from biotf.errors import InputError
 
 try:  # POSIX; elsewhere a live run's work is not told apart from a killed run's
@@ -63,6 +63,15 @@ def lock_path(path: Path) -> Path:
 
 def _exists(path: Path) -> bool:
     return path.exists() or path.is_symlink()
+
+
+def output_format(path: str | Path, allowed: Sequence[str], flag: str = "output") -> str:
+    """The extension of output `path` (lower case), one of `allowed`; else an InputError naming `flag` and them,
+    raised before any work is done (every writer chooses its format by the extension)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in allowed:
+        raise InputError(f"{flag} {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(allowed)})")
+    return suffix
 
 
 def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
