@@ -47,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from biotf.analysis.labels import labels
     from biotf.analysis.probe import run_probe
-    from biotf.data.split_file import sides_of
+    from biotf.data.splits import sides_of
     from biotf.io.embeddings import read_embeddings
 
     table = read_embeddings(args.embeddings)

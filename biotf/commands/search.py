@@ -151,7 +151,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from biotf.analysis.labels import labels
     from biotf.analysis.search.classical import KINDS
     from biotf.analysis.search.agreement import knn_agreement
-    from biotf.data.split_file import sides_of
+    from biotf.data.splits import sides_of
     from biotf.errors import ConfigError
     from biotf.io.embeddings import read_embeddings
 

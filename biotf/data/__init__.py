@@ -13,7 +13,7 @@ _EXPORTS = {
     "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
     "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare",
-    "is_validation": "validation_split", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
+    "is_validation": "splits", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

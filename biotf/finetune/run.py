@@ -28,8 +28,7 @@ from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
 from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
 from biotf.io.readers import detect_format
-from biotf.data.split_file import SPLIT_FILE, write_split
-from biotf.data.splits import UNPLACED, assign, split_groups
+from biotf.data.splits import SPLIT_FILE, UNPLACED, assign, split_groups, write_split
 from biotf.conventions import IGNORE_INDEX, counted
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer

@@ -7,7 +7,7 @@ import pytest
 
 from biotf.data.token_cache import file_digest, token_counts, tokenize_to_cache, token_dtype
 from biotf.io.readers import ReaderOptions, read_records
-from biotf.data.validation_split import is_validation
+from biotf.data.splits import is_validation
 from biotf.errors import InputError, TokenizationError
 
 SEQUENCES = {f"p{i}": "MKVLAACDEFGHIKLMNPQRSTVWY"[: 3 + i % 20] * (1 + i % 3) for i in range(200)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from biotf.data.validation_split import is_validation, validate_fraction, validation_mask
+from biotf.data.splits import is_validation, validate_fraction, validation_mask
 from biotf.errors import ConfigError
 
 
