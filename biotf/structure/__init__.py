@@ -2,8 +2,9 @@
 
 The head's math (symmetrised, APC-corrected attention maps into a logistic regression) is the model's
 (`biotf.model.attention_contacts`); this package runs it over files (`contact_files`): records read and checked,
-batched, and written as .npz, .tsv or CASP RR (`formats`); it reads PDB / mmCIF chains with their true contacts (`chains`), fits a head on them for any model
-(`fit`) and measures a head's precision (`precision`); `plot` draws a map (and the true one) as a PNG.
+batched, and written as .npz, .tsv or CASP RR (`formats`); it reads PDB / mmCIF chains with their true contacts
+(`chains`), fits a head on them for any model (`fit`) and measures a head's precision (`precision`); its pictures
+are drawn by `biotf.analysis.plot.plot_contacts`.
 """
 
 from biotf.lazy import lazy_exports

@@ -63,6 +63,13 @@ class Chain:
         with np.errstate(invalid="ignore"):
             return distances < CONTACT_ANGSTROM
 
+    def drawn_contacts(self) -> tuple[np.ndarray, str]:
+        """The true map as a picture shows it (`biotf.analysis.plot.plot_contacts`), with its title: 1 a contact, 0
+        none, 0.5 (grey) a pair with an unobserved residue."""
+        known = self.known
+        truth = np.where(known[:, None] & known[None], self.contacts().astype(float), 0.5)
+        return truth, f"true: C-beta < {CONTACT_ANGSTROM:g} A (grey: unobserved)"
+
 
 def structure_name(path: str | Path) -> str | None:
     """The name of a structure file without its extension (`1eteA.pdb.gz` -> `1eteA`); None if it is none."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biotf.analysis.plot import picture_paths
+from biotf.analysis.plot import picture_paths, plot_contacts
 from biotf.io.atomic import atomic_write
 from biotf.io.outputs import output_format
 from biotf.checkpoint.loading import LoadedModel, as_loaded
@@ -30,7 +30,6 @@ from biotf.model import Transformer
 from biotf.model.attention_contacts import predict_contacts
 from biotf.progress import Progress, reporting
 from biotf.structure.formats import CONTACT_FORMATS, WRITERS, check_ids
-from biotf.structure.plot import plot_contacts
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
 

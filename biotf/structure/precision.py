@@ -20,13 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.plot import picture_paths
+from biotf.analysis.plot import picture_paths, plot_contacts
 from biotf.io.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contact_files import check_contact_head, contact_maps
 from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
-from biotf.structure.plot import plot_contacts
 
 RANGES = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 TOPS = {"P@L": 1, "P@L/2": 2, "P@L/5": 5}
@@ -105,7 +104,8 @@ def evaluate_structures(model_source: str | Path, structures: str | Path, names:
         evaluation.rows.extend(_chain_rows(chain, PRIOR, separation_prior(len(chain.sequence))))
         if pictures is not None:
             long_range = next(row for row in rows if row.range == "long").values[list(TOPS).index("P@L/5")]
-            plot_contacts(pictures[number], chain.name, probabilities, chain, f"long-range P@L/5 {long_range:.2f}")
+            plot_contacts(pictures[number], chain.name, probabilities, chain.drawn_contacts(),
+                          f"long-range P@L/5 {long_range:.2f}")
     for predictor in dict.fromkeys(row.predictor for row in evaluation.rows):
         for name in RANGES:
             chosen = [row for row in evaluation.rows if row.predictor == predictor and row.range == name]
