@@ -9,7 +9,6 @@ With `packing` the records of a batch share rows, each alone in its segment and 
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -20,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from biotf.io.atomic import atomic_write
 from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.checkpoint.task_model import TaskInfo, load_task_model
 from biotf.data.collators import content_mask
@@ -28,6 +26,7 @@ from biotf.data.labels import label_text
 from biotf.data.long_policy import encode_for_task
 from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_rows
 from biotf.io.readers import ReaderOptions, Record, read_records
+from biotf.io.tables import write_rows
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.tasks import TaskModel
 from biotf.progress import Progress, reporting
@@ -167,15 +166,7 @@ class PredictRun:
 
     def write(self, rows: Iterable[list[str]]) -> None:
         """The output file (tab-separated unless its name ends in .csv), atomically."""
-        delimiter = "," if Path(self.output).suffix.lower() == ".csv" else "\t"
-
-        def write(path: Path) -> None:
-            with open(path, "w", newline="", encoding="utf-8") as handle:
-                writer = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-                writer.writerow(self.header)
-                writer.writerows(rows)
-
-        atomic_write(self.output, write)
+        write_rows(self.output, self.header, rows, "," if Path(self.output).suffix.lower() == ".csv" else "\t")
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:

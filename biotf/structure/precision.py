@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from biotf.analysis.plot import picture_paths, plot_contacts
-from biotf.io.atomic import atomic_write
+from biotf.io.tables import write_rows
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contact_files import check_contact_head, contact_maps
@@ -43,9 +43,8 @@ class Precision:
     range: str
     values: tuple[float, ...]
 
-    def line(self) -> str:
-        return "\t".join([self.chain, str(self.length), self.predictor, self.range,
-                          *(f"{value:.4f}" for value in self.values)]) + "\n"
+    def fields(self) -> list[str]:
+        return [self.chain, str(self.length), self.predictor, self.range, *(f"{value:.4f}" for value in self.values)]
 
 
 @dataclass
@@ -116,9 +115,4 @@ def evaluate_structures(model_source: str | Path, structures: str | Path, names:
 
 def write_metrics(path: str | Path, rows: list[Precision]) -> None:
     """The table as TSV (COLUMNS; a mean row's length is its number of chains), all or nothing."""
-    def write(temporary: Path) -> None:
-        with open(temporary, "w", encoding="utf-8", newline="\n") as out:
-            out.write("\t".join(COLUMNS) + "\n")
-            out.writelines(row.line() for row in rows)
-
-    atomic_write(path, write)
+    write_rows(path, COLUMNS, (row.fields() for row in rows))

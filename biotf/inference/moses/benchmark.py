@@ -24,6 +24,7 @@ import numpy as np
 from biotf.io.atomic import atomic_write_text
 from biotf.io.outputs import output_format
 from biotf.io.readers import ReaderOptions
+from biotf.io.tables import write_rows
 from biotf.errors import InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
@@ -132,9 +133,8 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
 def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
     """The metric rows as TSV (metric, value, molecules, note) or JSON, by extension, all or nothing."""
     if output_format(path, METRIC_FORMATS, "--output") == ".tsv":
-        lines = ["\t".join(COLUMNS)] + ["\t".join((row.metric, format_value(row), str(row.molecules),
-                                                   row.note)) for row in evaluation.rows]
-        return atomic_write_text(path, "\n".join(lines) + "\n")
+        return write_rows(path, COLUMNS, ((row.metric, format_value(row), row.molecules, row.note)
+                                          for row in evaluation.rows))
     document = {"metrics": {row.metric: None if math.isnan(row.value) else row.value for row in evaluation.rows},
                 "molecules": {row.metric: row.molecules for row in evaluation.rows},
                 "notes": {row.metric: row.note for row in evaluation.rows if row.note},
