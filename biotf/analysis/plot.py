@@ -24,6 +24,7 @@ import numpy as np
 from biotf.analysis.labels import labels
 from biotf.data.labels import numeric
 from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.io.atomic import atomic_write
 from biotf.io.outputs import check_output
 
 METHODS = ("auto", "pca", "umap")
@@ -61,12 +62,10 @@ def pyplot():
     return plt
 
 
-def save_figure(figure, path: str | Path) -> Path:
+def save_figure(figure, path: str | Path, dpi: int = 150) -> Path:
     """Write `figure` as a PNG under a temporary name, then rename (all or nothing), and free it."""
-    from biotf.io.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
-
     try:
-        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
+        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=dpi))
     finally:
         pyplot().close(figure)
 
