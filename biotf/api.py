@@ -33,7 +33,7 @@ from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, check_archit
 from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
 from biotf.checkpoint.task_model import load_task_model
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.data.packing import check_packable
 from biotf.errors import CheckpointError, ConfigError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
@@ -46,7 +46,7 @@ from biotf.conventions import PRECISIONS
 from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
-from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
+from biotf.structure.contact_files import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
 from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.loading import with_options
 
@@ -80,7 +80,7 @@ def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | Non
         elif isinstance(item, str):
             records.append(Record(str(index) if ids is None else str(ids[index]), item, {}, index))
         else:
-            raise ConfigError("sequences", type(item).__name__, allowed="str or biotf.data.readers.Record items")
+            raise ConfigError("sequences", type(item).__name__, allowed="str or biotf.io.readers.Record items")
     return records
 
 
@@ -148,7 +148,8 @@ class Model(LoadedModel):
         network = network.to(device=device, dtype=torch_dtype).eval()
         if task is not None:
             task.to(device=device, dtype=torch_dtype).eval()
-        chosen = set_precision(network, precision, _calibration(network, tokenizer), str(source), task)
+        chosen = (PrecisionChoice("fp32", "fp32") if precision == "fp32" else  # fp32 as loaded: no gate to run
+                  set_precision(network, precision, _calibration(network, tokenizer), str(source), task))
         tokenizer = with_options(tokenizer, tokenizer_options or {})
         return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
                    generation, chosen)

@@ -24,7 +24,7 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.tokenizers.smiles import REGEX_TOKENS, SPECIAL_TOKENS, VOCABULARY_FILE, SmilesTokenizer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from hydra import compose, initialize_config_dir
 
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.training.config import TrainConfig, register_configs, validate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ import numpy as np
 
 from biotf.data.labels import parse_labels
 from biotf.errors import InputError
-from biotf.wording import listed
+from biotf.conventions import listed
 
 if TYPE_CHECKING:
-    from biotf.export.writers import EmbeddingTable
+    from biotf.io.embeddings import EmbeddingTable
 
 
 def labels(table: EmbeddingTable, column: str, pattern: str | None = None) -> np.ndarray:

@@ -1,9 +1,15 @@
-"""A 2-D map of embeddings coloured by a metadata column: the picture a single-cell biologist expects.
+"""Every picture biotf draws, and the one way it writes a PNG (`save_figure`: a temporary name, then renamed; never
+over the file it shows nor any file that is not a PNG).
 
-UMAP (McInnes et al. 2018) when `umap-learn` is installed, else PCA; "pca" or "umap" can be forced.
-Categorical labels get one colour each (the 19 most frequent, the rest as "other"); numeric labels with
-many distinct values get a colour bar. The PNG is written under a temporary name, then renamed; it never
-replaces the embeddings it shows nor any file that is not a PNG.
+A 2-D map of embeddings coloured by a metadata column (`biotf plot`, `biotf embed --plot`): the picture a
+single-cell biologist expects. UMAP (McInnes et al. 2018) when `umap-learn` is installed, else PCA; "pca" or
+"umap" can be forced. Categorical labels get one colour each (the 19 most frequent, the rest as "other"); numeric
+labels with many distinct values get a colour bar.
+
+Contact maps (`biotf contacts --plot DIR`, `biotf contacts evaluate --plot DIR`): one PNG a protein. The predicted
+map is drawn as probabilities (0 white to the map's highest at separation >= 6 black, as its colour bar says;
+residues numbered from 1); with a structure, the true map is drawn beside it, on the same axes, so the eye can lay
+one over the other.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import numpy as np
 from biotf.analysis.labels import labels
 from biotf.data.labels import numeric
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.export.outputs import check_output
+from biotf.io.atomic import atomic_write
+from biotf.io.outputs import check_output
 
 METHODS = ("auto", "pca", "umap")
 MAX_CATEGORIES = 20
 NUMERIC_MIN_DISTINCT = 10
+SCALE_SEPARATION = 6  # the shortest separation `biotf.structure.contact_precision` scores
 
 
 def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
@@ -54,12 +62,10 @@ def pyplot():
     return plt
 
 
-def save_figure(figure, path: str | Path) -> Path:
+def save_figure(figure, path: str | Path, dpi: int = 150) -> Path:
     """Write `figure` as a PNG under a temporary name, then rename (all or nothing), and free it."""
-    from biotf.atomic import atomic_write  # loads torch: when a map is drawn, not for `--help`
-
     try:
-        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=150))
+        return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=dpi))
     finally:
         pyplot().close(figure)
 
@@ -115,11 +121,44 @@ def plot_map(coordinates: np.ndarray, colors: np.ndarray | None, path: str | Pat
     return save_figure(figure, path)
 
 
+def _top(probabilities: np.ndarray) -> float:
+    """The colour scale's black: the highest probability at separation >= SCALE_SEPARATION (the pairs next to the
+    diagonal, near-certain for any model, would leave a weak model's map white; the whole map for a protein too
+    short to have any), at least a tiny positive number."""
+    far = np.triu(probabilities, k=SCALE_SEPARATION) if len(probabilities) > SCALE_SEPARATION else probabilities
+    return float(max(far.max(), 1e-6))
+
+
+def plot_contacts(path: str | Path, name: str, probabilities: np.ndarray,
+                  truth: tuple[np.ndarray, str] | None = None, note: str = "") -> Path:
+    """Draw one protein's (L, L) `probabilities` into PNG `path`, and beside them `truth`, the true map and its title
+    (`biotf.structure.chains.Chain.drawn_contacts`: contacts black, pairs with an unobserved residue grey)."""
+    plt = pyplot()
+    panels = 1 if truth is None else 2
+    figure, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.8), squeeze=False)
+    length = len(probabilities)
+    extent = (0.5, length + 0.5, length + 0.5, 0.5)  # residue i's cell centred on i
+    image = axes[0, 0].imshow(probabilities, cmap="Greys", vmin=0.0, vmax=_top(probabilities), extent=extent,
+                              interpolation="nearest")
+    figure.colorbar(image, ax=axes[0, 0], fraction=0.046, pad=0.04, label="contact probability")
+    axes[0, 0].set_title(f"{name}: predicted ({length} residues)")
+    if truth is not None:
+        axes[0, 1].imshow(truth[0], cmap="Greys", vmin=0.0, vmax=1.0, extent=extent, interpolation="nearest")
+        axes[0, 1].set_title(truth[1])
+    for panel in axes[0]:
+        panel.set_xlabel("residue j")
+        panel.set_ylabel("residue i")
+    if note:
+        figure.suptitle(note, fontsize="small")
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
               label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False) -> str:
     """Draw the map of an embedding file into `output` (PNG); returns the projection method used.
-    `output` follows `biotf.export.outputs.check_output`: never the input, never a file that is not a PNG."""
-    from biotf.export.writers import read_embeddings
+    `output` follows `biotf.io.outputs.check_output`: never the input, never a file that is not a PNG."""
+    from biotf.io.embeddings import read_embeddings
 
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)

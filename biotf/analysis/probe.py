@@ -148,7 +148,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
     kind = kind if baseline_kind == "auto" else baseline_kind
     unparsable: list[str] = []
     if kind == "smiles":  # before the folds: every row is fitted on the same records
-        from biotf.tokenizers.chem import molecules
+        from biotf.chemistry import molecules
 
         _, bad = molecules([str(s) for s in sequences[chosen]], [str(i) for i in ids[chosen]], invalid_smiles,
                            "--invalid-smiles")
@@ -210,8 +210,8 @@ def probe_embeddings(path: str | Path, label: str, label_pattern: str | None = N
     """`biotf probe`: `run_probe` on an embedding file's arrays and its `label` column (its `label_pattern`'s
     first group), on folds or on `split`'s test records (a split.tsv). Returns the lines it prints: what was
     probed, what was left out, the table."""
-    from biotf.data.split_file import sides_of
-    from biotf.export.writers import read_embeddings  # pandas and friends: not when `biotf probe --help` reads TASKS
+    from biotf.data.splits import sides_of
+    from biotf.io.embeddings import read_embeddings  # pandas and friends: not when `biotf probe --help` reads TASKS
 
     table = read_embeddings(path)
     values = column_labels(table, label, label_pattern)

@@ -25,7 +25,6 @@ the model, or a property with fewer than MIN_TOKENS values or one value for all,
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,12 +35,12 @@ import torch
 
 from biotf.analysis.plot import pyplot, save_figure
 from biotf.analysis.scales import AMINO_ACID_SCALES
-from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import load_pretrained
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
+from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
-from biotf.wording import counted
+from biotf.conventions import counted
 
 SHIPPED = "amino-acid scales (biotf.analysis.scales)"
 MIN_TOKENS = 3  # leave-one-out needs two tokens to fit on
@@ -233,22 +232,13 @@ def _number(value: float) -> str:
     return "" if np.isnan(value) else f"{value:.6g}"
 
 
-def _write_rows(path: str | Path, rows: list[list[str]]) -> None:
-    """A TSV, all or nothing; a field with a tab, newline or quote is quoted as CSV quotes it."""
-    def write(temporary: Path) -> None:
-        with open(temporary, "w", encoding="utf-8", newline="") as out:
-            csv.writer(out, delimiter="\t", lineterminator="\n").writerows(rows)
-
-    atomic_write(path, write)
-
-
 def write_tokens(report: TokenReport, path: str | Path) -> None:
     """One row per token: token, id, trained_pc1, trained_pc2, init_pc1, init_pc2, then each property (empty: no
     value)."""
     header = ["token", "id", *(f"{which}_pc{k}" for which in MODELS for k in (1, 2)), *report.properties]
     rows = [[token, str(index), *(f"{report.coordinates[which][row, k]:.6g}" for which in MODELS for k in (0, 1)),
              *map(_number, report.values[row])] for row, (token, index) in enumerate(zip(report.tokens, report.ids))]
-    _write_rows(path, [header, *rows])
+    write_rows(path, header, rows)
 
 
 SCORE_COLUMNS = ("property", "tokens_scored", "tokens_without_value", "r2_trained", "r2_init", "ridge_alpha",
@@ -268,7 +258,8 @@ def score_table(report: TokenReport) -> str:
 
 
 def write_scores(report: TokenReport, path: str | Path) -> None:
-    _write_rows(path, score_lines(report))
+    header, *rows = score_lines(report)
+    write_rows(path, header, rows)
 
 
 def scores_path(output: str | Path) -> Path:

@@ -10,7 +10,7 @@ Below training, fine-tuning, inference and export (which all import it) and abov
 - `task_model`: a fine-tuned model (the exported trunk with its head), written and read as one;
 - `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer;
 - `loading`: `load_pretrained`, the one table of model sources (`MODEL_SOURCES`).
-Writes are all-or-nothing (`biotf.atomic`).
+Writes are all-or-nothing (`biotf.io.atomic`).
 """
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32

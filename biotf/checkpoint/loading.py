@@ -36,7 +36,7 @@ from biotf.checkpoint.task_export import TaskInfo, read_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.contacts import ContactHead
+from biotf.model.contact_head import ContactHead
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.loading import with_options

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
-from biotf.atomic import atomic_directory, atomic_write
+from biotf.io.atomic import atomic_directory, atomic_write
 from biotf.checkpoint.format import CHECKPOINT_KEY, FORMAT_VERSION, WEIGHTS_FILE
 from biotf.model.hf import CONFIG_FILE, check_hf_writable  # an export's config.json is named as a HF directory's
 from biotf.errors import CheckpointError

@@ -74,14 +74,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_predict(args: argparse.Namespace) -> int:
-    from biotf.structure import ContactOptions, contact_format, predict_file
+    from biotf.io.outputs import output_format
+    from biotf.structure import CONTACT_FORMATS, ContactOptions, predict_file
 
     if args.form is None:
         missing = [flag for flag in ("--model", "--input", "--output") if getattr(args, flag[2:]) is None]
         if missing:
             args.contacts_parser.error(f"the following arguments are required: {', '.join(missing)} (or use "
                                        "`biotf contacts fit` / `biotf contacts evaluate`)")
-    contact_format(args.output)
+    output_format(args.output, CONTACT_FORMATS)
     with claim_outputs(args, {"--output": args.output}, [args.input]):
         model = load_model(args, args.device)
         stats = predict_file(model, args.input, args.output,

@@ -1,5 +1,5 @@
 """`biotf contacts fit` and `biotf contacts evaluate`: a contact head fitted on protein structures, and measured
-against them (`biotf.structure.fit`, `biotf.structure.evaluate`); `biotf.commands.contacts` adds them as forms of its
+against them (`biotf.structure.fit`, `biotf.structure.contact_precision`); `biotf.commands.contacts` adds them as forms of its
 command, with `--plot` (predict and evaluate) from here."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _names(path: Path | None) -> list[str] | None:
 
 
 def _run_fit(args: argparse.Namespace) -> int:
-    from biotf.export.outputs import hold
+    from biotf.io.outputs import hold
     from biotf.structure.fit import fit_file
 
     with hold(args.output):  # a second fit into the same directory meanwhile is refused at once
@@ -62,7 +62,7 @@ def _run_fit(args: argparse.Namespace) -> int:
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
-    from biotf.structure.evaluate import evaluate_structures, write_metrics
+    from biotf.structure.contact_precision import evaluate_structures, write_metrics
 
     with claim_outputs(args, {"--output": args.output}, []):
         evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",

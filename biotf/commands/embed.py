@@ -26,7 +26,8 @@ from biotf.errors import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.export import EMBED_LONG_POLICIES, EMBEDDING_FORMATS, POOLS
+    from biotf.export import EMBED_LONG_POLICIES, POOLS
+    from biotf.io.embeddings import EMBEDDING_FORMATS
 
     parser = subparsers.add_parser("embed", help="export embeddings of every record of a file",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from biotf.api import Model
     from biotf.errors import ConfigError
-    from biotf.export.outputs import hold
+    from biotf.io.outputs import hold
     from biotf.model.hf.families import WRITABLE_FAMILIES
 
     writers = list(WRITABLE_FAMILIES)

@@ -97,9 +97,10 @@ def run(args: argparse.Namespace) -> int:
     request = GenerateRequest.of(args)
     request.check()
     if args.num_samples is not None:
-        from biotf.inference.sampling import sample_format
+        from biotf.inference.sampling import SAMPLE_FORMATS
+        from biotf.io.outputs import output_format
 
-        sample_format(args.output)
+        output_format(args.output, SAMPLE_FORMATS, "--output")
         with claim_outputs(args, {"--output": args.output}, [args.model]):
             print("\n".join(draw_samples(*load_generator(args), request, args.command)), file=sys.stderr)
             return 0

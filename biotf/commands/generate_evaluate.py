@@ -1,4 +1,4 @@
-"""`biotf generate evaluate`: the MOSES metrics of a file of generated SMILES (`biotf.inference.moses.evaluate`);
+"""`biotf generate evaluate`: the MOSES metrics of a file of generated SMILES (`biotf.inference.moses.benchmark`);
 `biotf.commands.generate` adds it as the form `evaluate` of its command, whose help describes both forms."""
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ def add_parser(forms: argparse._SubParsersAction, description: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The metrics table on stdout (and --output), where each reference came from on stderr."""
-    from biotf.data.readers import ReaderOptions
+    from biotf.io.readers import ReaderOptions
     from biotf.errors import check_int
-    from biotf.inference.moses.evaluate import (checked_cache_dir, evaluate_file, metric_format, metric_table,
+    from biotf.inference.moses.benchmark import (METRIC_FORMATS, checked_cache_dir, evaluate_file, metric_table,
                                                 reference_lines, write_metrics)
+    from biotf.io.outputs import output_format
 
     check_int("--batch-size", args.batch_size, 1)
     cache_dir = checked_cache_dir(args.cache_dir)
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
              if path is not None}
     inputs = [path for path in (args.input, args.test, args.test_scaffolds, args.train) if path is not None]
     if args.output is not None:
-        metric_format(args.output)
+        output_format(args.output, METRIC_FORMATS, "--output")
     with claim_outputs(args, {"--output": args.output}, inputs):
         evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
                                    ReaderOptions(column=args.reference_column), cache_dir,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from biotf.data.readers import INPUT_FORMATS, ReaderOptions
+from biotf.io.readers import INPUT_FORMATS, ReaderOptions
 from biotf.tokenizers.loading import option_errors, parse_options
 
 
@@ -52,8 +52,9 @@ def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
 
     options = parse_options(getattr(args, "option", None) or [])
     with as_option_errors(options):
-        return Model.load(args.model, device=device, tokenizer_options=options,
-                          precision=getattr(args, "precision", "fp32"), **load)
+        if hasattr(args, "precision"):
+            load["precision"] = args.precision
+        return Model.load(args.model, device=device, tokenizer_options=options, **load)
 
 
 def as_option_errors(options: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:

@@ -47,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.inference.predict import PredictRun, predict_file
-    from biotf.wording import counted
+    from biotf.conventions import counted
 
     with claim_outputs(args, {"--output": args.output}, [args.input]):
         launched = launch()

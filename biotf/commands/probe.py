@@ -18,7 +18,7 @@ from pathlib import Path
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from biotf.analysis.baselines import BASELINES
     from biotf.analysis.probe import TASKS
-    from biotf.tokenizers.chem import INVALID_SMILES
+    from biotf.chemistry import INVALID_SMILES
 
     parser = subparsers.add_parser("probe", help="linear probe of embeddings vs a classical baseline",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

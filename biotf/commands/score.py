@@ -13,7 +13,7 @@ reference's first residue, default 1). A mutation whose reference residue does n
 --reference: a file with one record, or the sequence itself; an argument with a '/' or an extension (wt.fa)
 is a file name and must exist. The summary says which was taken.
 Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal, wt-marginal.
---output follows the output rule of every command (biotf.export.outputs): never one of the inputs, an
+--output follows the output rule of every command (biotf.io.outputs): never one of the inputs, an
 existing file only with --overwrite, checked before the model loads; written whole or not at all.
 --option KEY=VALUE changes a policy of the model's tokenizer (e.g. stop=strip_terminal, unknown=to_unk).
 """
@@ -32,7 +32,8 @@ from biotf.errors import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.scoring import SCORE_FORMATS, METHODS
+    from biotf.io.tables import TABLE_FORMATS
+    from biotf.scoring import METHODS
 
     parser = subparsers.add_parser("score", help="sequence likelihoods and variant effects (zero-shot)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(default: mutant, mutation, mutations or variant)")
     parser.add_argument("--both-strands", action="store_true",
                         help="DNA: average each variant's score with its score on the reverse complement")
-    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(SCORE_FORMATS)}")
+    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(TABLE_FORMATS)}")
     add_overwrite_argument(parser)
     parser.add_argument("--method", choices=METHODS, default="auto",
                         help="auto (default): causal for decoders; masked-marginal for masked models with one token "
@@ -73,7 +74,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from biotf.scoring import ScoreOptions, ScoreRun, score_file, score_variants_file
-    from biotf.scoring.files import output_format
+    from biotf.io.outputs import output_format
+    from biotf.io.tables import TABLE_FORMATS
 
     if args.input is None and args.variants is None:
         raise ConfigError("--input or --variants", None, allowed="exactly one of them")
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                           allowed="a file with one record, or a sequence", required_with="--variants")
     options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap,
                            packing=args.packing)
-    output_format(args.output)
+    output_format(args.output, TABLE_FORMATS)
     inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
     with claim_outputs(args, {"--output": args.output}, inputs):
         progress = not args.no_progress  # a bar on a terminal, plain lines elsewhere (biotf.progress)

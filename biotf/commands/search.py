@@ -29,8 +29,8 @@ from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.analysis.search.choices import KINDS, METRICS
-    from biotf.tokenizers.chem import INVALID_SMILES
+    from biotf.analysis.search import KINDS, METRICS
+    from biotf.chemistry import INVALID_SMILES
 
     parser = subparsers.add_parser("search", help="nearest-neighbour search over embeddings, and its evaluation",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,7 +112,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from biotf.analysis.search.evaluate import evaluate_embeddings
+    from biotf.analysis.search.agreement import evaluate_embeddings
 
     print("\n".join(evaluate_embeddings(args.embeddings, args.label, args.label_pattern, args.split, args.k,
                                          args.metric, args.array, args.classical, args.invalid_smiles)))

@@ -1,7 +1,6 @@
-"""Data layer: readers -> token-shard cache (split by record) -> datasets -> collators.
+"""Data layer: records (`biotf.io.readers`) -> token-shard cache (split by record) -> datasets -> collators.
 
-`prepare_dataset` is the entry point training uses; `read_records` streams any supported file; `tokenize_file`
-lists a file's tokens (`biotf tokenize`). `splits` makes the leakage-aware train / validation / test splits of
+`prepare_dataset` is the entry point training uses; `tokenize_file` lists a file's tokens (`biotf tokenize`). `splits` makes the leakage-aware train / validation / test splits of
 labelled sets (fine-tuning).
 """
 
@@ -9,13 +8,12 @@ from biotf.lazy import lazy_exports
 
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
-    "ShardCache": "cache", "TokenShard": "cache", "tokenize_to_cache": "cache", "MLMCollator": "collators",
+    "ShardCache": "token_cache", "TokenShard": "token_cache", "tokenize_to_cache": "token_cache", "MLMCollator": "collators",
     "pad_batch": "collators", "TRAINING_LONG_POLICIES": "long_policy", "LongPolicy": "long_policy",
     "LengthGroupedBatchSampler": "datasets", "LongSequenceStats": "datasets", "PackedBlockDataset": "datasets",
     "SequenceDataset": "datasets", "OBJECTIVES": "prepare", "PreparedData": "prepare",
-    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare", "INPUT_FORMATS": "readers",
-    "ReaderOptions": "readers", "Record": "readers", "detect_format": "readers", "read_records": "readers",
-    "is_validation": "validation_split", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
+    "prepare_dataset": "prepare", "unigram_cross_entropy": "prepare",
+    "is_validation": "splits", "TokenizedFile": "tokenize", "tokenize_file": "tokenize",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from biotf.data.cache import TokenShard
+from biotf.data.token_cache import TokenShard
 from biotf.data.long_policy import LongPolicy
 from biotf.errors import ConfigError, check_int
 from biotf.conventions import IGNORE_INDEX

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import with_source
+from biotf.io.readers import with_source
 from biotf.errors import InputError, check_choice, check_int
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 

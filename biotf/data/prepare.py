@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.cache import ShardCache, TokenShard, tokenize_to_cache
+from biotf.data.token_cache import ShardCache, TokenShard, tokenize_to_cache
 from biotf.data.datasets import LongSequenceStats, PackedBlockDataset, SequenceDataset
-from biotf.data.readers import ReaderOptions
+from biotf.io.readers import ReaderOptions
 from biotf.errors import ConfigError, InputError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 

@@ -40,12 +40,12 @@ from itertools import groupby
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from biotf.atomic import atomic_write_text
-from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.io.atomic import atomic_write_text
+from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.tokenizers.base import PolicyStats
 from biotf.untrusted import file_crc32, parse_json_object, read_json_object
-from biotf.wording import counted
+from biotf.conventions import counted
 
 try:  # POSIX; elsewhere two runs over one output are not told apart
     import fcntl

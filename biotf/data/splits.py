@@ -1,7 +1,18 @@
-"""Leakage-aware train / validation / test splits for labelled sets: whole groups go to one side.
+"""Which side of a split each record is on: every rule of biotf that decides it, in one place.
 
-A model scored on near-copies of its training records measures memory, not generalisation. Each method
-first puts related records in one group, then `assign` deals whole groups to the splits:
+- Language-model training: a record's side (train / validation) is a pure function of its sequence and the seed (a
+  keyed BLAKE2b hash mapped to [0, 1)), so identical sequences always land on one side -- duplicates cannot leak
+  between train and validation -- and the split does not depend on file order, chunking or the machine.
+  `validation_mask` decides a list of sequences at once (the token cache), with `is_validation`'s results.
+- Labelled sets (fine-tuning): leakage-aware train / validation / test splits in which whole groups go to one side
+  (`split_groups`, then `assign`), below.
+- split.tsv: which side each labelled record of a fine-tuning run is on, and the group that kept it there.
+  Fine-tuning writes it; a resume checks against it; `biotf probe --split` and `biotf search evaluate --split`
+  score on it.
+
+Labelled sets, in detail: a model scored on near-copies of its training records measures memory, not
+generalisation. Each method first puts related records in one group, then `assign` deals whole groups to the
+splits:
 
 - random    each distinct sequence is a group (exact duplicates never straddle a split);
 - group     a column of the input names the groups (a family, a patient, a gene);
@@ -25,21 +36,63 @@ as a group column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import csv
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from biotf.chemistry import molecules, murcko_scaffold  # without RDKit a BiotfError naming the install line
 from biotf.errors import ConfigError, InputError
+from biotf.io.atomic import atomic_write_text
 
+SPLITS = ("train", "validation")  # the sides of language-model training
+SPLIT_NAMES = ("train", "validation", "test")  # the sides of a labelled set
+SPLIT_FILE = "split.tsv"
 METHODS = ("random", "group", "identity", "scaffold")
-SPLIT_NAMES = ("train", "validation", "test")
 KMER_SPACE = 10**6  # k is the smallest with alphabet^k >= this
 MIN_SHARED = 4  # k-mers two sequences must share to be linked (two or three are met by chance in real proteins)
 UNPLACED = -1  # the group of a record a method cannot place (`scaffold_groups`): in no split, left out
 MAX_PAIRS = 50_000_000  # shared k-mer occurrences counted at most (memory: 16 bytes each)
 
 
+# --- language-model training: train / validation by a keyed hash of the sequence ---------------------------------
+def validate_fraction(validation_fraction: float) -> None:
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ConfigError("data.validation_fraction", validation_fraction, allowed="0 <= fraction < 1")
+
+
+def _hasher(seed: int):
+    """BLAKE2b keyed by the seed, 8 bytes of digest: the split's hash."""
+    return hashlib.blake2b(digest_size=8, key=seed.to_bytes(8, "little", signed=True))
+
+
+def is_validation(sequence: str, validation_fraction: float, seed: int = 0) -> bool:
+    """True when `sequence` belongs to the validation split."""
+    hasher = _hasher(seed)
+    hasher.update(sequence.encode("utf-8"))
+    return int.from_bytes(hasher.digest(), "little") < validation_fraction * 2**64
+
+
+def validation_mask(sequences: Sequence[str], validation_fraction: float, seed: int = 0) -> np.ndarray:
+    """`is_validation` of each of `sequences` (for a fraction that `validate_fraction` accepts), as a bool array: the
+    keyed hash state is copied rather than keyed again per sequence, and the digests are compared in one step."""
+    if not sequences or validation_fraction == 0:  # no digest is below 0
+        return np.zeros(len(sequences), bool)
+    keyed = _hasher(seed)
+    digests = []
+    for sequence in sequences:
+        hasher = keyed.copy()
+        hasher.update(sequence.encode("utf-8"))
+        digests.append(hasher.digest())
+    # an integer is below the float fraction * 2**64 exactly when it is below its ceiling (<= 2**64 - 2048 here)
+    threshold = np.uint64(math.ceil(validation_fraction * 2**64))
+    return np.frombuffer(b"".join(digests), "<u8") < threshold
+
+
+# --- labelled sets: whole groups to one side -----------------------------------------------------------------
 def exact_groups(keys: Sequence[str]) -> np.ndarray:
     """Group ids (0..G-1, in order of first appearance) of equal keys."""
     first: dict[str, int] = {}
@@ -195,3 +248,29 @@ def split_groups(method: str, sequences: Sequence[str], ids: Sequence[str], grou
     if method == "scaffold":
         return scaffold_groups(sequences, ids, invalid_smiles)
     raise ConfigError("split.method", method, " | ".join(METHODS))
+
+
+# --- split.tsv ------------------------------------------------------------------------------------------------
+def write_split(path: Path, ids: list[str], sides: np.ndarray, groups: np.ndarray) -> None:
+    """split.tsv, written atomically: each labelled record's side and the group that kept it there."""
+    atomic_write_text(path, "id\tsplit\tgroup\n" + "".join(f"{i}\t{s}\t{g}\n" for i, s, g in zip(ids, sides, groups)))
+
+
+def read_sides(path: Path) -> dict[str, str]:
+    """id -> side of a split file (tab-separated columns id and split); an id on two sides is refused."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    if not rows or not {"id", "split"} <= set(rows[0]):
+        raise InputError(f"{path}: not a split file (needs tab-separated columns id and split)")
+    side: dict[str, str] = {}
+    for row in rows:
+        if side.setdefault(row["id"], row["split"]) != row["split"]:
+            raise InputError(f"{path}: id {row['id']!r} is on two sides ({side[row['id']]}, {row['split']}); "
+                             "records sharing an id cannot be told apart")
+    return side
+
+
+def sides_of(path: Path, ids: Iterable) -> np.ndarray:
+    """The side of each of `ids` in split file `path`; "" for ids it lacks."""
+    side = read_sides(path)
+    return np.array([side.get(str(i), "") for i in ids], dtype=object).astype(str)

@@ -16,7 +16,7 @@ from typing import NamedTuple, TextIO
 
 import numpy as np
 
-from biotf.data.readers import ReaderOptions, Record, read_records, with_source
+from biotf.io.readers import ReaderOptions, Record, read_records, with_source
 from biotf.errors import TokenizationError
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 

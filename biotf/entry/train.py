@@ -37,7 +37,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError, ConfigError, user_error
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.training.config import check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
 from biotf.training.rundir import (check_resume, check_run_dir, check_writable, checkpoint_run_dir,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import read_genbank_features
+from biotf.io.readers import read_genbank_features
 from biotf.errors import InputError
 
 ANNOTATION_CLASSES = ("cds_plus", "cds_minus", "rna", "other")

@@ -15,7 +15,6 @@ train/validation by record, so an uncut genome would leave one side empty.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -23,11 +22,12 @@ from pathlib import Path
 
 import torch
 
-from biotf.data import read_records
+from biotf.io.readers import read_records
+from biotf.io.tables import write_rows
 from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
-from biotf.resources import SAMPLES_DIR
+from biotf.conventions import SAMPLES_DIR
 from biotf.training.config import TrainConfig
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -71,12 +71,8 @@ def chunk_corpus(corpus: Corpus, target: Path) -> Path:
         raise InputError(f"corpus file {source} is missing: it ships in data/ (see its README.md)")
     stream = corpus.joiner.join(record.sequence for record in read_records(source))
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "sequence"])
-        for start in range(0, len(stream), CHUNK_CHARACTERS):
-            writer.writerow([f"{source.stem}:{start}", stream[start:start + CHUNK_CHARACTERS]])
-    return target
+    return write_rows(target, ["id", "sequence"], ([f"{source.stem}:{start}", stream[start:start + CHUNK_CHARACTERS]]
+                                                   for start in range(0, len(stream), CHUNK_CHARACTERS)), ",", "\r\n")
 
 
 @torch.no_grad()

@@ -21,12 +21,12 @@ linearly with length, which the model picks up from its config when it has it.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import sys
 import time
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +40,8 @@ from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, AnnotatedGen
 from biotf.errors import ConfigError, InputError
 from biotf.experiments.report import markdown_table, mean_or_none, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
-from biotf.resources import SAMPLES_DIR
+from biotf.conventions import SAMPLES_DIR
+from biotf.io.tables import write_rows
 
 POSITIONS = ("alibi", "rope", "learned", "sinusoidal", "none")
 RESULTS_FILE = "annotation.json"  # per run: scores per genome and context, so a rerun of the report skips evaluation
@@ -130,17 +131,15 @@ def label_text(labels: np.ndarray) -> str:
 def write_windows(training: AnnotatedGenome, context: int, target: Path) -> Path:
     """The training region as a CSV of `context`-base windows (the last one shorter), each followed by its reverse
     complement with strands swapped; `window` groups the two so that a split keeps them on one side."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "sequence", "label", "window"])
+    def rows() -> Iterator[list[str]]:
         for start in range(0, len(training), context):
             sequence, labels = training.sequence[start:start + context], training.labels[start:start + context]
             name = f"{training.id}:{start}"
-            writer.writerow([name, sequence, label_text(labels), name])
-            writer.writerow([f"{name}:rc", reverse_complement(sequence), label_text(reverse_complement_classes(labels)),
-                             name])
-    return target
+            yield [name, sequence, label_text(labels), name]
+            yield [f"{name}:rc", reverse_complement(sequence), label_text(reverse_complement_classes(labels)), name]
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return write_rows(target, ["id", "sequence", "label", "window"], rows(), ",", "\r\n")
 
 
 def context_windows(size: int, circular: bool, start: int, length: int, context: int
@@ -352,8 +351,7 @@ def write_report(out_dir: Path, settings: Settings, evaluations: list[Evaluation
         for evaluation in evaluations:
             scores, seconds = by_genome[evaluation.name]
             rows.append([method, "-", "-", evaluation.name, *_cells([scores_json(scores)]), "-", _seconds([seconds])])
-    with open(out_dir / TABLE_FILE, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle, delimiter="\t").writerows([HEADER, *rows])
+    write_rows(out_dir / TABLE_FILE, HEADER, rows, "\t", "\r\n")
     table = markdown_table(HEADER, rows)
     sections = [f"# Genome annotation{' (QUICK setting: smoke test, not a result)' if quick else ''}",
                 f"Trained on {Path(settings.train_genome).name} except bases {settings.held_out_start}.."

@@ -13,7 +13,8 @@ import statistics
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from biotf.atomic import atomic_write, atomic_write_text
+from biotf.analysis.plot import pyplot, save_figure
+from biotf.io.atomic import atomic_write_text
 
 Series = dict[float, list[float]]
 
@@ -68,12 +69,7 @@ def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, y
     `clip_to_start` cuts the y axis a little above the highest starting value, so that one exploding
     curve does not flatten the others. matplotlib's Agg backend: no display needed.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    figure, axes = pyplot().subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
     for axis, (title, series) in zip(axes[0], panels.items()):
         for label, points in series.items():
             xs = [x for x in sorted(points) if any(math.isfinite(v) for v in points[x])]
@@ -101,8 +97,4 @@ def plot_panels(panels: dict[str, dict[str, Series]], path: Path, xlabel: str, y
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()
-    try:
-        atomic_write(path, lambda temporary: figure.savefig(temporary, format=path.suffix.lstrip(".") or "png", dpi=110))
-    finally:
-        plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)

@@ -180,7 +180,7 @@ def compose_config(overrides: list[str]) -> TrainConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
     from biotf.training.config import describe, register_configs, validate
 
     register_configs()

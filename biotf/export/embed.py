@@ -35,16 +35,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biotf.data.readers import Record
+from biotf.io.embeddings import RecordEmbedding
+from biotf.io.readers import Record
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.data.packing import check_packable, fill_rows, inference_batches
-from biotf.export.choices import EMBED_LONG_POLICIES
+from biotf.export import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
@@ -118,17 +119,6 @@ class EmbedStats:
                 f"{counted(self.windows, 'window')}; {self.chunked} chunked, {self.truncated} truncated "
                 f"({counted(self.truncated_tokens, 'token')} cut); "
                 f"tokenizer policies: {self.policies.summary()}")
-
-
-@dataclass
-class RecordEmbedding:
-    """One record's vectors: (layers, D) pooled, or (layers, tokens, D) with `token_ids` and `positions` for
-    pool "none" (content tokens only; `positions` are 0-based indices among the record's content tokens)."""
-
-    record: Record
-    vectors: np.ndarray
-    token_ids: np.ndarray | None = None
-    positions: np.ndarray | None = None
 
 
 @dataclass

@@ -15,11 +15,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.checkpoint.digest import model_fingerprint
 from biotf.errors import disk_errors
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
-from biotf.export.writers import EmbeddingWriter, output_format
+from biotf.io.embeddings import EMBEDDING_FORMATS, EmbeddingWriter
+from biotf.io.outputs import output_format
 from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.progress import reporting
 from biotf.tokenizers.base import PolicyStats
@@ -50,7 +51,7 @@ class EmbedRun:
     def __init__(self, model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
                  options: EmbedOptions = EmbedOptions(), device: str | None = None, progress: bool = False,
                  tokenizer_options: Mapping[str, Any] | None = None):
-        output_format(output_path)
+        output_format(output_path, EMBEDDING_FORMATS)
         self.input_path, self.output_path, self.options, self.progress = input_path, output_path, options, progress
         self.embedder, self.info = open_embedder(model, options, device, tokenizer_options)
         self.info["input"] = str(input_path)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biotf.atomic import atomic_directory
+from biotf.io.atomic import atomic_directory
 from biotf.checkpoint.digest import content_crc32
 from biotf.data.collators import content_mask, pad_batch
 from biotf.errors import InputError

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from biotf.data import ReaderOptions, read_records
-from biotf.data.readers import Record
+from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.data.long_policy import CROPPED, encode_for_task
 from biotf.errors import InputError
 from biotf.conventions import IGNORE_INDEX

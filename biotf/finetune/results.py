@@ -13,14 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
 from biotf.data.labels import label_text
 from biotf.data.long_policy import CROPPED
-from biotf.data.split_file import read_sides
+from biotf.data.splits import read_sides
 from biotf.errors import InputError
-from biotf.conventions import IGNORE_INDEX
+from biotf.conventions import IGNORE_INDEX, listed
 from biotf.finetune.labelled import LabelledSet
-from biotf.wording import listed
 
 RESULT_FILE = "finetune.json"
 PREDICTIONS_FILE = "predictions_test.tsv"

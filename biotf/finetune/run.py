@@ -27,10 +27,9 @@ import torch
 from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
 from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
-from biotf.data.readers import detect_format
-from biotf.data.split_file import SPLIT_FILE, write_split
-from biotf.data.splits import UNPLACED, assign, split_groups
-from biotf.conventions import IGNORE_INDEX
+from biotf.io.readers import detect_format
+from biotf.data.splits import SPLIT_FILE, UNPLACED, assign, split_groups, write_split
+from biotf.conventions import IGNORE_INDEX, counted
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
 from biotf.model.stem import majority_bins
@@ -49,7 +48,6 @@ from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same
 from biotf.training.hints import command_line, reader_words
 from biotf.training.run import build_trainer, continue_metrics, held_run, read_resumed, write_run_files
 from biotf.training.rundir import checkpoint_run_dir
-from biotf.wording import counted
 
 INVALID_SMILES_LEFT_OUT = "SMILES RDKit cannot parse (data.invalid_smiles=skip)"  # a reason records are left out
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, TextStreamer, sampling_over
@@ -20,7 +20,7 @@ from biotf.inference.pretrained import GenerationDefaults, complete
 from biotf.inference.sampling import sample_sequences, write_samples
 from biotf.progress import reporting
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 # The flag of each `Sampling` field: a value refused is named as the user gave it.
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",

@@ -9,7 +9,6 @@ With `packing` the records of a batch share rows, each alone in its segment and 
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -20,14 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.checkpoint.task_model import TaskInfo, load_task_model
 from biotf.data.collators import content_mask
 from biotf.data.labels import label_text
 from biotf.data.long_policy import encode_for_task
 from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_rows
-from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.io.readers import ReaderOptions, Record, read_records
+from biotf.io.tables import write_rows
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.tasks import TaskModel
 from biotf.progress import Progress, reporting
@@ -175,15 +174,7 @@ class PredictRun:
 
     def write(self, rows: Iterable[list[str]]) -> None:
         """The output file (tab-separated unless its name ends in .csv), atomically."""
-        delimiter = "," if Path(self.output).suffix.lower() == ".csv" else "\t"
-
-        def write(path: Path) -> None:
-            with open(path, "w", newline="", encoding="utf-8") as handle:
-                writer = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-                writer.writerow(self.header)
-                writer.writerows(rows)
-
-        atomic_write(self.output, write)
+        write_rows(self.output, self.header, rows, "," if Path(self.output).suffix.lower() == ".csv" else "\t")
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -220,7 +211,7 @@ def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output
                  tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False,
                  progress: bool = False) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
-    (the caller has checked the output path: `biotf.export.outputs.check_output`); `tokenizer_options` change
+    (the caller has checked the output path: `biotf.io.outputs.check_output`); `tokenizer_options` change
     policies of the model's tokenizer (`as_loaded`); `packing`: the records of a batch share rows (`predict`).
     An error about a record names `input_path`."""
     run = PredictRun(model, output, batch_size, tokenizer_options, input_path, packing, progress)

@@ -15,14 +15,14 @@ batch size (`biotf.inference.generation`). With `valid` (e.g. RDKit's parse for 
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
+from biotf.io.outputs import output_format
+from biotf.io.tables import write_rows
 from biotf.errors import CheckpointError, ConfigError, InputError, check_int
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, fit_prompts, generate_batch, stream_seed
@@ -124,34 +124,22 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     return drawn
 
 
-def sample_format(path: str | PathLike) -> str:
-    """The file format of `path` by its extension; a ConfigError names the ones there are."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in SAMPLE_FORMATS:
-        raise ConfigError("--output", str(path), reason="the format is chosen by the extension",
-                          allowed=" | ".join(SAMPLE_FORMATS))
-    return suffix
-
-
 def write_samples(path: str | PathLike, samples: list[Sample]) -> Path:
     """Write `samples` (ids `sample_1`, `sample_2`, ... in order) by extension, all or nothing: FASTA (id and
     sequence), CSV (id, sequence, tokens, log_prob, finished) or TXT (one sequence a line)."""
-    suffix = sample_format(path)
+    suffix = output_format(path, SAMPLE_FORMATS, "--output")
     ids = [f"sample_{number}" for number in range(1, len(samples) + 1)]
     if suffix != ".csv":
         for name, sample in zip(ids, samples):
             if "\n" in sample.sequence or "\r" in sample.sequence:
                 raise InputError(f"{path}: {name} holds a line break, which a {suffix} line cannot; write a .csv "
                                  "(it quotes such a sequence)")
+    if suffix == ".csv":
+        return write_rows(path, ["id", "sequence", "tokens", "log_prob", "finished"],
+                          ([name, s.sequence, s.tokens, f"{s.log_prob:.6g}", str(s.finished).lower()]
+                           for name, s in zip(ids, samples)), ",")
     if suffix == ".fasta":
         text = "".join(f">{name}\n{sample.sequence}\n" for name, sample in zip(ids, samples))
-    elif suffix == ".txt":
-        text = "".join(f"{sample.sequence}\n" for sample in samples)
     else:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["id", "sequence", "tokens", "log_prob", "finished"])
-        writer.writerows([name, s.sequence, s.tokens, f"{s.log_prob:.6g}", str(s.finished).lower()]
-                         for name, s in zip(ids, samples))
-        text = buffer.getvalue()
+        text = "".join(f"{sample.sequence}\n" for sample in samples)
     return atomic_write_text(path, text)

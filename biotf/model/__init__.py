@@ -5,15 +5,16 @@
     out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
 
 Modules: config (TransformerConfig; its presets are conf/model/*.yaml), positions, norms, attention, mlp,
-block, head (the masked-LM head transform), transformer, cache (KVCache), loss (plain and fused LM loss),
+block, head (the masked-LM head transform), transformer, kv_cache (KVCache), loss (plain and fused LM loss),
 hf (weight mappings of Hugging Face families: Qwen2, Llama, Mistral, GPT-2, BLOOM both ways, ESM into biotf),
 tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora (low-rank adapters),
 modes (fine-tuning modes full | frozen | lora: which weights train, a registry),
-contacts (contact prediction from attention maps), stem (the convolutional stem: tokens into bins and back),
-precision (inference in bf16 or int8, behind a fidelity gate against fp32).
+attention_contacts (contact prediction from attention maps), contact_head (its parameters),
+stem (the convolutional stem: tokens into bins and back), precision (inference in bf16 or int8, behind a fidelity
+gate against fp32).
 """
 
-from biotf.model.cache import KVCache
+from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.conventions import IGNORE_INDEX  # re-exported: the label convention the loss follows
 from biotf.model.transformer import Transformer, TransformerOutput, TrunkOutput

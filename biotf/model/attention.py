@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from biotf.model.attention_mask import AttentionMask, SegmentBatches
-from biotf.model.cache import KVCache
+from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.positions import apply_rotary
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from biotf.model.attention import Attention
-from biotf.model.cache import KVCache
+from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.mlp import build_mlp
 from biotf.model.norms import build_norm

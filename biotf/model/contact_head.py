@@ -1,6 +1,6 @@
-"""The contact head's parameters: the logistic regression over every layer x head attention map (`contacts.py` has
-the method and computes with it). A module of its own because the transformer holds one (`contact_head: true`)
-while `contacts.py` takes the transformer."""
+"""The contact head's parameters: the logistic regression over every layer x head attention map
+(`attention_contacts.py` has the method and computes with it). A module of its own because the transformer holds one
+(`contact_head: true`) while `attention_contacts.py` takes the transformer."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ class Calibration:
     causal: bool
 
 
-def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len: int, causal: bool,
+def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len: int | None, causal: bool,
                       mask_id: int | None = None, prefix: tuple[int, ...] = (), suffix: tuple[int, ...] = (),
                       seed: int = 0) -> Calibration:
     """`CALIBRATION_SEQUENCES` seeded sequences of content ids (every id not in `special_ids`) framed by `prefix` /
@@ -112,7 +112,7 @@ def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len
     `MASK_STRIDE` times with every `MASK_STRIDE`-th content token masked (not for a causal model, nor without a
     `mask_id`)."""
     content_ids = torch.tensor([i for i in range(vocab_size) if i not in set(special_ids)])
-    length = min(CALIBRATION_TOKENS, max_seq_len)
+    length = CALIBRATION_TOKENS if max_seq_len is None else min(CALIBRATION_TOKENS, max_seq_len)
     width = max(1, length - len(prefix) - len(suffix))
     generator = torch.Generator().manual_seed(seed)
     content = content_ids[torch.randint(len(content_ids), (CALIBRATION_SEQUENCES, width), generator=generator)]

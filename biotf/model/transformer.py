@@ -70,7 +70,7 @@ from torch.utils.checkpoint import checkpoint
 from biotf.errors import ConfigError, InputError
 from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
-from biotf.model.cache import KVCache
+from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.contact_head import ContactHead
 from biotf.model.head import HeadTransform

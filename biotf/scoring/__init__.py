@@ -10,14 +10,18 @@
 
 from biotf.lazy import lazy_exports
 
+# The values `biotf score` offers, here so that the command's parser lists them without torch.
+METHODS = ("auto", "causal", "pll", "masked-marginal", "wt-marginal")
+SEQUENCE_METHODS = ("auto", "causal", "pll")  # the methods that score whole records (the others score variants)
+
 # name -> submodule; each is imported when first used (see biotf/lazy.py), so the command's parser loads no torch.
 _EXPORTS = {
-    "substitution_score": "baselines", "SCORE_FORMATS": "choices", "METHODS": "choices", "SEQUENCE_METHODS": "choices",
-    "ScoreSummary": "files", "ScoreRun": "files", "score_file": "files", "score_variants_file": "files", "write_table": "files",
+    "substitution_score": "baselines",
+    "ScoreSummary": "files", "ScoreRun": "files", "score_file": "files", "score_variants_file": "files",
     "Mutation": "mutations", "Variant": "mutations", "apply": "mutations", "difference": "mutations",
     "make_variant": "mutations", "parse_code": "mutations", "parse_pos_ref_alt": "mutations",
     "ScoreOptions": "scorer", "Scorer": "scorer", "SequenceScore": "scorer", "VariantScore": "scorer",
     "Reference": "variant_files", "read_reference": "variant_files", "read_variants": "variant_files",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "METHODS", "SEQUENCE_METHODS"])

@@ -12,24 +12,23 @@ Under torchrun `ScoreRun` scores the records in parts (`biotf.data.sharded`) and
 
 from __future__ import annotations
 
-import csv
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from biotf.atomic import atomic_write
 from biotf.checkpoint.loading import LoadedModel, as_loaded
-from biotf.data.readers import Record, ReaderOptions, read_records, with_source
+from biotf.io.outputs import output_format
+from biotf.io.readers import Record, ReaderOptions, read_records, with_source
+from biotf.io.tables import TABLE_FORMATS, write_table
 from biotf.errors import InputError, TokenizationError
 from biotf.progress import reporting
-from biotf.scoring.choices import SCORE_FORMATS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import Reference, read_reference, read_variants
 from biotf.tokenizers.base import PolicyStats
-from biotf.wording import counted
+from biotf.conventions import counted
 
 RECORDS_PER_CALL = 256  # sequences scored together: their rows share batches
 PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON object a line
@@ -56,38 +55,6 @@ class ScoreSummary:
         packed = " (packed rows)" if self.packing else ""
         return (f"{counted(self.records, 'record')} scored by {self.method}{packed}{windows}{reference}; "
                 f"tokenizer policies: {self.policies.summary()}")
-
-
-def output_format(path: str | Path) -> str:
-    """The output's extension; anything but SCORE_FORMATS is refused before the model loads."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in SCORE_FORMATS:
-        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(SCORE_FORMATS)})")
-    return suffix
-
-
-def write_table(path: str | Path, rows: list[dict[str, object]], columns: Sequence[str] | None = None) -> Path:
-    """Rows of equal keys as .csv / .tsv (floats at full precision) or .parquet, atomically. The header (the
-    parquet schema) is always written, so a table without rows still reads as one: `columns` names it when `rows`
-    may be empty (a query without hits); by default the first row's keys."""
-    suffix = output_format(path)
-    names = list(rows[0]) if rows else list(columns or [])
-    if not names:
-        raise ValueError(f"{path}: a table without rows needs its columns named")
-
-    def write(temporary: Path) -> None:
-        if suffix == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            pq.write_table(pa.table({name: [row[name] for row in rows] for name in names}), temporary)
-            return
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, delimiter="\t" if suffix == ".tsv" else ",")
-            writer.writerow(names)
-            writer.writerows([row[name] for name in names] for row in rows)
-
-    return atomic_write(path, write)
 
 
 def _with_metadata(record: Record, columns: dict[str, object]) -> dict[str, object]:
@@ -134,7 +101,7 @@ class ScoreRun:
     def __init__(self, model: str | Path | LoadedModel, input_path: str | Path, output_path: str | Path,
                  method: str = "auto", options: ScoreOptions = ScoreOptions(), device: str | None = None,
                  progress: bool = False, tokenizer_options: Mapping[str, Any] | None = None):
-        output_format(output_path)
+        output_format(output_path, TABLE_FORMATS)
         self.input_path, self.output_path, self.progress = input_path, output_path, progress
         loaded = as_loaded(model, device, tokenizer_options)
         self.tokenizer_options = loaded.tokenizer_options
@@ -196,7 +163,7 @@ def score_variants_file(model: str | Path | LoadedModel, variants_path: str | Pa
     """A score per variant of `variants_path` against `reference` (a one-record file or a sequence: see
     `read_reference`); an error about the reference names its file, one about a variant the variants file;
     `tokenizer_options` change policies of the model's tokenizer (`as_loaded`)."""
-    output_format(output_path)
+    output_format(output_path, TABLE_FORMATS)
     summary = ScoreSummary(packing=options.packing)
     summary.reference = read_reference(reference, summary.policies)
     reference_sequence = summary.reference.sequence

@@ -37,7 +37,7 @@ from biotf.data.packing import check_packable
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
 from biotf.scoring.batching import Row, row_log_probs
-from biotf.scoring.choices import METHODS, SEQUENCE_METHODS
+from biotf.scoring import METHODS, SEQUENCE_METHODS
 from biotf.scoring.mutations import Variant, apply, reverse_strand
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 

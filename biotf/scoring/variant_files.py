@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from biotf.data.readers import Record, ReaderOptions, detect_format, read_records, table_columns
+from biotf.io.readers import Record, ReaderOptions, detect_format, read_records, table_columns
 from biotf.errors import InputError
 from biotf.scoring.mutations import Variant, difference, make_variant, parse_code, parse_pos_ref_alt
 from biotf.tokenizers.base import PolicyStats
-from biotf.wording import counted
+from biotf.conventions import counted
 
 MUTATION_COLUMNS = ("mutant", "mutation", "mutations", "variant")
 POSITION_COLUMNS = ("pos", "position")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import open_binary
+from biotf.io.readers import open_binary
 from biotf.errors import InputError
 
 CONTACT_ANGSTROM = 8.0
@@ -62,6 +62,13 @@ class Chain:
         distances = np.linalg.norm(self.positions[:, None] - self.positions[None], axis=-1)
         with np.errstate(invalid="ignore"):
             return distances < CONTACT_ANGSTROM
+
+    def drawn_contacts(self) -> tuple[np.ndarray, str]:
+        """The true map as a picture shows it (`biotf.analysis.plot.plot_contacts`), with its title: 1 a contact, 0
+        none, 0.5 (grey) a pair with an unobserved residue."""
+        known = self.known
+        truth = np.where(known[:, None] & known[None], self.contacts().astype(float), 0.5)
+        return truth, f"true: C-beta < {CONTACT_ANGSTROM:g} A (grey: unobserved)"
 
 
 def structure_name(path: str | Path) -> str | None:

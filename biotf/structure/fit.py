@@ -26,14 +26,14 @@ import torch
 
 from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.store import check_export_directory, save_pretrained
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
-from biotf.model.contacts import attach_contact_head, contact_features
+from biotf.model.attention_contacts import attach_contact_head, contact_features
 from biotf.structure.chains import Chain, read_chain, structure_files
-from biotf.structure.contacts import Protein, proteins
+from biotf.structure.contact_files import Protein, proteins
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 MIN_SEPARATION = 6
 DEFAULT_L1_C = 0.15

@@ -19,22 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import Record
-from biotf.errors import InputError
-from biotf.npz import NpzNames
+from biotf.io.readers import Record
+from biotf.io.npz import NpzNames
 
 CONTACT_FORMATS = (".npz", ".tsv", ".rr")
 RR_LINE = 50  # residues per sequence line of an RR block
 Maps = Iterable[tuple[Record, np.ndarray]]
-
-
-def contact_format(path: str | Path) -> str:
-    """The output's extension; anything but CONTACT_FORMATS is refused before any work is done."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in CONTACT_FORMATS:
-        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} "
-                         f"(allowed: {', '.join(CONTACT_FORMATS)})")
-    return suffix
 
 
 def check_ids(fmt: str, records: Iterable[Record]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from biotf.errors import ConfigError
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.tokenizers.base import Tokenizer, registered_tokenizers
 from biotf.tokenizers.loading import build_tokenizer, with_options
 

@@ -28,7 +28,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from biotf.atomic import atomic_write
+from biotf.io.atomic import atomic_write
 from biotf.checkpoint import read_checkpoint, save_checkpoint
 from biotf.errors import CheckpointError
 

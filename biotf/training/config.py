@@ -25,8 +25,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
-from biotf.resources import SAMPLES_DIR
-from biotf.tokenizers.chem import INVALID_SMILES
+from biotf.conventions import SAMPLES_DIR
+from biotf.chemistry import INVALID_SMILES
 from biotf.tokenizers.loading import check_tokenizer_config
 from biotf.training.finetune_config import FinetuneConfig, check_finetune
 
@@ -42,7 +42,7 @@ PROGRESS_FORMS = ("auto", "bar", "lines")  # trainer.progress (biotf.training.pr
 class DataConfig:
     """Where the sequences come from and how they are batched.
 
-    path: the input file (FASTA, GenBank, CSV/TSV, .smi or text; see `biotf.data.readers`).
+    path: the input file (FASTA, GenBank, CSV/TSV, .smi or text; see `biotf.io.readers`).
     format / column / id_column: reader options (format from the extension when null).
     max_length: longest training sequence in tokens, specials included (<= model.max_seq_len); null (fine-tuning
     only) means the max_seq_len of init_from's model.

@@ -27,9 +27,10 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from biotf.atomic import atomic_write, atomic_write_text
+from biotf.io.atomic import atomic_write, atomic_write_text
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint)
-from biotf.data import PreparedData, ReaderOptions, is_validation, prepare_dataset, read_records
+from biotf.data import PreparedData, is_validation, prepare_dataset
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
 from biotf.training.callbacks import (CarryBest, LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO,
                                      carry_best)

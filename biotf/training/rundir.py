@@ -18,7 +18,6 @@ No Lightning here: `entry.preflight` checks the directory and the resume before 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import socket
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from biotf.atomic import atomic_write_text
+from biotf.io.tables import write_rows
 from biotf.checkpoint import CHECKPOINT_DIR, FINETUNED_MODEL_DIR
 from biotf.errors import BiotfError, InputError, disk_errors
 from biotf.training.hints import command_line, hydra_override
@@ -204,9 +203,5 @@ def trim_metrics(run_dir: str | Path, before_step: int) -> int:
         fields, rows = reader.fieldnames or [], list(reader)
     kept = [row for row in rows if row.get("step") and float(row["step"]) < before_step]
     if len(kept) < len(rows):
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(kept)
-        atomic_write_text(path, text.getvalue())
+        write_rows(path, fields, ([row[name] for name in fields] for row in kept), ",")
     return len(rows) - len(kept)

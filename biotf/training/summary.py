@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from biotf.atomic import atomic_write_text
+from biotf.io.atomic import atomic_write_text
 from biotf.training.hints import command_line, reader_words
 
 SUMMARY_JSON = "summary.json"

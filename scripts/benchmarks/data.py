@@ -32,7 +32,7 @@ BATCH, LENGTH = 8, 256
 # peak measured afterwards belongs to preprocessing alone (torch & co. are imported by biotf.data).
 CHILD = """
 import json, sys, time
-from biotf.data.cache import tokenize_to_cache
+from biotf.data.token_cache import tokenize_to_cache
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 
 def status(field):

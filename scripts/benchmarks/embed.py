@@ -96,7 +96,7 @@ def hf_loop(model, encoded: list[np.ndarray], pad_id: int) -> np.ndarray:
 
 
 def throughput_vs_hf(bench, quick: bool) -> None:
-    from biotf.data.readers import Record
+    from biotf.io.readers import Record
     from biotf.export import Embedder, EmbedOptions
     from biotf.tokenizers import AminoAcidTokenizer
 

@@ -21,7 +21,7 @@ import statistics
 import torch
 
 from biotf.finetune.features import compute_features
-from biotf.finetune.modes import Frozen
+from biotf.model.modes import Frozen
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.lora import LoRAConfig, apply_lora
 from biotf.model.tasks import TaskModel

@@ -50,7 +50,7 @@ def status(field):
 
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers.loading import build_tokenizer
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 import yaml
 
 tokenizer = build_tokenizer(yaml.safe_load((CONF_DIR / "tokenizer" / "dna_char.yaml").read_text()))

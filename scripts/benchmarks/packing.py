@@ -40,8 +40,8 @@ EMBED_LENGTH, BATCH_TOKENS = 512, 16384
 
 
 def deeploc_sequences(n: int) -> list[str]:
-    from biotf.data.readers import read_records
-    from biotf.resources import SAMPLES_DIR
+    from biotf.io.readers import read_records
+    from biotf.conventions import SAMPLES_DIR
 
     path = SHARED_DEEPLOC if SHARED_DEEPLOC.exists() else SAMPLES_DIR / "deeploc_our_val_set.fasta"
     sequences = [record.sequence for record in read_records(path)]
@@ -184,7 +184,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
     import torch
 
     from biotf.data.packing import first_fit_decreasing
-    from biotf.data.readers import Record
+    from biotf.io.readers import Record
     from biotf.export import Embedder, EmbedOptions
 
     tokenizer, ours, theirs = models(bench.device)
@@ -223,7 +223,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
 def causal_training(bench, label: str, sequences: list[str], tokenizer, block: int, repeats: int) -> None:
     import torch
 
-    from biotf.data.cache import TokenShard
+    from biotf.data.token_cache import TokenShard
     from biotf.data.datasets import PackedBlockDataset
     from biotf.model import Transformer, TransformerConfig
     from biotf.model.loss import language_model_loss
@@ -262,8 +262,8 @@ def causal_training(bench, label: str, sequences: list[str], tokenizer, block: i
 
 
 def smiles_sequences(n: int) -> list[str]:
-    from biotf.data.readers import ReaderOptions, read_records
-    from biotf.resources import SAMPLES_DIR
+    from biotf.io.readers import ReaderOptions, read_records
+    from biotf.conventions import SAMPLES_DIR
 
     records = read_records(SAMPLES_DIR / "moses_train_head20k.csv.gz", ReaderOptions(column="SMILES"))
     return [record.sequence for record, _ in zip(records, range(n))]

@@ -40,9 +40,9 @@ def run(bench, quick: bool) -> None:
     import torch
 
     from biotf.checkpoint import save_pretrained
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
     from biotf.model import Transformer, TransformerConfig
-    from biotf.resources import SAMPLES_DIR
+    from biotf.conventions import SAMPLES_DIR
     from biotf.tokenizers import AminoAcidTokenizer
 
     count = 512 if quick else 2048

@@ -41,7 +41,7 @@ def _throughput(bench, name: str, comparison, target_mb_s: float) -> None:
 
 
 def amino_acids(bench, quick: bool) -> None:
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
     from biotf.tokenizers import AminoAcidTokenizer
 
     files = ["flip_ss3_sequences.fasta.gz", "deeploc_test_set.fasta", "deeploc_our_val_set.fasta",
@@ -66,7 +66,7 @@ def amino_acids(bench, quick: bool) -> None:
 
 
 def _genome_pieces(quick: bool) -> list[str]:
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
 
     genomes = [r.sequence for path in sorted((SHARED / "data/dna").glob("biopython_*.gb*")) for r in read_records(path)]
     pieces = [g[i:i + 10_000] for g in genomes for i in range(0, len(g), 10_000)]
@@ -100,7 +100,7 @@ def kmers(bench, quick: bool) -> None:
 
 
 def smiles(bench, quick: bool) -> None:
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
     from biotf.tokenizers import SmilesTokenizer
 
     texts = [r.sequence for r in read_records(SHARED / "data/smiles/moses_test.csv.gz", ReaderOptions(column="SMILES"))]

@@ -100,7 +100,7 @@ def lightning_overhead(bench, quick: bool) -> None:
 def loader_vs_step(bench, quick: bool) -> None:
     from hydra import compose, initialize_config_dir
 
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
     from biotf.training.config import register_configs, validate
     from biotf.training.datamodule import SequenceDataModule
     from biotf.training.run import build_run_tokenizer, prepare_data

@@ -8,7 +8,7 @@ import pytest
 from biotf.analysis.labels import labels
 from biotf.analysis.probe import run_probe
 from biotf.errors import InputError
-from biotf.export.writers import EmbeddingTable
+from biotf.io.embeddings import EmbeddingTable
 
 RESIDUES = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
 

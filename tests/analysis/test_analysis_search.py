@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 from biotf.analysis.search.classical import classical_sets
-from biotf.analysis.search.evaluate import agreement, knn_agreement
+from biotf.analysis.search.agreement import agreement, knn_agreement
 from biotf.analysis.search.expression import parse_expression
 from biotf.analysis.search.index import SearchIndex, add_records, build_index
 from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.errors import ConfigError, InputError
-from biotf.export.embed import RecordEmbedding
-from biotf.export.writers import EmbeddingWriter
-from biotf.data.readers import Record
+from biotf.io.embeddings import EmbeddingWriter, RecordEmbedding
+from biotf.io.readers import Record
 
 faiss = pytest.importorskip("faiss")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from biotf.atomic import atomic_write
+from biotf.io.atomic import atomic_write
 from biotf.checkpoint import (CHECKPOINT_KEY, DIGEST_KEY, checkpoint_payload, read_checkpoint, save_checkpoint, save_pretrained)
 from biotf.errors import CheckpointError
 from biotf.checkpoint.loading import load_pretrained

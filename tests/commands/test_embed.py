@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from biotf.cli import main
-from biotf.export import npz_text
+from biotf.io.embeddings import npz_text
 from biotf.tokenizers import AminoAcidTokenizer
 from tiny_models import save_tiny_protein_model
 

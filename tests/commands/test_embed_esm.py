@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.export import npz_text
+from biotf.io.embeddings import npz_text
 
 PROTEINS = {"P1": "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "P2": "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "P3": "MA"}
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.export import npz_text
+from biotf.io.embeddings import npz_text
 from hf_tokenizer_dirs import write_tokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -15,7 +15,7 @@ import torch
 
 import biotf
 from biotf.cli import main
-from biotf.export import npz_text
+from biotf.io.embeddings import npz_text
 from hf_tokenizer_dirs import with_fixed_padding_and_truncation, write_tokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from biotf.cli import main
-from biotf.data.readers import Record
-from biotf.export.embed import RecordEmbedding
-from biotf.export.writers import EmbeddingWriter
+from biotf.io.readers import Record
+from biotf.io.embeddings import EmbeddingWriter, RecordEmbedding
 
 
 @pytest.fixture(scope="module")

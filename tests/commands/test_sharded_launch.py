@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from biotf.cli import main
-from biotf.data.readers import read_records
+from biotf.io.readers import read_records
 from biotf.data.sharded import work_folder
-from biotf.resources import SAMPLES_DIR
+from biotf.conventions import SAMPLES_DIR
 from tiny_models import save_tiny_protein_model
 from torchrun_helpers import free_port
 from torchrun_helpers import torchrun as torchrun_command

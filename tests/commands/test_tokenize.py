@@ -85,7 +85,7 @@ def test_unknown_tokenizer_lists_the_allowed(capsys, tmp_path):
 
 
 def preset_names() -> list[str]:
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
 
     return sorted(path.stem for path in (CONF_DIR / "tokenizer").glob("*.yaml"))
 
@@ -97,7 +97,7 @@ def test_every_tokenizer_preset_works_by_name(capsys, tmp_path, request, name):
     from omegaconf import OmegaConf
 
     from biotf.tokenizers.loading import build_tokenizer
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
 
     qwen_tokenizer_dir = request.getfixturevalue("qwen_tokenizer_dir") if name == "bpe" else None
     text = tmp_path / "x.txt"

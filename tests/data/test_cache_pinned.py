@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from biotf.data import fasta
-from biotf.data.cache import ShardCache, tokenize_to_cache
+from biotf.io import fasta
+from biotf.data.token_cache import ShardCache, tokenize_to_cache
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 
 

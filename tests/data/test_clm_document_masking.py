@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biotf.conventions import IGNORE_INDEX
-from biotf.data.cache import TokenShard
+from biotf.data.token_cache import TokenShard
 from biotf.data.datasets import PackedBlockDataset
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.loss import language_model_loss

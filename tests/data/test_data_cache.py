@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.data.cache import file_digest, token_counts, tokenize_to_cache, token_dtype
-from biotf.data.readers import ReaderOptions, read_records
-from biotf.data.validation_split import is_validation
+from biotf.data.token_cache import file_digest, token_counts, tokenize_to_cache, token_dtype
+from biotf.io.readers import ReaderOptions, read_records
+from biotf.data.splits import is_validation
 from biotf.errors import InputError, TokenizationError
 
 SEQUENCES = {f"p{i}": "MKVLAACDEFGHIKLMNPQRSTVWY"[: 3 + i % 20] * (1 + i % 3) for i in range(200)}
@@ -115,7 +115,7 @@ def test_ids_outside_the_vocabulary_are_refused(fasta, tmp_path, char_tokenizer,
 def test_an_entry_written_in_uint16_before_uint8_is_reused_with_the_same_ids(fasta, tmp_path, char_tokenizer,
                                                                             monkeypatch):
     """Caches written before ids that fit a byte were stored as uint8 keep their key and load as they are."""
-    import biotf.data.cache as cache_module
+    import biotf.data.token_cache as cache_module
 
     monkeypatch.setattr(cache_module, "token_dtype", lambda vocab_size: np.dtype(np.uint16))
     old = tokenize_to_cache(fasta, char_tokenizer, tmp_path / "cache")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from biotf.data.cache import TokenShard
+from biotf.data.token_cache import TokenShard
 from biotf.data.datasets import LengthGroupedBatchSampler, PackedBlockDataset, SequenceDataset
 from biotf.errors import ConfigError, InputError
 from biotf.model.loss import IGNORE_INDEX

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from biotf.data.readers import ReaderOptions, detect_format, read_columns, read_records
+from biotf.io.readers import ReaderOptions, detect_format, read_columns, read_records
 from biotf.errors import InputError
 from biotf.tokenizers.base import PolicyStats
 
@@ -222,7 +222,7 @@ def test_bad_files_are_one_clear_input_error(tmp_path, name, content, message, r
 def test_read_columns_are_read_records_in_runs(tmp_path, monkeypatch, name, content, options, characters):
     """The token cache's lean path: the same records, counts (in the same order) and runs that close at the first
     record reaching `characters`, wherever the FASTA blocks fall."""
-    from biotf.data import fasta
+    from biotf.io import fasta
 
     monkeypatch.setattr(fasta, "BLOCK_CHARACTERS", 16)
     path = tmp_path / name

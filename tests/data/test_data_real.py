@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from biotf.data import LengthGroupedBatchSampler, MLMCollator, ReaderOptions, prepare_dataset
+from biotf.data import LengthGroupedBatchSampler, MLMCollator, prepare_dataset
+from biotf.io.readers import ReaderOptions
 from biotf.errors import TokenizationError
 from biotf.model.loss import IGNORE_INDEX
 from biotf.tokenizers import AminoAcidTokenizer, BPETokenizer, KmerTokenizer, SmilesTokenizer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from biotf.data.validation_split import is_validation, validate_fraction, validation_mask
+from biotf.data.splits import is_validation, validate_fraction, validation_mask
 from biotf.errors import ConfigError
 
 
@@ -34,7 +34,7 @@ def test_the_bulk_mask_is_is_validation_of_each_sequence(fraction, seed):
 
 def test_duplicates_land_together(shared_data):
     """uci_splice has 185 duplicate sequences (SOURCES.md): each lands wholly on one side."""
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
 
     sides: dict[str, set[bool]] = {}
     for record in read_records(shared_data / "dna/uci_splice.csv"):

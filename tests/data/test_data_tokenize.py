@@ -8,7 +8,7 @@ import io
 import pytest
 
 import biotf.data.tokenize as tokenize
-from biotf.data.readers import ReaderOptions, Record
+from biotf.io.readers import ReaderOptions, Record
 from biotf.errors import TokenizationError
 
 

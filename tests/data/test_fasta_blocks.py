@@ -1,4 +1,4 @@
-"""`biotf.data.fasta`: records parsed a block at a time equal Biopython's SimpleFastaParser, whatever the text."""
+"""`biotf.io.fasta`: records parsed a block at a time equal Biopython's SimpleFastaParser, whatever the text."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 import pytest
 from Bio.SeqIO.FastaIO import SimpleFastaParser
 
-from biotf.data import fasta
-from biotf.data.fasta import fasta_runs
+from biotf.io import fasta
+from biotf.io.fasta import fasta_runs
 
 PIECES = ["ACGT", "MKV", "\n", "\n", "\n>", ">", " ", "\t", "\r", "\x0c", "\x1d", "\xa0", "  \n", "x y", "*-", "\n\n", "é"]
 
@@ -41,8 +41,8 @@ def test_a_record_spanning_many_blocks_is_whole(monkeypatch):
 
 
 # --- repeated ids, counted in bounded memory ---------------------------------------------------------------------
-from biotf.data import duplicates  # noqa: E402
-from biotf.data.duplicates import DuplicateCounter  # noqa: E402
+from biotf.io import duplicates  # noqa: E402
+from biotf.io.duplicates import DuplicateCounter  # noqa: E402
 
 
 @pytest.mark.parametrize("buffer", [3, 1 << 20])
@@ -66,7 +66,7 @@ def test_repeated_ids_are_counted_alike_in_memory_and_spilled_to_bucket_files(mo
 
 
 def test_reading_stopped_early_leaves_no_spilled_files(monkeypatch, tmp_path):
-    from biotf.data.readers import read_records
+    from biotf.io.readers import read_records
 
     monkeypatch.setattr(duplicates, "BUFFER_KEYS", 2)
     made = []

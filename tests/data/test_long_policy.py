@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from biotf.data.cache import TokenShard
+from biotf.data.token_cache import TokenShard
 from biotf.data.datasets import SequenceDataset
 from biotf.data.long_policy import CROPPED, DROPPED, LongPolicy
 from biotf.errors import ConfigError, InputError

@@ -15,7 +15,7 @@ import torch
 from biotf.cli import main
 from biotf.data import sharded
 from biotf.data.sharded import Launch, add_counts, work_folder
-from biotf.export import npz_text
+from biotf.io.embeddings import npz_text
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 from tiny_models import save_tiny_protein_model

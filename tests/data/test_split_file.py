@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.data.split_file import read_sides, sides_of, write_split
+from biotf.data.splits import read_sides, sides_of, write_split
 from biotf.errors import InputError
 
 

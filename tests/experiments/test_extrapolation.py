@@ -7,10 +7,10 @@ import json
 import pytest
 
 from biotf.cli import main
-from biotf.data import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.experiments import extrapolation
 from biotf.experiments.runs import compose_config, read_run
-from biotf.resources import SAMPLES_DIR
+from biotf.conventions import SAMPLES_DIR
 from experiment_helpers import config, healthy, write_run
 
 

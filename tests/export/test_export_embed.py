@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
 from biotf.export import embed as embed_module
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from biotf.data.readers import Record
-from biotf.export import writers
-from biotf.export.embed import RecordEmbedding
-from biotf.export.writers import EmbeddingWriter
+from biotf.io.readers import Record
+from biotf.io import embeddings
+from biotf.io.embeddings import EmbeddingWriter, RecordEmbedding
 
 RECORDS, LENGTH, DIM, CHUNK = 3000, 1000, 256, 50
 BOUND = 2_000_000  # bytes: ids (~100 B a record) and one chunk of rows; a whole sequence column is >= 3 MB
@@ -30,12 +29,12 @@ def entries(per_token: bool) -> Iterator[RecordEmbedding]:
 
 
 @pytest.mark.parametrize("per_token", [False, True])
-@pytest.mark.parametrize("suffix", writers.EMBEDDING_FORMATS)
+@pytest.mark.parametrize("suffix", embeddings.EMBEDDING_FORMATS)
 def test_writer_holds_ids_only_and_closes_chunk_by_chunk(tmp_path, monkeypatch, suffix, per_token):
     import anndata.io  # noqa: F401  (imports allocate; load them before measuring)
     import pyarrow.parquet  # noqa: F401
 
-    monkeypatch.setattr(writers, "CHUNK_ROWS", CHUNK)
+    monkeypatch.setattr(embeddings, "CHUNK_ROWS", CHUNK)
     info = {"pool": "none" if per_token else "mean"}
     with EmbeddingWriter(tmp_path / f"warm{suffix}", ["embeddings"], per_token, info) as writer:  # lazy imports
         writer.add(next(entries(per_token)))

@@ -7,11 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.errors import InputError
-from biotf.export import writers
-from biotf.export.embed import RecordEmbedding
-from biotf.export.writers import EmbeddingWriter, npz_text, read_embeddings
+from biotf.io import embeddings
+from biotf.io.embeddings import EmbeddingWriter, RecordEmbedding, npz_text, read_embeddings
 
 LAYERS = ["layer_0", "embeddings"]
 INFO = {"pool": "mean", "tokenizer": "protein"}
@@ -58,7 +57,7 @@ def test_npz_opens_in_numpy(tmp_path):
 
 def test_npz_text_is_compact_utf8_without_pickles(tmp_path):
     """One long sequence must not make every row as wide as it (fixed-width unicode: 4 bytes x the longest)."""
-    from biotf.data.readers import Record
+    from biotf.io.readers import Record
 
     texts = ["M" * 20000, "MK", "", "é字🧬"] + ["MKV"] * 96
     entries = [RecordEmbedding(Record(f"r{i}", text or "X", {"note": text}, i), np.zeros((2, 4), np.float32))
@@ -111,7 +110,7 @@ def test_h5ad_opens_in_anndata(tmp_path):
     assert tokens.n_obs == 9 and tokens.obs["record_index"].tolist()[:3] == [0, 1, 1]
 
 
-@pytest.mark.parametrize("suffix", writers.EMBEDDING_FORMATS)
+@pytest.mark.parametrize("suffix", embeddings.EMBEDDING_FORMATS)
 def test_read_back(tmp_path, suffix):
     pooled = items(False)
     table = read_embeddings(write(tmp_path / f"e{suffix}", pooled))
@@ -129,7 +128,7 @@ def test_failure_leaves_nothing(tmp_path, monkeypatch):
         path.write_bytes(b"half")
         raise OSError("disk full")
 
-    monkeypatch.setitem(writers.WRITERS, ".npz", broken)
+    monkeypatch.setitem(embeddings.WRITERS, ".npz", broken)
     with pytest.raises(OSError, match="disk full"):
         write(tmp_path / "e.npz", items(False))
     with pytest.raises(RuntimeError):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from biotf.data.readers import Record
+from biotf.io.readers import Record
 from biotf.export.embed import EmbedOptions, Embedder
 from biotf.model import Transformer
 from biotf.scoring.scorer import Scorer

@@ -147,7 +147,7 @@ def test_the_worked_examples_are_experiment_presets_on_shipped_data(name, record
     (biotf/samples), and its label settings find a label in every record."""
     from hydra import compose, initialize_config_dir
 
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
     from biotf.training.config import register_configs, validate
     from biotf.finetune.labelled import _label_values
 
@@ -378,7 +378,7 @@ def majority_counts(labels: list[str], factor: int) -> dict[str, int]:
 @pytest.mark.parametrize("resolution, mode", [("base", "full"), ("bin", "full"), ("bin", "frozen")])
 def test_a_stem_model_fine_tunes_a_token_head_at_either_resolution(pretrained, tmp_path, resolution, mode):
     from biotf.checkpoint.task_model import load_task_model
-    from biotf.data.readers import ReaderOptions
+    from biotf.io.readers import ReaderOptions
     from biotf.finetune.run import train_task
     from biotf.inference.predict import predict_file
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from biotf.tokenizers import build_tokenizer
-from biotf.data.split_file import write_split
+from biotf.data.splits import write_split
 from biotf.finetune.results import FinetuneSummary, write_predictions
 from biotf.finetune.labelled import LabelledSet
 from biotf.training.run import write_run_files

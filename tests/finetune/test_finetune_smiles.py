@@ -106,8 +106,7 @@ def test_bbbp_scaffold_split_as_the_readme_runs_it_lists_what_it_left_out(smiles
     pytest.importorskip("rdkit")
     import csv
 
-    from biotf.data.split_file import read_sides
-    from biotf.data.splits import assign, scaffold_groups
+    from biotf.data.splits import assign, read_sides, scaffold_groups
     from biotf.finetune.run import INVALID_SMILES_LEFT_OUT
 
     monkeypatch.chdir(tmp_path)

@@ -190,7 +190,7 @@ def test_bad_input_is_one_line(capsys, files, tmp_path):
     status = main(["generate", "evaluate", "--input", str(files["valid"]), "--test", str(tmp_path / "no.csv")])
     one_line(status, capsys.readouterr().err, "reference file", "no.csv does not exist")
     status = main(["generate", "evaluate", "--input", str(files["valid"]), "--output", str(tmp_path / "m.csv")])
-    one_line(status, capsys.readouterr().err, "must end in .tsv or .json")
+    one_line(status, capsys.readouterr().err, "unsupported extension '.csv' (allowed: .tsv, .json)")
     (tmp_path / "exists.tsv").write_text("x")
     status = main(["generate", "evaluate", "--input", str(files["valid"]), "--output", str(tmp_path / "exists.tsv")])
     one_line(status, capsys.readouterr().err, "already exists; pass --overwrite")

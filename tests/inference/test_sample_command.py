@@ -64,7 +64,7 @@ def test_valid_only_counts_the_invalid_draws(smiles_dir, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--num-samples", "2"], "--output is required with --num-samples"),
     (["--output", "x.fasta", "--prompt", "C"], "invalid --output='x.fasta': it belongs to drawing samples"),
-    (["--num-samples", "2", "--output", "x.json"], r"allowed: \.fasta \| \.csv \| \.txt"),
+    (["--num-samples", "2", "--output", "x.json"], r"--output x.json: unsupported extension '\.json' \(allowed: \.fasta, \.csv, \.txt\)"),
     (["--num-samples", "2", "--output", "x.txt", "--chat"], "--num-samples draws from one start"),
     (["--num-samples", "2", "--output", "x.txt", "--max-draws", "9"], "only --valid-only draws more"),
     (["--num-samples", "0", "--output", "x.txt"], r"invalid --num-samples=0 \(allowed: an integer >= 1\)"),

@@ -118,7 +118,7 @@ def test_sample_files_by_extension(tmp_path):
     assert rows == [{"id": "sample_1", "sequence": "CCO", "tokens": "4", "log_prob": "-3.5", "finished": "true"},
                     {"id": "sample_2", "sequence": "c1ccccc1", "tokens": "9", "log_prob": "-7.25",
                      "finished": "false"}]
-    with pytest.raises(ConfigError, match=r"allowed: \.fasta \| \.csv \| \.txt"):
+    with pytest.raises(InputError, match=r"unsupported extension '\.json' \(allowed: \.fasta, \.csv, \.txt\)"):
         write_samples(tmp_path / "s.json", samples)
     with pytest.raises(InputError, match="sample_1 holds a line break"):
         write_samples(tmp_path / "t.txt", [Sample(0, "to be\nor not", 5, -1.0, True)])

@@ -10,14 +10,14 @@ import re
 import pytest
 
 from biotf.cli import main
-from biotf.resources import SAMPLES_DIR
+from biotf.conventions import SAMPLES_DIR
 from biotf.entry import train as entry
 from training_helpers import TINY
 
 
 def test_train_a_few_steps_then_draw_valid_smiles(tmp_path, monkeypatch, capsys):
     pytest.importorskip("rdkit")
-    from biotf.tokenizers.chem import is_valid
+    from biotf.chemistry import is_valid
 
     monkeypatch.chdir(tmp_path)
     with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:

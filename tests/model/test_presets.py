@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from biotf.errors import ConfigError
 from biotf.model import Transformer, TransformerConfig
 from biotf.model import config as model_config
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.training.config import register_configs
 
 NAMES = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.export import npz_text
+from biotf.io.embeddings import npz_text
 
 CLEAN_FASTA = b">p1 first\nMKVLAAGIVG\n>p2 second\nMSTNPKPQRK\nTKRNTNRR\n"
 

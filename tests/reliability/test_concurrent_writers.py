@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import biotf
-from biotf.atomic import PAUSE_BEFORE_PUBLISH
+from biotf.io.atomic import PAUSE_BEFORE_PUBLISH
 from biotf.cli import main
-from biotf.export.outputs import hold
+from biotf.io.outputs import hold
 
 FASTA = b">p1 a\nMKVLAAGIVG\n>p2 b\nMSTNPKPQRK\n>p3 c\nMAAK\n"
 OTHER = b">q1 a\nMKV\n>q2 b\nMST\n"
@@ -133,9 +133,8 @@ def test_a_killed_runs_lock_blocks_no_one_and_is_removed(capsys, tmp_path, model
 
 
 def write_embeddings(path: Path, names: list[str], seed: int) -> Path:
-    from biotf.data.readers import Record
-    from biotf.export.embed import RecordEmbedding
-    from biotf.export.writers import EmbeddingWriter
+    from biotf.io.readers import Record
+    from biotf.io.embeddings import EmbeddingWriter, RecordEmbedding
 
     vectors = np.random.default_rng(seed).normal(size=(len(names), 8)).astype(np.float32)
     info = {"tokenizer": "protein", "pool": "mean", "layers": [2], "dim": 8, "model_fingerprint": "m",

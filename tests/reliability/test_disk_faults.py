@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.data import cache
-from biotf.data.cache import tokenize_to_cache
+from biotf.data import token_cache
+from biotf.data.token_cache import tokenize_to_cache
 from biotf.errors import DISK_CAUSES, DiskError, disk_error
-from biotf.export import writers
+from biotf.io import embeddings
 from biotf.tokenizers import AminoAcidTokenizer
 from biotf.entry import train as entry
 
@@ -170,9 +170,9 @@ def test_embed_on_a_full_disk_is_one_line_leaves_no_spool_and_the_next_run_succe
     output = tmp_path / "out" / "e.npz"
     with pytest.MonkeyPatch.context() as patch:
         if stage == "spooling":
-            full_disk(patch, writers, room=100)  # the spools fill it
+            full_disk(patch, embeddings, room=100)  # the spools fill it
         else:
-            patch.setitem(writers.WRITERS, ".npz", fail_halfway)  # the file being assembled fills it
+            patch.setitem(embeddings.WRITERS, ".npz", fail_halfway)  # the file being assembled fills it
         status, err = embed(capsys, model_dir, source, output)
     one_line(status, err, f"biotf embed: error: cannot write {output}: {NO_SPACE}")
     assert list(output.parent.iterdir()) == []  # no spool, no temporary
@@ -207,7 +207,7 @@ def test_a_token_cache_on_a_full_disk_is_one_error_leaving_no_work_files(tmp_pat
     source = tmp_path / "in.fasta"
     source.write_text(FASTA * 20)
     with pytest.MonkeyPatch.context() as patch:
-        full_disk(patch, cache, room=200)
+        full_disk(patch, token_cache, room=200)
         with pytest.raises(DiskError, match=f"cannot write {tmp_path / 'cache'}/in.fasta-.*: {NO_SPACE}"):
             tokenize_to_cache(source, AminoAcidTokenizer(), tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []

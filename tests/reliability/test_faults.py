@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from biotf.cli import main
-from biotf.data.cache import tokenize_to_cache
+from biotf.data.token_cache import tokenize_to_cache
 from biotf.checkpoint import save_pretrained
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer

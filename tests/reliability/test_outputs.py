@@ -152,7 +152,7 @@ def test_impossible_output_path_is_one_line(capsys, tmp_path, model_dir, fasta, 
 
 # --- 10. leftovers of a killed run ---------------------------------------------------------------------
 def test_leftovers_of_a_killed_run_are_removed_and_reported(capsys, tmp_path, model_dir, fasta):
-    from biotf.export.writers import EmbeddingWriter
+    from biotf.io.embeddings import EmbeddingWriter
 
     out = tmp_path / "e.npz"
     # what a SIGKILLed run leaves: a spool directory (written by the real writer, lock released) and a temporary

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from biotf.errors import BiotfError, TokenizationError
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.tokenizers import Tokenizer, build_tokenizer
 
 CONF = CONF_DIR / "tokenizer"

@@ -139,7 +139,7 @@ def test_variants_need_a_reference_and_a_known_layout(saved_protein_mlm, tmp_pat
     assert status == 2 and "input column 'score' has the name of an output column" in err
 
 
-# --- the output rule of every command (biotf/export/outputs.py), checked before the model loads --------------
+# --- the output rule of every command (biotf/io/outputs.py), checked before the model loads --------------
 def one_line(status: int, err: str, *fragments: str) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert status == 2 and len(lines) == 1, err

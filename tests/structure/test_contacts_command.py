@@ -176,7 +176,7 @@ def test_the_head_survives_export_model(esm_with_head, tmp_path, capsys):
 
 
 def test_plot_draws_one_png_per_protein_beside_the_output(esm_with_head, tmp_path, capsys):
-    from biotf.export.outputs import is_png
+    from biotf.io.outputs import is_png
 
     directory, _ = esm_with_head
     fasta = write_fasta(tmp_path / "p.fasta", {**PROTEINS, "sp|Q1|X": "MKV"})

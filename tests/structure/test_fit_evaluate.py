@@ -13,7 +13,7 @@ import torch
 from biotf.checkpoint.loading import load_pretrained
 from biotf.cli import main
 from biotf.structure.chains import Chain, read_chain
-from biotf.structure.evaluate import precisions
+from biotf.structure.contact_precision import precisions
 
 TRAIN = ["2xcjA", "3a4rA"]  # 84 and 79 residues: within the tiny model's 128 positions
 L1_C = 5.0  # a weak penalty on a random model's weak signal: some weights come out 0 (L1), some do not
@@ -204,7 +204,7 @@ def test_evaluate_writes_per_chain_rows_and_means_for_the_model_and_the_prior(fi
 
 def test_evaluate_plot_draws_each_chain_with_its_true_map_and_keeps_existing_pictures(fitted, shared_data, tmp_path,
                                                                                      capsys):
-    from biotf.export.outputs import is_png
+    from biotf.io.outputs import is_png
 
     arguments = ["contacts", "evaluate", "--model", str(fitted / "model"), "--structures",
                  str(shared_data / "structures"), "--list", str(fitted / "train.txt"), "--plot", str(tmp_path / "maps")]

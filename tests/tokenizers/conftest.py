@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 
 
 def records(path: Path, **options) -> dict[str, str]:

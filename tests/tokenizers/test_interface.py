@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.tokenizers import (AminoAcidTokenizer, BPETokenizer, KmerTokenizer, SmilesTokenizer, Tokenizer,
                               build_tokenizer, load_tokenizer, register_tokenizer, registered_tokenizers,
                               tokenizer_class)

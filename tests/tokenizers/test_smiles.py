@@ -23,7 +23,7 @@ def trained(moses, lipo) -> SmilesTokenizer:
 
 
 def test_pieces_equal_the_reference_regex_on_real_sets(trained, moses, lipo, shared_data):
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
 
     hiv = [r.sequence for r in read_records(shared_data / "smiles/molnet_hiv.csv.gz", ReaderOptions(column="smiles"))]
     tokenizer = SmilesTokenizer(unknown="to_unk")
@@ -156,7 +156,7 @@ def test_to_hf_gives_identical_ids(trained, moses, lipo, esol_raw):
 def test_chem_helpers_without_rdkit(monkeypatch):
     import builtins
 
-    from biotf.tokenizers import chem
+    from biotf import chemistry
 
     real_import = builtins.__import__
 
@@ -167,13 +167,13 @@ def test_chem_helpers_without_rdkit(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_rdkit)
     with pytest.raises(BiotfError, match=r"pip install 'biotf\[chem\]'"):
-        chem.canonicalize("CCO")
+        chemistry.canonicalize("CCO")
 
 
 def test_chem_helpers_with_rdkit(bbbp):
     pytest.importorskip("rdkit")
     from biotf.errors import InputError
-    from biotf.tokenizers.chem import canonicalize, is_valid, randomize
+    from biotf.chemistry import canonicalize, is_valid, randomize
 
     assert sum(not is_valid(s) for s in bbbp) == 11
     assert canonicalize("OCC") == canonicalize("C(O)C") == "CCO"
@@ -194,7 +194,7 @@ def test_base_vocabulary_is_the_scripts_and_covers_moses_and_moleculenet(moses, 
     import importlib.util
     from itertools import islice
 
-    from biotf.data.readers import ReaderOptions, read_records
+    from biotf.io.readers import ReaderOptions, read_records
 
     spec = importlib.util.spec_from_file_location("smiles_vocabulary", repo_root / "scripts/smiles_vocabulary.py")
     script = importlib.util.module_from_spec(spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from biotf.resources import CONF_DIR, SAMPLES_DIR
+from biotf.conventions import CONF_DIR, SAMPLES_DIR
 from biotf.entry import train as entry
 from biotf.training.config import TrainConfig, validate
 

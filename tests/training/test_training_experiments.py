@@ -33,7 +33,7 @@ def test_the_quickstart_is_the_default_run_cut_short():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from biotf.resources import CONF_DIR
+    from biotf.conventions import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         default, quick = (OmegaConf.to_container(compose(config_name="config", overrides=overrides))

@@ -16,7 +16,7 @@ from biotf.data import prepare_dataset
 from biotf.data.datasets import LengthGroupedBatchSampler
 from biotf.data.packing import PackedBatchSampler
 from biotf.model.loss import language_model_loss
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from biotf.tokenizers import build_tokenizer
 from biotf.entry import train as entry
 from biotf.training.config import DataConfig

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from biotf.entry import train as entry
 from biotf.training import callbacks
-from biotf.resources import CONF_DIR
+from biotf.conventions import CONF_DIR
 from training_helpers import REPO, SUBPROCESS_ENV, TINY, write_proteins
 
 STEPS = 12

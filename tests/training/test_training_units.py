@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from biotf.atomic import atomic_write
+from biotf.io.atomic import atomic_write
 from biotf.model import Transformer, TransformerConfig
 from biotf.training.optim import WarmupCosine, parameter_groups
 

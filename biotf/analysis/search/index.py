@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from biotf.analysis.search.choices import KINDS, METRICS
+from biotf.analysis.search import KINDS, METRICS
 from biotf.analysis.search.neighbours import exact_search, prepare
-from biotf.atomic import atomic_directory, atomic_write, atomic_write_text
+from biotf.io.atomic import atomic_directory, atomic_write, atomic_write_text
 from biotf.errors import ConfigError, InputError
-from biotf.export.outputs import hold
-from biotf.export.writers import EmbeddingTable, read_embeddings
+from biotf.io.outputs import hold
+from biotf.io.embeddings import EmbeddingTable, read_embeddings
 from biotf.progress import reporting
 from biotf.untrusted import file_crc32, read_json_object, read_text
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biotf.analysis.search.choices import METRICS
+from biotf.analysis.search import METRICS
 from biotf.chemistry import tanimoto
 from biotf.errors import ConfigError, InputError
 

@@ -18,10 +18,11 @@ import numpy as np
 from biotf.analysis.search.expression import expression_vector
 from biotf.analysis.search.index import SearchIndex, array_layer
 from biotf.checkpoint.loading import LoadedModel
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError, InputError
 from biotf.export.embed import EmbedOptions, EmbedStats
-from biotf.scoring.files import output_format, write_table  # the table writer scores share (see docs/architecture.md)
+from biotf.io.outputs import output_format
+from biotf.io.tables import TABLE_FORMATS, write_table
 
 HIT_COLUMNS = ("query", "rank", "id", "score")
 
@@ -105,7 +106,7 @@ def check_query(ids: Sequence[str] | None, expressions: Sequence[str] | None, in
         raise ConfigError("-k", k, allowed="an integer >= 1")
     if ef_search is not None and ef_search < 1:
         raise ConfigError("--ef-search", ef_search, allowed="an integer >= 1")
-    output_format(output)
+    output_format(output, TABLE_FORMATS)
 
 
 def query_file(index_directory: str | Path, output: str | Path, k: int, metric: str | None, ef_search: int | None,

@@ -6,5 +6,5 @@ platform for molecular generation models", Front. Pharmacol. 11:565644; code: mo
 - `filters`: MOSES's Filters (MCF + PAINS, atoms, charge, rings);
 - `chemnet`: ChemNet on the `fcd` package's weights and the Fréchet distance (FCD);
 - `reference`: a reference file's statistics, computed once and cached by CRC-32;
-- `evaluate`: a generated file against the references, as the rows `biotf generate evaluate` writes.
+- `benchmark`: a generated file against the references, as the rows `biotf generate evaluate` writes.
 """

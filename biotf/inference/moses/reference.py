@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.atomic import atomic_write
-from biotf.data.readers import ReaderOptions, read_records
+from biotf.io.atomic import atomic_write
+from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.tokenizers.base import PolicyStats

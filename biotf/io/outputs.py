@@ -13,7 +13,7 @@ evaluate --output`, `search query --output`, `tokens --output/--plot`), checked 
 For the whole run the command holds its outputs (`claim_output`): an exclusive advisory `flock` on the empty
 `.<name>.lock` beside each, so a second biotf run over the same output is refused at once in one line (or, where
 it must, as `search add` on one index, waits its turn: `hold`); and the final rename of an output claimed without
-`overwrite` never replaces a file another program put there meanwhile (`biotf.atomic.keep_existing`). The kernel
+`overwrite` never replaces a file another program put there meanwhile (`biotf.io.atomic.keep_existing`). The kernel
 drops a killed run's lock with its process; the lock file it leaves is removed by the next run over the name.
 
 Writers put their work beside the output under hidden names `.<name>.<8 random chars>.tmp` (the file
@@ -33,7 +33,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import IO
 
-from biotf.atomic import keep_existing
+from biotf.io.atomic import keep_existing
 from biotf.errors import InputError
 
 try:  # POSIX; elsewhere a live run's work is not told apart from a killed run's
@@ -63,6 +63,15 @@ def lock_path(path: Path) -> Path:
 
 def _exists(path: Path) -> bool:
     return path.exists() or path.is_symlink()
+
+
+def output_format(path: str | Path, allowed: Sequence[str], flag: str = "output") -> str:
+    """The extension of output `path` (lower case), one of `allowed`; else an InputError naming `flag` and them,
+    raised before any work is done (every writer chooses its format by the extension)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in allowed:
+        raise InputError(f"{flag} {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(allowed)})")
+    return suffix
 
 
 def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
@@ -246,21 +255,20 @@ def claim_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite:
 
 @contextmanager
 def claim_outputs(outputs: Mapping[str, str | Path | None], inputs: Sequence[str | Path], overwrite: bool = False,
-                  images: Sequence[str] = (), say: Callable[[str], None] = lambda line: None) -> Iterator[None]:
+                  images: Sequence[str] = (), say: Callable[[str], None] = lambda line: None,
+                  writes: bool = True) -> Iterator[None]:
     """Check every named output (flag -> path; None = not asked for) against the rule, hold them all while the
     block runs (`claim_output`: a second run over one of them is refused), then remove the leftovers of killed runs
     over the same names, telling `say` a line about each output that had some. `images` are the flags whose file is
     a PNG map.
 
-    Under torchrun only rank 0 holds them (it alone writes the outputs); the other ranks check the rule."""
-    from biotf.data.sharded import Launch
-
+    `writes` False (the ranks other than 0 of a torchrun launch, which write none of the outputs): the rule is
+    checked and nothing held."""
     named = {flag: Path(path) for flag, path in outputs.items() if path is not None}
     check_distinct(named)
     for flag, path in named.items():  # every output checked before the first is held
         check_output(path, inputs, overwrite, image=flag in images, flag=flag)
-    launched = Launch.from_environment()
-    if launched is not None and launched.rank != 0:
+    if not writes:
         yield
         return
     with ExitStack() as held:

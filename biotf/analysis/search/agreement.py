@@ -22,9 +22,9 @@ import numpy as np
 from biotf.analysis.labels import labels as column_labels, left_out_lines
 from biotf.analysis.search.classical import KINDS, classical_sets, describe
 from biotf.analysis.search.neighbours import exact_search, prepare
-from biotf.data.split_file import sides_of
+from biotf.data.splits import sides_of
 from biotf.errors import ConfigError, InputError
-from biotf.export.writers import read_embeddings
+from biotf.io.embeddings import read_embeddings
 
 
 @dataclass

@@ -4,7 +4,7 @@ Everything is written under a hidden temporary name beside the target and rename
 end (a rename within one directory is atomic on POSIX), so a killed process leaves at most a hidden
 `.<name>.*.tmp`. A write the system refuses (a full disk, a read-only file system: `biotf.errors.disk_error`)
 removes the temporary and is one `DiskError` naming the target. While a command holds its claim on a user-named
-output without `--overwrite` (`biotf.export.outputs.claim_output`, which registers it here with `keep_existing`),
+output without `--overwrite` (`biotf.io.outputs.claim_output`, which registers it here with `keep_existing`),
 the rename never replaces a file that appeared under that name meanwhile: it is refused in one line instead.
 
 The temporaries that `tempfile` creates are private (0600 / 0700); they are given the permissions a plain

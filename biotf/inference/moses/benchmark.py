@@ -21,14 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.atomic import atomic_write_text
-from biotf.data.readers import ReaderOptions
+from biotf.io.atomic import atomic_write_text
+from biotf.io.outputs import output_format
+from biotf.io.readers import ReaderOptions
+from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
 from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
 from biotf.tokenizers.base import PolicyStats
-from biotf.wording import counted
+from biotf.conventions import counted
 
 UNIQUE_AT = (1000, 10000)
 COUNTS = ("rows", "invalid", "duplicates")  # rows that are counts of molecules, not metrics
@@ -54,13 +56,6 @@ class Evaluation:
 
     def value(self, metric: str) -> float:
         return next(row.value for row in self.rows if row.metric == metric)
-
-
-def metric_format(path: str | Path) -> str:
-    suffix = Path(path).suffix.lower()
-    if suffix not in METRIC_FORMATS:
-        raise InputError(f"--output {path}: the metrics file must end in {' or '.join(METRIC_FORMATS)}")
-    return suffix
 
 
 def _label(k: int) -> str:
@@ -137,8 +132,8 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
 
 def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
     """The metric rows as TSV (metric, value, molecules, note) or JSON, by extension, all or nothing."""
-    if metric_format(path) == ".tsv":
-        return atomic_write_text(path, metric_table(evaluation) + "\n")
+    if output_format(path, METRIC_FORMATS, "--output") == ".tsv":
+        return write_rows(path, COLUMNS, metric_rows(evaluation))
     document = {"metrics": {row.metric: None if math.isnan(row.value) else row.value for row in evaluation.rows},
                 "molecules": {row.metric: row.molecules for row in evaluation.rows},
                 "notes": {row.metric: row.note for row in evaluation.rows if row.note},
@@ -149,10 +144,14 @@ def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
     return atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
+def metric_rows(evaluation: Evaluation) -> list[tuple[str, str, str, str]]:
+    """The metric rows as the table's fields (metric, value, molecules, note): the .tsv and the printed table."""
+    return [(row.metric, format_value(row), str(row.molecules), row.note) for row in evaluation.rows]
+
+
 def metric_table(evaluation: Evaluation) -> str:
-    """The metric rows as tab-separated lines under their header (metric, value, molecules, note)."""
-    return "\n".join(["\t".join(COLUMNS)] + ["\t".join((row.metric, format_value(row), str(row.molecules), row.note))
-                                            for row in evaluation.rows])
+    """The metric rows as tab-separated lines under their header, as `biotf generate evaluate` prints them."""
+    return "\n".join("\t".join(fields) for fields in [COLUMNS, *metric_rows(evaluation)])
 
 
 def reference_lines(evaluation: Evaluation) -> list[str]:

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.data.readers import ReaderOptions, read_columns
+from biotf.io.readers import ReaderOptions, read_columns
 from biotf.data.tokenize import naming_source
-from biotf.data.validation_split import SPLITS, validate_fraction, validation_mask
-from biotf.atomic import close_quietly
+from biotf.data.splits import SPLITS, validate_fraction, validation_mask
+from biotf.io.atomic import close_quietly
 from biotf.errors import InputError, disk_errors
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.untrusted import file_crc32

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.plot import picture_paths
-from biotf.atomic import atomic_write
+from biotf.analysis.plot import picture_paths, plot_contacts
+from biotf.io.tables import write_rows
 from biotf.checkpoint.loading import load_pretrained
 from biotf.structure.chains import Chain, structure_files
-from biotf.structure.contacts import check_contact_head, contact_maps
+from biotf.structure.contact_files import check_contact_head, contact_maps
 from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
-from biotf.structure.plot import plot_contacts
 
 RANGES = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 TOPS = {"P@L": 1, "P@L/2": 2, "P@L/5": 5}
@@ -44,10 +43,8 @@ class Precision:
     range: str
     values: tuple[float, ...]
 
-    def line(self, chain: bool = True) -> str:
-        """The row as a line of the TSV (`chain` False: without its first column)."""
-        return "\t".join([*([self.chain] if chain else []), str(self.length), self.predictor, self.range,
-                          *(f"{value:.4f}" for value in self.values)]) + "\n"
+    def fields(self) -> list[str]:
+        return [self.chain, str(self.length), self.predictor, self.range, *(f"{value:.4f}" for value in self.values)]
 
 
 @dataclass
@@ -63,7 +60,8 @@ class Evaluation:
     def means_table(self) -> str:
         """The mean rows as `biotf contacts evaluate` prints them, tab-separated under a header: a row's `chains` is
         the number of chains it is the mean of."""
-        return "".join(["\t".join(("chains", *COLUMNS[2:])) + "\n", *(row.line(chain=False) for row in self.means())])
+        return "".join("\t".join(fields) + "\n" for fields in [("chains", *COLUMNS[2:]),
+                                                               *(row.fields()[1:] for row in self.means())])
 
 
 def precisions(scores: np.ndarray, chain: Chain) -> dict[str, tuple[float, ...]]:
@@ -111,7 +109,8 @@ def evaluate_structures(model_source: str | Path, structures: str | Path, names:
         evaluation.rows.extend(_chain_rows(chain, PRIOR, separation_prior(len(chain.sequence))))
         if pictures is not None:
             long_range = next(row for row in rows if row.range == "long").values[list(TOPS).index("P@L/5")]
-            plot_contacts(pictures[number], chain.name, probabilities, chain, f"long-range P@L/5 {long_range:.2f}")
+            plot_contacts(pictures[number], chain.name, probabilities, chain.drawn_contacts(),
+                          f"long-range P@L/5 {long_range:.2f}")
     for predictor in dict.fromkeys(row.predictor for row in evaluation.rows):
         for name in RANGES:
             chosen = [row for row in evaluation.rows if row.predictor == predictor and row.range == name]
@@ -122,9 +121,4 @@ def evaluate_structures(model_source: str | Path, structures: str | Path, names:
 
 def write_metrics(path: str | Path, rows: list[Precision]) -> None:
     """The table as TSV (COLUMNS; a mean row's length is its number of chains), all or nothing."""
-    def write(temporary: Path) -> None:
-        with open(temporary, "w", encoding="utf-8", newline="\n") as out:
-            out.write("\t".join(COLUMNS) + "\n")
-            out.writelines(row.line() for row in rows)
-
-    atomic_write(path, write)
+    write_rows(path, COLUMNS, (row.fields() for row in rows))

@@ -1,4 +1,4 @@
-"""Contact maps of every protein of a file, from a model with a contact head (`biotf.model.contacts`).
+"""Contact maps of every protein of a file, from a model with a contact head (`biotf.model.attention_contacts`).
 
     stats = predict_file("esm2_t6_8M_UR50D/", "proteins.fasta", "contacts.npz")
 
@@ -19,19 +19,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biotf.analysis.plot import picture_paths
-from biotf.atomic import atomic_write
+from biotf.analysis.plot import picture_paths, plot_contacts
+from biotf.io.atomic import atomic_write
+from biotf.io.outputs import output_format
 from biotf.checkpoint.loading import LoadedModel, as_loaded
-from biotf.data.readers import ReaderOptions, Record, read_records
+from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
-from biotf.model.contacts import predict_contacts
+from biotf.model.attention_contacts import predict_contacts
 from biotf.progress import Progress, reporting
-from biotf.structure.formats import WRITERS, check_ids, contact_format
-from biotf.structure.plot import plot_contacts
+from biotf.structure.formats import CONTACT_FORMATS, WRITERS, check_ids
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.wording import counted
+from biotf.conventions import counted
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_PAIRS = 1 << 24  # residue pairs whose maps wait (float32) for their block to end: 64 MiB
@@ -180,7 +180,7 @@ def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output
     `plot` (a directory), one PNG a record (`picture_paths`: `<id>.png`, an existing one replaced only with
     `overwrite`); returns the run's counts; `progress`: residues done, on stderr (`biotf.progress`). Every refusal
     comes before the model runs and the outputs are touched."""
-    fmt = contact_format(output_path)
+    fmt = output_format(output_path, CONTACT_FORMATS)
     loaded = as_loaded(model, device)
     model, tokenizer = loaded.network, loaded.tokenizer
     check_contact_head(model, loaded.source)

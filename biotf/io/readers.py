@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from biotf.data.duplicates import DuplicateCounter
+from biotf.io.duplicates import DuplicateCounter
 from biotf.errors import InputError, TokenizationError
 from biotf.tokenizers.base import PolicyStats
 
@@ -285,7 +285,7 @@ def _fasta_columns(path: Path, options: ReaderOptions,
     """The FASTA records of `path` a block of text at a time, as columns with their descriptions, counted as
     `_reading` counts. A header without a sequence (unless `keep_empty`) is an InputError once the records before
     it are yielded."""
-    from biotf.data.fasta import fasta_runs
+    from biotf.io.fasta import fasta_runs
 
     with _reading(path, "fasta", stats) as (handle, counter):
         stream = _text(handle)

@@ -43,26 +43,31 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from biotf.atomic import atomic_write, close_quietly
+from biotf.io.atomic import atomic_write, close_quietly
 from biotf.errors import InputError
-from biotf.npz import NpzNames
-from biotf.export.embed import RecordEmbedding
-from biotf.export.choices import EMBEDDING_FORMATS
-from biotf.export.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, work_prefix
+from biotf.io.npz import NpzNames
+from biotf.io.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, output_format, work_prefix
+from biotf.io.readers import Record
 from biotf.untrusted import parse_json_object, read_json_object
 
+EMBEDDING_FORMATS = (".npz", ".parquet", ".h5ad")  # output files, by extension (`WRITERS` implements them)
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
 RESERVED = {"id", "sequence", "embeddings", *TOKEN_COLUMNS}
 CHUNK_ROWS = 8192
 PART_STATE = "state.json"  # what a kept part's spools hold (`EmbeddingWriter.keep`)
 
 
-def output_format(path: str | Path) -> str:
-    """The output's extension; anything but EMBEDDING_FORMATS is refused before any work is done."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in EMBEDDING_FORMATS:
-        raise InputError(f"output {path}: unsupported extension {suffix or '(none)'!r} (allowed: {', '.join(EMBEDDING_FORMATS)})")
-    return suffix
+
+
+@dataclass
+class RecordEmbedding:
+    """One record's vectors: (layers, D) pooled, or (layers, tokens, D) with `token_ids` and `positions` for
+    pool "none" (content tokens only; `positions` are 0-based indices among the record's content tokens)."""
+
+    record: Record
+    vectors: np.ndarray
+    token_ids: np.ndarray | None = None
+    positions: np.ndarray | None = None
 
 
 class _Spool:
@@ -99,7 +104,7 @@ class EmbeddingWriter:
                  spool_dir: Path | None = None):
         """`spool_dir`: an existing empty directory to spool into (a part of a sharded run, which `keep` leaves
         there); by default a hidden one beside `path`, removed when the file is written."""
-        self.path, self.format = Path(path), output_format(path)
+        self.path, self.format = Path(path), output_format(path, EMBEDDING_FORMATS)
         self.array_names, self.per_token, self.info = array_names, per_token, info
         self.ids: list[str] = []
         self.lengths = array("q")  # per-token: content tokens of each record
@@ -423,7 +428,7 @@ class EmbeddingTable:
 def read_embeddings(path: str | Path) -> EmbeddingTable:
     """Read a pooled embedding file written by `biotf embed` (any of EMBEDDING_FORMATS)."""
     path = Path(path)
-    suffix = output_format(path)
+    suffix = output_format(path, EMBEDDING_FORMATS)
     if not path.is_file():
         raise InputError(f"embedding file {path} does not exist")
     try:
