@@ -40,6 +40,7 @@ from biotf.export.sentence_transformers import embed_defaults, transformer_direc
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import Sampling
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
+from biotf.model.positions import reading_length
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
@@ -212,18 +213,18 @@ class Model(LoadedModel):
         return _frame([dict(zip(header, row)) for row in rows], header)
 
     def contacts(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
-                 batch_pairs: int = ContactOptions.batch_pairs,
+                 batch_pairs: int = ContactOptions.batch_pairs, max_length: int | None = None,
                  summary: ContactStats | None = None) -> list[np.ndarray]:
         """One (L, L) float32 map of contact probabilities per protein (L its residues), as `biotf contacts`
         predicts them, from a model with a contact head (ESM-2 checkpoints ship one; `biotf contacts fit` fits
-        one)."""
+        one); `max_length` as `ContactOptions` says."""
         check_contact_head(self.network, self.source)
+        options = ContactOptions(batch_pairs, max_length)
         summary = summary if summary is not None else ContactStats()
-        found = proteins(as_records(sequences, ids), self.tokenizer, self.network.config.max_seq_len,
-                         summary.policies)
+        found = proteins(as_records(sequences, ids), self.tokenizer,
+                         reading_length(self.network.config, options.max_length), summary.policies)
         pad_id = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
-        return [probabilities for _, probabilities in
-                contact_maps(self.network, found, pad_id, ContactOptions(batch_pairs), summary)]
+        return [probabilities for _, probabilities in contact_maps(self.network, found, pad_id, options, summary)]
 
     def generate(self, prompts: str | Sequence[str], *, max_new_tokens: int | None = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
