@@ -198,18 +198,19 @@ class Model(LoadedModel):
         return _frame(rows, ("id", "sequence", "method", "log_likelihood"))
 
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
-                batch_size: int = 32, packing: bool = False,
+                batch_size: int = 32, packing: bool = False, max_length: int | None = None,
                 summary: PredictionSummary | None = None) -> pandas.DataFrame:
         """A fine-tuned model's prediction for each sequence, with the columns of `biotf predict`'s table: id,
         prediction (the class name, the value, or one label a residue), p_<class> for classification. Sequences
-        the model's long-sequence policy drops have no row (counted in `summary`)."""
+        the model's long-sequence policy drops have no row (counted in `summary`); `max_length`: tokens a sequence
+        is encoded to (default the run's; `biotf.inference.predict.record_length`)."""
         loaded = loaded_task_model(self)
         check_int("batch_size", batch_size)
         check_packable(packing, self.network.config)
         summary = summary if summary is not None else PredictionSummary(rows=0, records=0, task=loaded.task_info.task)
         header = prediction_header(loaded.task_info)
         rows = prediction_rows(loaded.task, loaded.tokenizer, loaded.task_info, as_records(sequences, ids), summary,
-                               batch_size, packing)
+                               batch_size, packing, max_length=max_length)
         return _frame([dict(zip(header, row)) for row in rows], header)
 
     def contacts(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
