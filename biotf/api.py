@@ -9,6 +9,7 @@
     texts = model.generate(["The ribosome"], max_new_tokens=20)  # a causal model's completions
     labels = biotf.Model.load("outputs/finetune/<run>").predict(["MKTAYIAKQR"])  # a fine-tuned model's predictions
     model.save("exported/")                                     # what `biotf export-model` writes
+    fast = biotf.Model.load("exported/", precision="auto")     # bf16 / int8 where the CPU has them, gated vs fp32
 
 Each job runs the same code as its command (`biotf embed`, `score`, `contacts`, `generate`, `predict`,
 `export-model`) on sequences in memory, and returns arrays or data frames where the command writes a file: the same
@@ -34,17 +35,20 @@ from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
 from biotf.checkpoint.task_model import load_task_model
 from biotf.data.readers import Record
 from biotf.data.packing import check_packable
-from biotf.errors import CheckpointError, ConfigError, check_int
+from biotf.errors import CheckpointError, ConfigError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.sentence_transformers import embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
-from biotf.inference.generation import Sampling
+from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
 from biotf.model.positions import reading_length
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
+from biotf.conventions import PRECISIONS
+from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.files import ScoreSummary, sequence_rows
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contacts import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
+from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.loading import with_options
 
 if TYPE_CHECKING:
@@ -81,6 +85,16 @@ def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | Non
     return records
 
 
+def _calibration(network: torch.nn.Module, tokenizer: Tokenizer) -> Calibration:
+    """The precision gate's batch for `network` over `tokenizer`'s content ids, framed as its records start and end
+    (<cls> or <bos>; <eos>)."""
+    start = tokenizer.cls_id if tokenizer.cls_id is not None else tokenizer.bos_id
+    return calibration_batch(tokenizer.vocab_size, tokenizer.special_ids, network.config.max_seq_len,
+                             network.config.causal, tokenizer.mask_id,
+                             prefix=() if start is None else (start,),
+                             suffix=() if tokenizer.eos_id is None else (tokenizer.eos_id,))
+
+
 def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.DataFrame:
     import pandas as pd
 
@@ -94,12 +108,14 @@ class Model(LoadedModel):
     Build one with `Model.load`."""
 
     generation: GenerationDefaults | None = None
+    precision: PrecisionChoice = PrecisionChoice("fp32", "fp32")
     _decoder: DecodingModel | None = field(default=None, repr=False)
 
     # --- loading and saving -------------------------------------------------------------------------------
     @classmethod
     def load(cls, source: str | Path, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
-             tokenizer_options: Mapping[str, Any] | None = None, for_generation: bool = False) -> Model:
+             tokenizer_options: Mapping[str, Any] | None = None, for_generation: bool = False,
+             precision: str = "fp32") -> Model:
         """The model of `source` on `device` in `dtype` (float32 | bfloat16); `tokenizer_options` change
         policies of its tokenizer, never its vocabulary (`stop="strip_terminal"`, `unknown="to_unk"`: what
         `--option` sets in the commands). Every file is checked as the commands check it (CRCs, the tokenizer
@@ -107,10 +123,13 @@ class Model(LoadedModel):
         `for_generation` (what `biotf generate` loads with), a Hugging Face decoder's matrices are read straight into
         their decoding layout, one copy per tensor (`load_hf_checkpoint`), and a directory of a family or
         architecture biotf does not generate with is refused before its weights are read (`decoding` refuses a
-        masked-LM)."""
+        masked-LM). `precision` (fp32 | bf16 | int8 | auto) converts the loaded float32 network for inference after
+        its fidelity gate against fp32 (`biotf.model.precision`; a failed gate refuses it in one line); the choice and
+        why is `Model.precision`."""
         path = transformer_directory(Path(source))  # a sentence-transformers directory's model (`embed` pools as it)
         loader = find_source(path)
-        torch_dtype = parse_dtype(dtype)  # an unknown dtype is refused before any weight is read
+        torch_dtype = parse_dtype(dtype)  # an unknown dtype or precision is refused before any weight is read
+        check_choice("precision", precision, PRECISIONS)
         task = info = generation = None
         if loader.load is load_fine_tuned:
             task, tokenizer, info = load_task_model(path)
@@ -130,9 +149,10 @@ class Model(LoadedModel):
         network = network.to(device=device, dtype=torch_dtype).eval()
         if task is not None:
             task.to(device=device, dtype=torch_dtype).eval()
+        chosen = set_precision(network, precision, _calibration(network, tokenizer), str(source), task)
         tokenizer = with_options(tokenizer, tokenizer_options or {})
         return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
-                   generation)
+                   generation, chosen)
 
     def save(self, directory: str | Path, hf: str | None = None) -> Path:
         """Write the model into a new `directory`: a biotf export (config.json, model.safetensors, tokenizer.json;
@@ -237,11 +257,8 @@ class Model(LoadedModel):
         the tokenizer's chat template (after `system`, if given)."""
         texts = [prompts] if isinstance(prompts, str) else list(prompts)
         decoder, defaults = self.decoding()
-        sampling = Sampling(temperature=defaults.temperature if temperature is None else temperature,
-                            top_k=defaults.top_k if top_k is None else top_k,
-                            top_p=defaults.top_p if top_p is None else top_p,
-                            repetition_penalty=(defaults.repetition_penalty if repetition_penalty is None
-                                                else repetition_penalty))
+        sampling = sampling_over(defaults, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 repetition_penalty=repetition_penalty)
         done = complete(decoder, self.tokenizer, defaults, texts, chat=chat, system=system,
                         max_new_tokens=max_new_tokens, sampling=sampling, seed=seed, truncate_prompt=truncate_prompt)
         return [self.tokenizer.decode(row, skip_special_tokens=True) for row in done.new]

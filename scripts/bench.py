@@ -5,6 +5,7 @@
     python scripts/bench.py tokenizers model      # some sections
     python scripts/bench.py --quick --json out.json
     python scripts/bench.py model generation --device cuda   # both sides on the GPU
+    python scripts/bench.py packing --device cuda            # packed vs padded on the GPU
 
 Each section lives in `scripts/benchmarks/<section>.py` and defines `run(bench, quick)`, calling
 `bench.compare(...)` for paired timings, `bench.add(...)` for paired times it took itself and
@@ -60,11 +61,12 @@ class Comparison:
 @dataclass
 class Bench:
     quick: bool = False
-    device: str = "cpu"  # where the model and generation sections run (`--device`)
+    device: str = "cpu"  # where the sections with models run (`--device`)
     results: list[dict] = field(default_factory=list)
 
-    def _seconds(self, fn: Callable[[], object]) -> float:
-        """Wall time of one call, waiting for queued GPU work to finish before the clock stops."""
+    def seconds(self, fn: Callable[[], object]) -> float:
+        """Wall time of one call, waiting for queued GPU work to finish before the clock stops (sections that time
+        their own rounds use it too)."""
         start = time.perf_counter()
         fn()
         if self.device.startswith("cuda"):
@@ -84,7 +86,7 @@ class Bench:
         for i in range(repeats):
             order = [(biotf, ours), (anchor, theirs)]
             for fn, sink in order if i % 2 == 0 else reversed(order):
-                sink.append(self._seconds(fn))
+                sink.append(self.seconds(fn))
         return self.add(name, unit, work, ours, theirs, anchor_name=anchor_name, target=target)
 
     def add(self, name: str, unit: str, work: float, biotf_seconds: list[float], anchor_seconds: list[float], *,
@@ -104,7 +106,7 @@ class Bench:
             repeats, warmup = max(2, repeats // 3), 1
         for _ in range(warmup):
             fn()
-        return [self._seconds(fn) for _ in range(repeats)]
+        return [self.seconds(fn) for _ in range(repeats)]
 
     @staticmethod
     def section(name: str):
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller inputs (smoke run)")
     parser.add_argument("--json", type=Path, default=Path("bench-results/bench.json"), help="where to write results")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                        help="where the model and generation sections run both sides (the others are CPU work)")
+                        help="where the model, generation, finetune and packing sections run every side (the others "
+                             "are CPU work)")
     args = parser.parse_args(argv)
     sections = args.sections or available_sections()
     unknown = sorted(set(sections) - set(available_sections()))

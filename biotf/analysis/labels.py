@@ -6,12 +6,14 @@ r"""Labels for probes and maps: a metadata column of an embedding file, optional
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from biotf.data.labels import parse_labels
 from biotf.errors import InputError
+from biotf.wording import listed
 
 if TYPE_CHECKING:
     from biotf.export.writers import EmbeddingTable
@@ -27,3 +29,12 @@ def labels(table: EmbeddingTable, column: str, pattern: str | None = None) -> np
         raise InputError(f"label column {column!r} not found in the embedding file "
                          f"(columns: {', '.join(['id', *table.metadata]) })")
     return parse_labels(table.ids, values, pattern, column)
+
+
+def left_out_lines(heading: str, left_out: Mapping[str, int], unparsable: Sequence[str]) -> list[str]:
+    """What a probe or a neighbour evaluation left out, as the lines it prints after its first: `heading` and the
+    counts ("left out: 3 records without a label"), then the ids of the SMILES RDKit cannot parse."""
+    lines = [heading + ", ".join(f"{count} {why}" for why, count in left_out.items())] if left_out else []
+    if unparsable:
+        lines.append(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(unparsable)}")
+    return lines

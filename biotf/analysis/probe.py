@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from biotf.analysis.baselines import baseline
+from biotf.analysis.labels import labels as column_labels, left_out_lines
 from biotf.data.labels import numeric
 from biotf.errors import ConfigError, InputError
 
@@ -200,3 +202,26 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
                          cross_validate(placeholder, target, splits, trivial, task)))
     return ProbeReport(task, "accuracy" if task == "classification" else "RMSE", len(chosen), n_classes, folds,
                        rows, +dropped, unparsable)
+
+
+def probe_embeddings(path: str | Path, label: str, label_pattern: str | None = None, task: str = "auto",
+                     folds: int = 5, seed: int = 0, deduplicate: bool = False, baseline_kind: str | None = "auto",
+                     split: str | Path | None = None, invalid_smiles: str = "error") -> list[str]:
+    """`biotf probe`: `run_probe` on an embedding file's arrays and its `label` column (its `label_pattern`'s
+    first group), on folds or on `split`'s test records (a split.tsv). Returns the lines it prints: what was
+    probed, what was left out, the table."""
+    from biotf.data.split_file import sides_of
+    from biotf.export.writers import read_embeddings  # pandas and friends: not when `biotf probe --help` reads TASKS
+
+    table = read_embeddings(path)
+    values = column_labels(table, label, label_pattern)
+    sides = None if split is None else sides_of(split, table.ids)
+    report = run_probe(table.arrays, values, table.sequences, table.ids, table.info.get("tokenizer"), task, folds,
+                       seed, deduplicate, baseline_kind, model_name=f"model ({table.info.get('pool')} pool)",
+                       split=sides, invalid_smiles=invalid_smiles)
+    label = label + (f" ~ {label_pattern}" if label_pattern else "")
+    classes = f", {report.n_classes} classes" if report.n_classes else ""
+    probe = "logistic regression" if report.task == "classification" else "ridge regression"
+    scheme = f"{report.folds}-fold CV" if split is None else f"train + validation -> test of {split}"
+    return [f"{path}: {report.n_records} records, label {label}{classes}; {probe}, {scheme}",
+            *left_out_lines("left out: ", report.dropped, report.unparsable), report.table()]

@@ -262,6 +262,11 @@ def score_lines(report: TokenReport) -> list[list[str]]:
                                     str(report.init_seed)] for score in report.scores)]
 
 
+def score_table(report: TokenReport) -> str:
+    """The R^2 table as `biotf tokens` prints it: tab-separated lines, the header first."""
+    return "\n".join("\t".join(line) for line in score_lines(report))
+
+
 def write_scores(report: TokenReport, path: str | Path) -> None:
     _write_rows(path, score_lines(report))
 

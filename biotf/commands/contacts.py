@@ -35,7 +35,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, load_model, reader_options
+from biotf.commands import contacts_structures
+from biotf.commands.contacts_structures import add_plot_argument
+from biotf.commands.input_options import add_input_arguments, add_precision_argument, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
@@ -56,24 +58,11 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
                         help="the most tokens of a protein, special tokens included (default: the model's "
                              "max_seq_len; more, with a warning, where its positions extend: rope, alibi)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
-    _add_plot_argument(parser)
+    add_plot_argument(parser)
     add_overwrite_argument(parser)
-
-
-def _add_plot_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plot", type=Path, metavar="DIR",
-                        help="also draw each protein's map into DIR/<id>.png (evaluate: the true map beside it)")
-
-
-def _add_structures_arguments(parser: argparse.ArgumentParser, list_flag: str) -> None:
-    parser.add_argument("--structures", required=True, type=Path, metavar="DIR",
-                        help="a directory of PDB / mmCIF files (.pdb, .ent, .cif, .mmcif, optionally .gz), one chain "
-                             "each")
-    parser.add_argument(list_flag, type=Path, metavar="FILE",
-                        help="the structures to use, one file name (or name without extension) a line; default all")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -85,21 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     predict = forms.add_parser("predict", help="contact maps of the proteins of a file (the command's plain form)")
     _add_predict_arguments(predict, required=True)
     predict.set_defaults(run=_run_predict)
-    fit = forms.add_parser("fit", help="fit a contact head on structures and save the model with it")
-    fit.add_argument("--model", required=True, metavar="PATH", help="any biotf-loadable model")
-    _add_structures_arguments(fit, "--train-list")
-    fit.add_argument("--output", required=True, type=Path, metavar="MODEL_DIR",
-                     help="a new directory (or an empty one) for the model with its fitted head")
-    fit.add_argument("--l1-c", type=float, metavar="C",  # its default is fit's (parsers import no torch)
-                     help="inverse L1 strength of the logistic regression (sklearn's C; default 0.15)")
-    fit.set_defaults(run=_run_fit)
-    evaluate = forms.add_parser("evaluate", help="precision of a contact head on structures, beside a no-model prior")
-    evaluate.add_argument("--model", required=True, metavar="PATH", help="a model with a contact head")
-    _add_structures_arguments(evaluate, "--list")
-    evaluate.add_argument("--output", type=Path, metavar="TSV", help="the per-chain table (default: means only)")
-    _add_plot_argument(evaluate)
-    add_overwrite_argument(evaluate)
-    evaluate.set_defaults(run=_run_evaluate)
+    contacts_structures.add_parsers(forms)
 
 
 def _run_predict(args: argparse.Namespace) -> int:
@@ -112,40 +87,10 @@ def _run_predict(args: argparse.Namespace) -> int:
                                        "`biotf contacts fit` / `biotf contacts evaluate`)")
     contact_format(args.output)
     with claim_outputs(args, {"--output": args.output}, [args.input]):
-        stats = predict_file(load_model(args, args.device), args.input, args.output,
-                             ContactOptions(batch_pairs=args.batch_pairs, max_length=args.max_length), reader_options(args), plot=args.plot,
+        model = load_model(args, args.device)
+        stats = predict_file(model, args.input, args.output,
+                             ContactOptions(batch_pairs=args.batch_pairs, max_length=args.max_length),
+                             reader_options(args), plot=args.plot,
                              overwrite=args.overwrite, progress=not args.no_progress)
-        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
-        return 0
-
-
-def _names(path: Path | None) -> list[str] | None:
-    from biotf.structure.chains import read_list
-
-    return read_list(path) if path is not None else None
-
-
-def _run_fit(args: argparse.Namespace) -> int:
-    from biotf.export.outputs import hold
-    from biotf.structure.fit import fit_file
-
-    with hold(args.output):  # a second fit into the same directory meanwhile is refused at once
-        stats = fit_file(args.model, args.structures, args.output, _names(args.train_list), args.train_list or "",
-                         args.l1_c, device=args.device)
-    print(f"{args.structures} -> {args.output}: fitted contact head; {stats.summary()}", file=sys.stderr)
-    return 0
-
-
-def _run_evaluate(args: argparse.Namespace) -> int:
-    from biotf.structure.evaluate import COLUMNS, evaluate_structures, write_metrics
-
-    with claim_outputs(args, {"--output": args.output}, []):
-        evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",
-                                         device=args.device, plot=args.plot, overwrite=args.overwrite)
-        if args.output is not None:
-            write_metrics(args.output, evaluation.rows)
-        print("\t".join(("chains", *COLUMNS[2:])))
-        for row in evaluation.means():
-            print("\t".join((str(row.length), row.predictor, row.range, *(f"{v:.4f}" for v in row.values))))
-        print(f"{args.structures}: {evaluation.structures.summary()}", file=sys.stderr)
+        print(f"{args.input} -> {args.output}: {stats.summary()}; {model.precision}", file=sys.stderr)
         return 0

@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
-                                         reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                         as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
-from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
+from biotf.commands.parts import add_part_arguments, launch, run_file
 from biotf.errors import ConfigError
 
 
@@ -56,6 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="several records share a row, each attending to itself alone: the same vectors "
                              "with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
@@ -75,7 +76,7 @@ def parse_layer(text: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.export import EmbedOptions, EmbedRun, embed_file, stats_from_counts
+    from biotf.export import EmbedOptions, EmbedRun, embed_file
     from biotf.export.sentence_transformers import embed_defaults
 
     if args.plot is not None and args.pool == "none":
@@ -89,17 +90,13 @@ def run(args: argparse.Namespace) -> int:
         launched = launch()
         model = load_model(args, args.device if launched is None else launched.device(args.device))
         with as_option_errors(model.tokenizer_options):
-            if launched is None:
-                note_waiting_parts(args)
-                stats = embed_file(model, args.input, args.output, options, reader, progress=progress)
-            else:
-                work = EmbedRun(model, args.input, args.output, options, progress=progress and launched.rank == 0)
-                done = run_in_parts(args, work, launched)
-                if done is None:
-                    return 0
-                stats = stats_from_counts(done.counts)
-                stats.policies.update(done.reader_policies)
-        print(f"{args.input} -> {args.output}: {stats.summary()}", file=sys.stderr)
+            stats = run_file(args, launched, lambda: embed_file(model, args.input, args.output, options, reader,
+                                                                progress=progress),
+                             lambda: EmbedRun(model, args.input, args.output, options,
+                                              progress=progress and launched.rank == 0))
+        if stats is None:
+            return 0
+        print(f"{args.input} -> {args.output}: {stats.summary()}; {model.precision}", file=sys.stderr)
         if args.plot is not None:
             from biotf.analysis.plot import plot_file
 

@@ -43,17 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.errors import ConfigError
-    from biotf.experiments import run_experiment
+    from biotf.experiments import parse_settings, run_experiment
 
     out = args.out or Path("outputs/experiments") / args.name / time.strftime("%Y-%m-%d_%H-%M-%S")
     seeds = tuple(args.seeds) if args.seeds else QUICK_SEEDS if args.quick else DEFAULT_SEEDS
-    settings = {}
-    for item in args.settings:
-        name, equals, value = item.partition("=")
-        if not equals or not name:
-            raise ConfigError("--set", item, "NAME=VALUE")
-        settings[name.strip()] = value
+    settings = parse_settings(args.settings)
     extra = {"settings": settings, "overrides": tuple(args.overrides)} if settings or args.overrides else {}
     report = run_experiment(args.name, out, seeds, args.quick, **extra)
     print(f"experiment {args.name}: report {report}", file=sys.stderr)

@@ -25,9 +25,9 @@ def run(args: argparse.Namespace) -> int:
     from biotf.api import Model
     from biotf.errors import ConfigError
     from biotf.export.outputs import hold
-    from biotf.model.hf import FAMILIES
+    from biotf.model.hf.families import WRITABLE_FAMILIES
 
-    writers = [name for name, family in FAMILIES.items() if family.export_config is not None]
+    writers = list(WRITABLE_FAMILIES)
     if args.hf not in (None, "auto", *writers):  # before the model is read
         raise ConfigError("--hf", args.hf, allowed=" | ".join(writers))
     with hold(Path(args.directory), "directory"):  # a second export into it meanwhile is refused at once

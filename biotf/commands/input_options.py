@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from biotf.data.readers import INPUT_FORMATS, ReaderOptions
-from biotf.errors import ConfigError
-from biotf.tokenizers.loading import option_errors
+from biotf.tokenizers.loading import option_errors, parse_options
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -32,33 +30,30 @@ def reader_options(args: argparse.Namespace) -> ReaderOptions:
 
 
 def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
-    """--option KEY=VALUE (repeatable), read by `parse_options`."""
+    """--option KEY=VALUE (repeatable), read by `biotf.tokenizers.loading.parse_options`."""
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs; values are read as JSON where they parse (6 -> int, true -> bool), else as strings."""
-    options = {}
-    for pair in pairs:
-        key, equals, value = pair.partition("=")
-        if not equals or not key:
-            raise ConfigError("--option", pair, allowed="KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except (ValueError, RecursionError):  # not JSON (or nested past the parser): the string as given
-            options[key] = value
-    return options
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """--precision fp32|bf16|int8|auto, read by `load_model` (biotf.model.precision says what each does)."""
+    from biotf.conventions import PRECISIONS
+
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="inference precision (default fp32): bf16 or int8 weights, each checked against fp32 on "
+                             "a calibration batch at load and refused if it drifts; auto: the first that passes of "
+                             "bf16 where the CPU has it natively (AMX, AVX512-BF16), int8 where it has VNNI, fp32")
 
 
 def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
     """`--model`, loaded through `biotf.Model.load` on `device` with the policies `--option` sets where the command
-    has it (a tokenizer's refusal of one names it as such); `load`: Model.load's other options (dtype,
-    for_generation)."""
+    has it (a tokenizer's refusal of one names it as such), in the `--precision` it has; `load`: Model.load's other
+    options (dtype, for_generation)."""
     from biotf.api import Model
 
     options = parse_options(getattr(args, "option", None) or [])
     with as_option_errors(options):
-        return Model.load(args.model, device=device, tokenizer_options=options, **load)
+        return Model.load(args.model, device=device, tokenizer_options=options,
+                          precision=getattr(args, "precision", "fp32"), **load)
 
 
 def as_option_errors(options: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:

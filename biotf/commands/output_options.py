@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
-from biotf.export.outputs import check_distinct, check_output, claim_output, remove_leftovers
+from biotf.export.outputs import claim_outputs as claim_all
 
 
 def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
@@ -24,27 +24,9 @@ def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
 @contextmanager
 def claim_outputs(args: argparse.Namespace, outputs: dict[str, Path | None], inputs: list[Path],
                   images: tuple[str, ...] = ()) -> Iterator[None]:
-    """Check every named output (flag -> path; None = not asked for) against the rule, hold them all while the
-    block runs (`claim_output`: a second run over one of them is refused), then remove the leftovers of killed runs
-    over the same names. `images` are the flags whose file is a PNG map.
-
-    Under torchrun only rank 0 holds them (it alone writes the outputs); the other ranks check the rule."""
-    from biotf.commands.parts import launch
-
-    named = {flag: Path(path) for flag, path in outputs.items() if path is not None}
-    check_distinct(named)
-    for flag, path in named.items():  # every output checked before the first is held
-        check_output(path, inputs, args.overwrite, image=flag in images, flag=flag)
-    launched = launch()
-    if launched is not None and launched.rank != 0:
-        yield
-        return
-    with ExitStack() as held:
-        removed = {flag: held.enter_context(claim_output(path, inputs, args.overwrite, image=flag in images,
-                                                         flag=flag)) for flag, path in named.items()}
-        for flag, path in named.items():
-            removed[flag] += remove_leftovers(path)
-            if removed[flag]:
-                print(f"biotf {args.command}: removed {len(removed[flag])} leftover work file(s) of an interrupted "
-                      f"run over {path}: {', '.join(entry.name for entry in removed[flag])}", file=sys.stderr)
+    """Hold the command's outputs (flag -> path; None = not asked for) for the block by the rule, `--overwrite`
+    as given (`biotf.export.outputs.claim_outputs`); the leftovers of killed runs it removes are said on stderr.
+    `images` are the flags whose file is a PNG map."""
+    with claim_all(outputs, inputs, args.overwrite, images,
+                   say=lambda line: print(f"biotf {args.command}: {line}", file=sys.stderr)):
         yield

@@ -1,10 +1,11 @@
 """What `embed`, `score` and `predict` share when `torchrun` launches them: `--part-records`, the run in parts
-(`biotf.data.sharded`) and its one report, printed by rank 0."""
+(`biotf.data.sharded`) and its one report, printed by rank 0, or else the plain run (`run_file`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from biotf.commands.input_options import reader_options
@@ -42,3 +43,19 @@ def run_in_parts(args: argparse.Namespace, work: Any, launched: Any) -> Any:
     if done is not None:
         print(f"biotf {args.command}: {done.summary()}", file=sys.stderr)
     return done
+
+
+def run_file(args: argparse.Namespace, launched: Any, plain: Callable[[], Any], work: Callable[[], Any]) -> Any:
+    """The summary of a plain run (`launched` None: `plain()`, after saying whether parts of a sharded run wait), or
+    under torchrun this rank's share of the parts of `work()`, whose summary (reader policies included) rank 0 gets;
+    the other ranks get None."""
+    if launched is None:
+        note_waiting_parts(args)
+        return plain()
+    run = work()
+    done = run_in_parts(args, run, launched)
+    if done is None:
+        return None
+    summary = run.summary(done.counts)
+    summary.policies.update(done.reader_policies)
+    return summary

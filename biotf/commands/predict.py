@@ -19,10 +19,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
-                                         reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                         as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
-from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
+from biotf.commands.parts import add_part_arguments, launch, run_file
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   "stop=strip_terminal (repeatable; its vocabulary must stay the same)")
     parser.add_argument("--output", required=True, type=Path, metavar="OUT", help="the predictions (.tsv or .csv)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per forward pass (default 32)")
+    add_precision_argument(parser)
     parser.add_argument("--packing", action="store_true",
                         help="the records of a batch share rows, each attending to (and pooled over) itself alone: "
                              "the same predictions with fewer pad tokens (see README, Packing)")
@@ -57,22 +58,17 @@ def run(args: argparse.Namespace) -> int:
         launched = launch()
         model = load_model(args)
         with as_option_errors(model.tokenizer_options):
-            if launched is None:
-                note_waiting_parts(args)
-                summary = predict_file(model, args.input, args.output, reader_options(args), args.batch_size,
-                                       packing=args.packing, progress=not args.no_progress,
-                                       max_length=args.max_length)
-            else:
-                work = PredictRun(model, args.output, args.batch_size, input_path=args.input, packing=args.packing,
-                                  progress=not args.no_progress and launched.rank == 0, max_length=args.max_length)
-                done = run_in_parts(args, work, launched)
-                if done is None:
-                    return 0
-                summary = work.summary(done.counts)
-                summary.policies.update(done.reader_policies)
+            summary = run_file(args, launched, lambda: predict_file(model, args.input, args.output,
+                                                                    reader_options(args), args.batch_size,
+                                                                    packing=args.packing, progress=not args.no_progress,
+                                                                    max_length=args.max_length),
+                               lambda: PredictRun(model, args.output, args.batch_size, input_path=args.input,
+                                                  packing=args.packing,
+                                                  progress=not args.no_progress and launched.rank == 0,
+                                                  max_length=args.max_length))
+        if summary is None:
+            return 0
         print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "
-              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''})")
-        changed = [f"{n} {why}" for why, n in summary.counts.items()]
-        changed += [f"{key}={n}" for key, n in sorted(summary.policies.items())]
-        print(f"policies: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
+              f"({summary.task}, from {args.model}{', packed rows' if args.packing else ''}; {model.precision})")
+        print(f"policies: {summary.changed()}", file=sys.stderr)
         return 0

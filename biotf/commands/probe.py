@@ -45,28 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.analysis.labels import labels
-    from biotf.analysis.probe import run_probe
-    from biotf.data.split_file import sides_of
-    from biotf.export.writers import read_embeddings
+    from biotf.analysis.probe import probe_embeddings
 
-    table = read_embeddings(args.embeddings)
-    values = labels(table, args.label, args.label_pattern)
-    split = None if args.split is None else sides_of(args.split, table.ids)
-    report = run_probe(table.arrays, values, table.sequences, table.ids, table.info.get("tokenizer"), args.task,
-                       args.folds, args.seed, args.deduplicate, None if args.baseline == "none" else args.baseline,
-                       model_name=f"model ({table.info.get('pool')} pool)", split=split,
-                       invalid_smiles=args.invalid_smiles)
-    label = args.label + (f" ~ {args.label_pattern}" if args.label_pattern else "")
-    classes = f", {report.n_classes} classes" if report.n_classes else ""
-    probe = "logistic regression" if report.task == "classification" else "ridge regression"
-    scheme = f"{report.folds}-fold CV" if args.split is None else f"train + validation -> test of {args.split}"
-    print(f"{args.embeddings}: {report.n_records} records, label {label}{classes}; {probe}, {scheme}")
-    if report.dropped:
-        print("left out: " + ", ".join(f"{count} {why}" for why, count in report.dropped.items()))
-    if report.unparsable:
-        from biotf.wording import listed
-
-        print(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(report.unparsable)}")
-    print(report.table())
+    print("\n".join(probe_embeddings(args.embeddings, args.label, args.label_pattern, args.task, args.folds,
+                                      args.seed, args.deduplicate, None if args.baseline == "none" else args.baseline,
+                                      args.split, args.invalid_smiles)))
     return 0

@@ -24,10 +24,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, load_model,
-                                         reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                         as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
-from biotf.commands.parts import add_part_arguments, launch, note_waiting_parts, run_in_parts
+from biotf.commands.parts import add_part_arguments, launch, run_file
 from biotf.errors import ConfigError
 
 
@@ -66,6 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="several masked copies / windows share a row, each attending to itself alone: the same "
                              "scores with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_part_arguments(parser)
     parser.set_defaults(run=run)
@@ -103,18 +104,13 @@ def run(args: argparse.Namespace) -> int:
                 summary = score_variants_file(model, args.variants, args.reference, args.output, args.method,
                                               args.offset, args.both_strands, options, reader_options(args),
                                               args.mutation_column, progress=progress)
-            elif launched is None:
-                note_waiting_parts(args)
-                summary = score_file(model, args.input, args.output, args.method, options, reader_options(args),
-                                     progress=progress)
             else:
-                work = ScoreRun(model, args.input, args.output, args.method, options,
-                                progress=progress and launched.rank == 0)
-                done = run_in_parts(args, work, launched)
-                if done is None:
-                    return 0
-                summary = work.summary(done.counts)
-                summary.policies.update(done.reader_policies)
+                summary = run_file(args, launched, lambda: score_file(model, args.input, args.output, args.method,
+                                                                      options, reader_options(args), progress=progress),
+                                   lambda: ScoreRun(model, args.input, args.output, args.method, options,
+                                                    progress=progress and launched.rank == 0))
+        if summary is None:
+            return 0
         source = args.input if args.input is not None else args.variants
-        print(f"{source} -> {args.output}: {summary.summary()}", file=sys.stderr)
+        print(f"{source} -> {args.output}: {summary.summary()}; {model.precision}", file=sys.stderr)
         return 0

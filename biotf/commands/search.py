@@ -35,7 +35,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("search", help="nearest-neighbour search over embeddings, and its evaluation",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-
     build = actions.add_parser("build", help="index an embedding file")
     build.add_argument("--embeddings", required=True, type=Path, help="a pooled .npz, .parquet or .h5ad of biotf embed")
     build.add_argument("--output", required=True, type=Path, metavar="INDEXDIR", help="a new (or empty) directory")
@@ -62,19 +61,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--device", default="cpu", help="torch device for --input (default cpu)")
     add_overwrite_argument(query)
     query.set_defaults(run=run_query)
-
     add = actions.add_parser("add", help="add the records of another embedding file to an index (no rebuild)")
     add.add_argument("--index", required=True, type=Path, metavar="INDEXDIR")
     add.add_argument("--embeddings", required=True, type=Path)
     add.set_defaults(run=run_add)
-
     evaluate = actions.add_parser("evaluate", help="kNN label agreement vs the classical neighbour")
     evaluate.add_argument("--embeddings", required=True, type=Path, help="a pooled .npz, .parquet or .h5ad")
     evaluate.add_argument("--label", required=True, metavar="COLUMN", help="metadata column holding the label")
     evaluate.add_argument("--label-pattern", metavar="REGEX", help="the label is this regex's first group")
-    evaluate.add_argument("--split", type=Path, metavar="SPLIT_TSV",
-                          help="test records query train + validation (a fine-tuning run's split.tsv); "
-                               "default leave-one-out")
+    evaluate.add_argument("--split", type=Path, metavar="SPLIT_TSV", help="test records query train + validation "
+                          "(a fine-tuning run's split.tsv); default leave-one-out")
     evaluate.add_argument("-k", type=int, nargs="+", default=[1, 5, 10], help="neighbour counts (default 1 5 10)")
     evaluate.add_argument("--metric", choices=METRICS, default="cosine")
     evaluate.add_argument("--array", default="embeddings", help="which array of the file (default embeddings)")
@@ -96,85 +92,28 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from biotf.analysis.search.index import SearchIndex
-    from biotf.analysis.search.query import HIT_COLUMNS, expression_queries, hits, id_queries, sequence_queries
-    from biotf.errors import ConfigError
-    from biotf.scoring.files import output_format, write_table
+    from biotf.analysis.search.query import check_query, query_file
 
-    forms = [flag for flag, value in (("--ids", args.ids), ("--expression", args.expression), ("--input", args.input))
-             if value is not None]
-    if len(forms) != 1:
-        raise ConfigError("--ids|--expression|--input", " and ".join(forms) or "none",
-                          reason="give exactly one query form", allowed="--ids, --expression or --input")
-    if args.input is not None and args.model is None:
-        raise ConfigError("--model", None, required_with="--input")
-    if args.input is None and args.model is not None:
-        raise ConfigError("--model", args.model, reason="only sequence queries (--input) are embedded")
-    if args.k < 1:
-        raise ConfigError("-k", args.k, allowed="an integer >= 1")
-    if args.ef_search is not None and args.ef_search < 1:
-        raise ConfigError("--ef-search", args.ef_search, allowed="an integer >= 1")
-    output_format(args.output)
+    check_query(args.ids, args.expression, args.input, args.model, args.k, args.ef_search, args.output)
     with claim_outputs(args, {"--output": args.output}, [p for p in (args.input,) if p is not None]):
-        index = SearchIndex.open(args.index)
-        metric = args.metric or index.meta["metric"]
-        index.check_metric(metric)
-        summary = ""
-        if args.ids:
-            queries = id_queries(index, args.ids)
-        elif args.expression:
-            queries = expression_queries(index, args.expression, metric)
-        else:
-            queries, stats = sequence_queries(index, load_model(args, args.device), args.input, reader_options(args))
-            summary = f" ({stats.summary()})"
-        rows = list(hits(index, queries, args.k, metric, args.ef_search))
-        write_table(args.output, rows, HIT_COLUMNS)
-        print(f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {args.output}: "
-              f"{len(rows):,} hits, {index.kind} {metric} search of {len(index.ids):,} records", file=sys.stderr)
+        print(query_file(args.index, args.output, args.k, args.metric, args.ef_search, args.ids, args.expression,
+                         args.input, reader_options(args), lambda: load_model(args, args.device)), file=sys.stderr)
         return 0
 
 
 def run_add(args: argparse.Namespace) -> int:
     from biotf.analysis.search.index import add_records
 
-    def waiting() -> None:
-        print(f"biotf search add: another biotf run is writing {args.index}; waiting until it ends", file=sys.stderr)
-
-    meta, added = add_records(args.index, args.embeddings, waiting=waiting)
+    meta, added = add_records(args.index, args.embeddings, waiting=lambda: print(
+        f"biotf search add: another biotf run is writing {args.index}; waiting until it ends", file=sys.stderr))
     print(f"{args.embeddings} -> {args.index}: {added:,} records added, {meta['records']:,} in all ({meta['kind']})",
           file=sys.stderr)
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from biotf.analysis.labels import labels
-    from biotf.analysis.search.classical import KINDS
-    from biotf.analysis.search.evaluate import knn_agreement
-    from biotf.data.split_file import sides_of
-    from biotf.errors import ConfigError
-    from biotf.export.writers import read_embeddings
+    from biotf.analysis.search.evaluate import evaluate_embeddings
 
-    table = read_embeddings(args.embeddings)
-    if args.array not in table.arrays:
-        raise ConfigError("--array", args.array, allowed=", ".join(table.arrays))
-    kind = table.info.get("tokenizer") if args.classical == "auto" else args.classical
-    if args.classical == "auto" and kind not in KINDS:
-        kind = None  # text and other kinds have no classical neighbour: the embeddings' row alone
-    elif kind == "none":
-        kind = None
-    values = labels(table, args.label, args.label_pattern)
-    sides = None if args.split is None else sides_of(args.split, table.ids)
-    report = knn_agreement(table.arrays[args.array], values, table.sequences, table.ids, kind, args.k, args.metric,
-                           sides, name=f"biotf {args.array}, {table.info.get('pool')} pool",
-                           invalid_smiles=args.invalid_smiles)
-    label = args.label + (f" ~ {args.label_pattern}" if args.label_pattern else "")
-    print(f"{args.embeddings}: label {label}, {report.n_classes} classes; {report.scheme}: {report.n_queries:,} "
-          f"queries, {report.n_references:,} references; most frequent label {report.majority:.3f} of the queries")
-    if report.left_out:
-        print("left out of every row: " + ", ".join(f"{count} {why}" for why, count in report.left_out.items()))
-    if report.unparsable:
-        from biotf.wording import listed
-
-        print(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(report.unparsable)}")
-    print(report.table())
+    print("\n".join(evaluate_embeddings(args.embeddings, args.label, args.label_pattern, args.split, args.k,
+                                         args.metric, args.array, args.classical, args.invalid_smiles)))
     return 0

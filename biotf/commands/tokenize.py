@@ -16,10 +16,10 @@ import argparse
 import os
 import sys
 
-from biotf.commands.input_options import (add_input_arguments, add_tokenizer_options, as_option_errors, parse_options,
-                                         reader_options)
+from biotf.commands.input_options import add_input_arguments, add_tokenizer_options, as_option_errors, reader_options
 from biotf.data.tokenize import tokenize_file
 from biotf.errors import ConfigError
+from biotf.tokenizers.loading import parse_options
 from biotf.tokenizers.presets import resolve_tokenizer
 
 

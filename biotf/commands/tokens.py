@@ -46,15 +46,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from biotf.analysis.tokens import read_property_table, score_lines, scores_path, tokens_file
+    from biotf.analysis.tokens import read_property_table, score_table, scores_path, tokens_file
 
     inputs = [Path(args.model), *([args.property_table] if args.property_table is not None else [])]
     with claim_outputs(args, {"--output": args.output, "--output's R^2 table": scores_path(args.output),
                               "--plot": args.plot}, inputs, images=("--plot",)):
         table = read_property_table(args.property_table, args.token_column) if args.property_table is not None else None
         report = tokens_file(args.model, args.output, args.plot, table, args.ridge_alpha, args.init_seed, args.device)
-        for line in score_lines(report):
-            print("\t".join(line))
+        print(score_table(report))
         written = ", ".join(str(p) for p in (args.output, scores_path(args.output), args.plot) if p is not None)
         print(f"{args.model} -> {written}: {report.summary()}", file=sys.stderr)
         return 0

@@ -23,6 +23,19 @@ EXPERIMENTS = {"extrapolation": "biotf.experiments.extrapolation",
                "genome-annotation": "biotf.experiments.genome_annotation"}
 
 
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """`--set NAME=VALUE` items as {name: value} (the value as given; a later name wins)."""
+    from biotf.errors import ConfigError
+
+    settings = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise ConfigError("--set", item, "NAME=VALUE")
+        settings[name.strip()] = value
+    return settings
+
+
 def run_experiment(name: str, out_dir: str | Path, seeds: tuple[int, ...], quick: bool = False,
                    settings: dict[str, str] | None = None, overrides: tuple[str, ...] = ()) -> Path:
     """Run experiment `name` into `out_dir` (finished runs there are reused); returns report.md's path.

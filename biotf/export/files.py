@@ -92,6 +92,10 @@ class EmbedRun:
             writer.keep()
         return {field.name: getattr(stats, field.name) for field in fields(stats)}
 
+    def summary(self, counts: Mapping[str, Any]) -> EmbedStats:
+        """The summary of counts summed over a sharded run's parts."""
+        return stats_from_counts(counts)
+
     def merge(self, parts: list[Path], output: Path, counts: dict[str, Any]) -> None:
         stats = stats_from_counts(counts)
         with self._writer(output) as writer:

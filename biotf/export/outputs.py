@@ -28,8 +28,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import IO
 
@@ -242,3 +242,33 @@ def claim_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite:
                    "as it is: pass --overwrite to replace it, or choose another name")
         with nullcontext() if overwrite else keep_existing(path, refusal):
             yield removed
+
+
+@contextmanager
+def claim_outputs(outputs: Mapping[str, str | Path | None], inputs: Sequence[str | Path], overwrite: bool = False,
+                  images: Sequence[str] = (), say: Callable[[str], None] = lambda line: None) -> Iterator[None]:
+    """Check every named output (flag -> path; None = not asked for) against the rule, hold them all while the
+    block runs (`claim_output`: a second run over one of them is refused), then remove the leftovers of killed runs
+    over the same names, telling `say` a line about each output that had some. `images` are the flags whose file is
+    a PNG map.
+
+    Under torchrun only rank 0 holds them (it alone writes the outputs); the other ranks check the rule."""
+    from biotf.data.sharded import Launch
+
+    named = {flag: Path(path) for flag, path in outputs.items() if path is not None}
+    check_distinct(named)
+    for flag, path in named.items():  # every output checked before the first is held
+        check_output(path, inputs, overwrite, image=flag in images, flag=flag)
+    launched = Launch.from_environment()
+    if launched is not None and launched.rank != 0:
+        yield
+        return
+    with ExitStack() as held:
+        removed = {flag: held.enter_context(claim_output(path, inputs, overwrite, image=flag in images, flag=flag))
+                   for flag, path in named.items()}
+        for flag, path in named.items():
+            removed[flag] += remove_leftovers(path)
+            if removed[flag]:
+                say(f"removed {len(removed[flag])} leftover work file(s) of an interrupted run over {path}: "
+                    f"{', '.join(entry.name for entry in removed[flag])}")
+        yield

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from numbers import Integral
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -75,6 +75,16 @@ class Sampling:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def sampling_over(defaults: Any, *, temperature: float | None = None, top_k: int | None = None,
+                  top_p: float | None = None, repetition_penalty: float | None = None) -> Sampling:
+    """The sampling of `defaults` (a checkpoint's generation settings: any object with Sampling's four fields) with
+    each value that is given (not None) put in its place: the one rule by which the CLI's flags and the Python API's
+    arguments override a checkpoint. Checked once, merged, so a checkpoint's bad value that is overridden is no
+    error."""
+    given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "repetition_penalty": repetition_penalty}
+    return Sampling(**{key: getattr(defaults, key) if value is None else value for key, value in given.items()})
 
 
 def next_token_scores(logits: torch.Tensor, tokens: torch.Tensor, sampling: Sampling) -> torch.Tensor:

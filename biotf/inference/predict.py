@@ -48,6 +48,13 @@ class PredictionSummary:
     counts: Counter = field(default_factory=Counter)  # records cut or dropped by the run's long_policy
     policies: PolicyStats = field(default_factory=PolicyStats)  # what the reader's and tokenizer's policies changed
 
+    def changed(self) -> str:
+        """What the policies changed, as `biotf predict` says it: long-policy counts, then each reader and tokenizer
+        policy count by name ("3 truncated, unknown=2"), or "nothing changed"."""
+        changed = [f"{n} {why}" for why, n in self.counts.items()]
+        changed += [f"{key}={n}" for key, n in sorted(self.policies.items())]
+        return ", ".join(changed) or "nothing changed"
+
 
 @torch.no_grad()
 def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray],
@@ -63,7 +70,8 @@ def predict(model: TaskModel, tokenizer: Tokenizer, batch: list[np.ndarray],
     ids, inputs = torch.from_numpy(filled.ids), filled.inputs("cpu")
     mask = content_mask(ids, torch.from_numpy(filled.segments != 0), tokenizer)
     out = model(ids, inputs.get("attention_mask"), mask, segment_ids=inputs.get("segment_ids"))
-    predictions = out.predictions.numpy()
+    predictions = out.predictions  # values in the model's dtype (bf16 with --precision bf16), or class ids
+    predictions = (predictions.float() if predictions.is_floating_point() else predictions).numpy()
     scores = predictions if model.task == "regression" else torch.softmax(out.logits.float(), -1).numpy()
     order, per_position = [index for row in rows for index in row], model.task == "token"
     return (_in_batch_order(predictions, filled, order, per_position),

@@ -9,7 +9,8 @@ block, head (the masked-LM head transform), transformer, cache (KVCache), loss (
 hf (weight mappings of Hugging Face families: Qwen2, Llama, Mistral, GPT-2, BLOOM both ways, ESM into biotf),
 tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora (low-rank adapters),
 modes (fine-tuning modes full | frozen | lora: which weights train, a registry),
-contacts (contact prediction from attention maps), stem (the convolutional stem: tokens into bins and back).
+contacts (contact prediction from attention maps), stem (the convolutional stem: tokens into bins and back),
+precision (inference in bf16 or int8, behind a fidelity gate against fp32).
 """
 
 from biotf.model.cache import KVCache

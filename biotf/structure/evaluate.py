@@ -44,8 +44,9 @@ class Precision:
     range: str
     values: tuple[float, ...]
 
-    def line(self) -> str:
-        return "\t".join([self.chain, str(self.length), self.predictor, self.range,
+    def line(self, chain: bool = True) -> str:
+        """The row as a line of the TSV (`chain` False: without its first column)."""
+        return "\t".join([*([self.chain] if chain else []), str(self.length), self.predictor, self.range,
                           *(f"{value:.4f}" for value in self.values)]) + "\n"
 
 
@@ -58,6 +59,11 @@ class Evaluation:
 
     def means(self) -> list[Precision]:
         return [row for row in self.rows if row.chain == "mean"]
+
+    def means_table(self) -> str:
+        """The mean rows as `biotf contacts evaluate` prints them, tab-separated under a header: a row's `chains` is
+        the number of chains it is the mean of."""
+        return "".join(["\t".join(("chains", *COLUMNS[2:])) + "\n", *(row.line(chain=False) for row in self.means())])
 
 
 def precisions(scores: np.ndarray, chain: Chain) -> dict[str, tuple[float, ...]]:

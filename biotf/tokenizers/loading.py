@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -82,6 +83,21 @@ def with_options(tokenizer: Tokenizer, options: Mapping[str, Any]) -> Tokenizer:
         raise ConfigError("tokenizer", dict(options), reason=f"changes the vocabulary of the {tokenizer.scheme} "
                           "tokenizer the model was trained with; only policies that keep it can change")
     return changed
+
+
+def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """`--option KEY=VALUE` pairs as tokenizer options; values are read as JSON where they parse (6 -> int,
+    true -> bool), else as strings."""
+    options = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise ConfigError("--option", pair, allowed="KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except (ValueError, RecursionError):  # not JSON (or nested past the parser): the string as given
+            options[key] = value
+    return options
 
 
 @contextlib.contextmanager

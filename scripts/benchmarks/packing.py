@@ -1,4 +1,5 @@
-"""Packing section: real (non-pad) tokens per second, packed rows against padded batches, on one thread.
+"""Packing section: real (non-pad) tokens per second, packed rows against padded batches, on one thread (with
+`--device cuda` the models and batches on the GPU, the clock stopped after its queued work).
 
 Two length distributions: DeepLoc's proteins (data/proteins/deeploc_test_set.fasta in /work/shared, else the
 DeepLoc sample shipped with biotf) and a UniRef-like log-normal one (median ~250 residues, random residues).
@@ -28,7 +29,6 @@ blocks of 256 on DeepLoc proteins; tokens/s counts the records' own tokens, the 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +55,12 @@ def lognormal_sequences(n: int) -> list[str]:
     return ["".join(rng.choice(RESIDUES, length)) for length in lengths]
 
 
-def models():
+def on(device: str, batch: dict) -> dict:
+    """A collated batch's tensors on `device` (moved before the clock starts)."""
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+def models(device: str = "cpu"):
     import torch
     import transformers
 
@@ -71,7 +76,7 @@ def models():
         num_attention_heads=config.n_heads, intermediate_size=config.d_ff, position_embedding_type="rotary",
         max_position_embeddings=config.max_seq_len + 2, layer_norm_eps=config.norm_eps, pad_token_id=tokenizer.pad_id,
         mask_token_id=tokenizer.mask_id, token_dropout=False, emb_layer_norm_before=False, attn_implementation="sdpa")
-    return tokenizer, ours, transformers.EsmForMaskedLM(hf_config)
+    return tokenizer, ours.to(device), transformers.EsmForMaskedLM(hf_config).to(device)
 
 
 def rotate(bench, name: str, sides: dict, work: float, repeats: int, pad_shares: dict[str, float] | None = None
@@ -85,9 +90,7 @@ def rotate(bench, name: str, sides: dict, work: float, repeats: int, pad_shares:
     seconds = {side: [] for side in names}
     for round_ in range(repeats):
         for side in names[round_ % len(names):] + names[:round_ % len(names)]:
-            start = time.perf_counter()
-            sides[side]()
-            seconds[side].append(time.perf_counter() - start)
+            seconds[side].append(bench.seconds(sides[side]))
     packed, *others = names
     targets = {"biotf padded": 1.5, "transformers": 2.0}
     for other in others:
@@ -135,16 +138,17 @@ def training(bench, label: str, sequences: list[str], repeats: int) -> None:
     from biotf.data.packing import PackedBatchSampler
     from biotf.model.loss import language_model_loss
 
-    tokenizer, ours, theirs = models()
+    tokenizer, ours, theirs = models(bench.device)
     encoded = [ids[:MAX_LENGTH] for ids in tokenizer.encode_batch(sequences)]  # crop, as long_policy crop does
     items = [{"input_ids": np.asarray(ids, np.int64), "seed": (0, 0, i)} for i, ids in enumerate(encoded)]
     lengths = np.array([len(ids) for ids in encoded])
     padded_collate = MLMCollator(tokenizer)
     packed_collate = MLMCollator(tokenizer, pack_length=MAX_LENGTH)
-    padded = [padded_collate([items[i] for i in batch]) for batch in LengthGroupedBatchSampler(lengths, BATCH)]
-    packed = [packed_collate([items[i] for i in batch])
+    padded = [on(bench.device, padded_collate([items[i] for i in batch]))
+              for batch in LengthGroupedBatchSampler(lengths, BATCH)]
+    packed = [on(bench.device, packed_collate([items[i] for i in batch]))
               for batch in PackedBatchSampler(lengths, BATCH, MAX_LENGTH)]
-    in_order = [padded_collate(items[i:i + BATCH]) for i in range(0, len(items), BATCH)]
+    in_order = [on(bench.device, padded_collate(items[i:i + BATCH])) for i in range(0, len(items), BATCH)]
     pad_shares = {"packed": padding_fraction(packed, "segment_ids"),
                   "padded": padding_fraction(padded, "attention_mask")}
     bench.record(f"{label} training: pad share, packed rows | length-grouped batches | batches in input order",
@@ -183,7 +187,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
     from biotf.data.readers import Record
     from biotf.export import Embedder, EmbedOptions
 
-    tokenizer, ours, theirs = models()
+    tokenizer, ours, theirs = models(bench.device)
     trunk = theirs.esm.eval()
     sequences = [s[:EMBED_LENGTH - 2] for s in sequences]
     records = [Record(f"p{i}", s, {}, i) for i, s in enumerate(sequences)]
@@ -198,6 +202,7 @@ def embedding(bench, label: str, sequences: list[str], repeats: int) -> None:
                 mask = torch.zeros_like(ids)
                 for row, sequence in enumerate(batch):
                     ids[row, :len(sequence)], mask[row, :len(sequence)] = torch.from_numpy(np.asarray(sequence)), 1
+                ids, mask = ids.to(bench.device), mask.to(bench.device)
                 hidden = trunk(input_ids=ids, attention_mask=mask).last_hidden_state
                 (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
 
@@ -230,13 +235,13 @@ def causal_training(bench, label: str, sequences: list[str], tokenizer, block: i
     config = TransformerConfig.preset("protein-small", causal=True, max_seq_len=block).for_tokenizer(
         tokenizer.vocab_size, tokenizer.mask_id)
     torch.manual_seed(0)
-    model = Transformer(config)
+    model = Transformer(config).to(bench.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def batches(document_masking: bool) -> list[dict]:
         dataset = PackedBlockDataset(shard, block, tokenizer.eos_id, tokenizer.pad_id, document_masking)
         items = [dataset[i] for i in range(len(dataset))]
-        return [{key: torch.stack([item[key] for item in items[i:i + BATCH]]) for key in items[0]}
+        return [on(bench.device, {key: torch.stack([item[key] for item in items[i:i + BATCH]]) for key in items[0]})
                 for i in range(0, len(items), BATCH)]
 
     def train(blocks: list[dict]) -> None:

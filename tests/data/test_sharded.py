@@ -4,6 +4,8 @@ tests/commands/test_sharded_launch.py runs the same over several processes with 
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 
 import numpy as np
@@ -280,7 +282,8 @@ def test_predict_in_parts_is_the_one_process_table(capsys, tmp_path, fasta, one_
 
 def test_score_parts_of_256_records_batch_as_one_process_does(capsys, tmp_path, model_dir, monkeypatch):
     # parts of a multiple of the scorer's 256 records per call hold the same calls, so even default batches give
-    # the one-process floats to the bit (parts of 100 records do not: a check that this test can fail)
+    # the one-process floats to the bit; parts of 100 records batch otherwise, so their floats equal the one-process
+    # ones within 1e-5 only (to the bit on some CPUs, not on others: summation order follows the batch)
     rng = np.random.default_rng(0)
     letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
     fasta = tmp_path / "many.fasta"
@@ -289,9 +292,24 @@ def test_score_parts_of_256_records_batch_as_one_process_does(capsys, tmp_path, 
     status, err = run(capsys, *args, "--output", str(tmp_path / "single.csv"))
     assert status == 0, err
     single = (tmp_path / "single.csv").read_bytes()
-    for part_records, equal in (("256", True), ("100", False)):
+    for part_records in ("256", "100"):
         monkeypatch.setenv("WORLD_SIZE", "1")
         out = tmp_path / f"{part_records}.csv"
         status, err = run(capsys, *args, "--output", str(out), "--part-records", part_records)
         assert status == 0, err
-        assert (out.read_bytes() == single) is equal
+        if part_records == "256":
+            assert out.read_bytes() == single
+        else:
+            assert_rows_close(out.read_text(), single.decode())
+
+
+def assert_rows_close(table: str, reference: str) -> None:
+    """The same rows and text cells as `reference`, and every numeric cell within 1e-5 (relative) of its value."""
+    rows, reference_rows = (list(csv.reader(io.StringIO(text))) for text in (table, reference))
+    assert len(rows) == len(reference_rows) and rows[0] == reference_rows[0]
+    for row, reference_row in zip(rows[1:], reference_rows[1:]):
+        for cell, reference_cell in zip(row, reference_row, strict=True):
+            try:
+                assert float(cell) == pytest.approx(float(reference_cell), rel=1e-5, abs=1e-6), (row, reference_row)
+            except ValueError:
+                assert cell == reference_cell

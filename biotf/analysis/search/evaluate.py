@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.search.classical import classical_sets, describe
+from biotf.analysis.labels import labels as column_labels, left_out_lines
+from biotf.analysis.search.classical import KINDS, classical_sets, describe
 from biotf.analysis.search.neighbours import exact_search, prepare
+from biotf.data.split_file import sides_of
 from biotf.errors import ConfigError, InputError
+from biotf.export.writers import read_embeddings
 
 
 @dataclass
@@ -123,3 +127,28 @@ def knn_agreement(vectors: np.ndarray, labels: np.ndarray, sequences: Sequence[s
         _, found = exact_search(rows[references], rows[queries], ks[-1], row_metric, exclude=exclude)
         report.rows.append(AgreementRow(title, *agreement(found, labels[queries], labels[references], ks)))
     return report
+
+
+def evaluate_embeddings(path: str | Path, label: str, label_pattern: str | None, split: str | Path | None,
+                        ks: Sequence[int], metric: str, array: str, classical: str,
+                        invalid_smiles: str) -> list[str]:
+    """`biotf search evaluate`: the kNN agreement of an embedding file's `array` with its `label` column (its
+    `label_pattern`'s first group), leave-one-out or test against train + validation of `split`, beside the
+    `classical` neighbour ("auto": the embeddings' tokenizer's, none for one without; or a kind, or "none"). Returns
+    the lines it prints: what was evaluated, what was left out, the table."""
+    table = read_embeddings(path)
+    if array not in table.arrays:
+        raise ConfigError("--array", array, allowed=", ".join(table.arrays))
+    kind = table.info.get("tokenizer") if classical == "auto" else classical
+    if classical == "auto" and kind not in KINDS:
+        kind = None  # text and other kinds have no classical neighbour: the embeddings' row alone
+    elif kind == "none":
+        kind = None
+    values = column_labels(table, label, label_pattern)
+    sides = None if split is None else sides_of(split, table.ids)
+    report = knn_agreement(table.arrays[array], values, table.sequences, table.ids, kind, ks, metric, sides,
+                           name=f"biotf {array}, {table.info.get('pool')} pool", invalid_smiles=invalid_smiles)
+    label = label + (f" ~ {label_pattern}" if label_pattern else "")
+    return [f"{path}: label {label}, {report.n_classes} classes; {report.scheme}: {report.n_queries:,} queries, "
+            f"{report.n_references:,} references; most frequent label {report.majority:.3f} of the queries",
+            *left_out_lines("left out of every row: ", report.left_out, report.unparsable), report.table()]

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,8 +19,9 @@ from biotf.analysis.search.expression import expression_vector
 from biotf.analysis.search.index import SearchIndex, array_layer
 from biotf.checkpoint.loading import LoadedModel
 from biotf.data.readers import ReaderOptions, read_records
-from biotf.errors import InputError
+from biotf.errors import ConfigError, InputError
 from biotf.export.embed import EmbedOptions, EmbedStats
+from biotf.scoring.files import output_format, write_table  # the table writer scores share (see docs/architecture.md)
 
 HIT_COLUMNS = ("query", "rank", "id", "score")
 
@@ -85,3 +86,47 @@ def hits(index: SearchIndex, queries: Queries, k: int, metric: str,
         for rank, (score, row) in enumerate(zip(query_scores, query_rows), 1):
             if row >= 0:
                 yield {"query": name, "rank": rank, "id": index.ids[row], "score": float(score)}
+
+
+def check_query(ids: Sequence[str] | None, expressions: Sequence[str] | None, input_path: Path | None,
+                model: str | None, k: int, ef_search: int | None, output: Path) -> None:
+    """Refuse anything but exactly one query form (--model with --input alone), a bad -k or --ef-search, or an
+    output extension no table has, before anything is read."""
+    forms = [flag for flag, value in (("--ids", ids), ("--expression", expressions), ("--input", input_path))
+             if value is not None]
+    if len(forms) != 1:
+        raise ConfigError("--ids|--expression|--input", " and ".join(forms) or "none",
+                          reason="give exactly one query form", allowed="--ids, --expression or --input")
+    if input_path is not None and model is None:
+        raise ConfigError("--model", None, required_with="--input")
+    if input_path is None and model is not None:
+        raise ConfigError("--model", model, reason="only sequence queries (--input) are embedded")
+    if k < 1:
+        raise ConfigError("-k", k, allowed="an integer >= 1")
+    if ef_search is not None and ef_search < 1:
+        raise ConfigError("--ef-search", ef_search, allowed="an integer >= 1")
+    output_format(output)
+
+
+def query_file(index_directory: str | Path, output: str | Path, k: int, metric: str | None, ef_search: int | None,
+               ids: Sequence[str] | None = None, expressions: Sequence[str] | None = None,
+               input_path: str | Path | None = None, reader_options: ReaderOptions = ReaderOptions(),
+               load_model: Callable[[], LoadedModel] | None = None) -> str:
+    """`biotf search query`: the hits of the one query form given (`check_query`; `load_model` gives the model
+    that embeds the records of `input_path`) in the index, written to `output` (.tsv, .csv or .parquet) all or
+    nothing. Returns the summary line."""
+    index = SearchIndex.open(index_directory)
+    metric = metric or index.meta["metric"]
+    index.check_metric(metric)
+    summary = ""
+    if ids:
+        queries = id_queries(index, ids)
+    elif expressions:
+        queries = expression_queries(index, expressions, metric)
+    else:
+        queries, stats = sequence_queries(index, load_model(), input_path, reader_options)
+        summary = f" ({stats.summary()})"
+    rows = list(hits(index, queries, k, metric, ef_search))
+    write_table(output, rows, HIT_COLUMNS)
+    return (f"{len(queries.names):,} quer{'y' if len(queries.names) == 1 else 'ies'}{summary} -> {output}: "
+            f"{len(rows):,} hits, {index.kind} {metric} search of {len(index.ids):,} records")

@@ -23,7 +23,7 @@ import numpy as np
 
 from biotf.atomic import atomic_write_text
 from biotf.data.readers import ReaderOptions
-from biotf.errors import InputError
+from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
 from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
@@ -138,9 +138,7 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
 def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
     """The metric rows as TSV (metric, value, molecules, note) or JSON, by extension, all or nothing."""
     if metric_format(path) == ".tsv":
-        lines = ["\t".join(COLUMNS)] + ["\t".join((row.metric, format_value(row), str(row.molecules),
-                                                   row.note)) for row in evaluation.rows]
-        return atomic_write_text(path, "\n".join(lines) + "\n")
+        return atomic_write_text(path, metric_table(evaluation) + "\n")
     document = {"metrics": {row.metric: None if math.isnan(row.value) else row.value for row in evaluation.rows},
                 "molecules": {row.metric: row.molecules for row in evaluation.rows},
                 "notes": {row.metric: row.note for row in evaluation.rows if row.note},
@@ -149,6 +147,35 @@ def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
                                for name, item in evaluation.references.items()},
                 "input_policies": dict(evaluation.input_policies)}
     return atomic_write_text(path, json.dumps(document, indent=2) + "\n")
+
+
+def metric_table(evaluation: Evaluation) -> str:
+    """The metric rows as tab-separated lines under their header (metric, value, molecules, note)."""
+    return "\n".join(["\t".join(COLUMNS)] + ["\t".join((row.metric, format_value(row), str(row.molecules), row.note))
+                                            for row in evaluation.rows])
+
+
+def reference_lines(evaluation: Evaluation) -> list[str]:
+    """One line per reference set: its molecules, the invalid rows left out, and where its statistics came from."""
+    lines = []
+    for name, loaded in evaluation.references.items():
+        how = (f"read from {loaded.path}" if loaded.how == "cache" else
+               f"computed in {loaded.seconds:.1f} s and cached in {loaded.path}"
+               + (f" (the entry there was not used: {loaded.replaced})" if loaded.replaced else ""))
+        left_out = loaded.statistics.rows - loaded.statistics.molecules
+        invalid = f"; {counted(left_out, 'invalid row')} left out" if left_out else ""
+        lines.append(f"reference {name}: {counted(loaded.statistics.molecules, 'molecule')}{invalid}, statistics {how}")
+    return lines
+
+
+def checked_cache_dir(cache_dir: str | Path | None) -> Path:
+    """--cache-dir (default `DEFAULT_CACHE_DIR`), refused in one line where it, or a folder above it, is a file."""
+    cache_dir = Path(cache_dir or DEFAULT_CACHE_DIR)
+    blocking = next((path for path in (cache_dir, *cache_dir.parents) if path.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError("--cache-dir", str(cache_dir), reason=f"{blocking} is a file, not a directory",
+                          allowed="a directory, made if missing")
+    return cache_dir
 
 
 def format_value(row: MetricRow) -> str:

@@ -14,7 +14,7 @@ from torch import nn
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.config import TransformerConfig
-from biotf.model.hf.families import FAMILIES
+from biotf.model.hf.families import FAMILIES, WRITABLE_FAMILIES
 from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
                                    read_weights)
 
@@ -117,10 +117,10 @@ def save_hf(model: nn.Module, directory: str | PathLike, model_type: str | None 
     from safetensors.torch import save_file
 
     check_hf_writable(model.config)
-    writers = {name: family for name, family in FAMILIES.items() if family.export_config is not None}
-    if model_type is not None and model_type not in writers:
-        raise CheckpointError(f"biotf cannot write model_type {model_type!r} (it writes: {', '.join(writers)})")
-    candidates = [writers[model_type]] if model_type is not None else list(writers.values())
+    if model_type is not None and model_type not in WRITABLE_FAMILIES:
+        raise CheckpointError(f"biotf cannot write model_type {model_type!r} (it writes: "
+                              f"{', '.join(WRITABLE_FAMILIES)})")
+    candidates = [WRITABLE_FAMILIES[model_type]] if model_type is not None else list(WRITABLE_FAMILIES.values())
     refusals = []
     for family in candidates:
         try:

@@ -12,3 +12,6 @@ from biotf.model.hf.llama import FAMILIES as LLAMA_STYLE  # qwen2, llama, mistra
 
 FAMILIES: dict[str, Family] = {family.model_type: family for family in
                                (*LLAMA_STYLE, ESM, BERT_FAMILY, ROBERTA_FAMILY, GPT2, BLOOM)}
+# The families biotf writes (`biotf export-model --hf MODEL_TYPE`), in the order `save_hf` tries them.
+WRITABLE_FAMILIES: dict[str, Family] = {name: family for name, family in FAMILIES.items()
+                                        if family.export_config is not None}

@@ -1,0 +1,133 @@
+"""scripts/gpu_check.py, the GPU path's check against the CPU, run with the CPU on both sides at tiny sizes (what can
+run without a GPU: every comparison, and its gates, which must refuse a wrong step or output), and
+scripts/gpu_check.sh where torch sees no CUDA device: it says the CUDA checks were skipped and never exits 0."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["gpu_check"]
+
+
+def assert_all_pass(report) -> None:
+    assert report.results and report.failed == 0, report.table()
+    assert {result.status for result in report.results} == {"PASS"}, report.table()
+
+
+@pytest.mark.parametrize("check", ["commands", "sdpa"])
+def test_a_check_passes_with_the_cpu_on_both_sides(gpu_check, check, tmp_path):
+    assert_all_pass(gpu_check.run_checks([check], "cpu", "cpu", "tiny", tmp_path))
+
+
+def test_training_passes_in_both_precisions_and_prints_mfu(gpu_check, tmp_path):
+    report = gpu_check.run_checks(["training"], "cpu", "cpu", "tiny", tmp_path)
+    assert_all_pass(report)
+    rows = [result.check for result in report.results]
+    for model in ("protein-small masked LM", "gpt2-small causal LM"):
+        assert [row.split(") ", 1)[1] for row in rows if model in row] == [
+            "float32 vs cpu float32", "bf16-mixed vs cpu float32", "MFU on cpu"], rows
+    assert all("MFU" in result.detail for result in report.results if "MFU" in result.check)
+
+
+@pytest.mark.slow
+def test_ddp_of_two_gloo_processes_equals_one_process(gpu_check, tmp_path):
+    assert_all_pass(gpu_check.run_checks(["ddp"], "cpu", "cpu", "tiny", tmp_path))
+
+
+def test_the_step_gate_refuses_a_wrong_gradient_loss_or_parameter_set(gpu_check):
+    tolerance = gpu_check.STEP_TOLERANCES["bf16-mixed"]
+    generator = torch.Generator().manual_seed(0)
+    reference = {name: torch.randn(64, generator=generator) for name in ("a", "b", "c")}
+    assert gpu_check.compare_step(3.0, reference, 3.0, reference, tolerance)[0]
+    noisy = {name: value + 0.01 * torch.randn(64, generator=generator) for name, value in reference.items()}
+    assert gpu_check.compare_step(3.001, noisy, 3.0, reference, tolerance)[0]  # bf16-sized differences pass
+    flipped = {**reference, "b": -reference["b"]}
+    assert not gpu_check.compare_step(3.0, flipped, 3.0, reference, tolerance)[0]
+    doubled = {name: 2 * value for name, value in reference.items()}  # aligned, twice as long
+    assert not gpu_check.compare_step(3.0, doubled, 3.0, reference, tolerance)[0]
+    assert not gpu_check.compare_step(3.5, reference, 3.0, reference, tolerance)[0]
+    assert not gpu_check.compare_step(3.0, {"a": reference["a"], "b": reference["b"]}, 3.0, reference, tolerance)[0]
+    assert not gpu_check.compare_step(float("nan"), reference, 3.0, reference, tolerance)[0]
+    # float32's gate is tighter: the bf16-sized noise above fails it
+    assert not gpu_check.compare_step(3.0, noisy, 3.0, reference, gpu_check.STEP_TOLERANCES["float32"])[0]
+
+
+def test_the_output_gates_refuse_outputs_beyond_their_tolerance(gpu_check, tmp_path):
+    vectors = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    for name, values in (("same", vectors), ("near", vectors + 1e-6), ("far", vectors + 1e-2)):
+        np.savez(tmp_path / f"{name}.npz", embeddings=values)
+    assert gpu_check.compare_embeddings(tmp_path / "near.npz", tmp_path / "same.npz")[0]
+    assert not gpu_check.compare_embeddings(tmp_path / "far.npz", tmp_path / "same.npz")[0]
+    for name, shift in (("same", 0.0), ("near", 1e-4), ("far", 0.01)):
+        (tmp_path / f"{name}.csv").write_text("id,log_likelihood\n" + "".join(f"p{i},{-50.0 - i + shift}\n"
+                                                                               for i in range(3)))
+    assert gpu_check.compare_scores(tmp_path / "near.csv", tmp_path / "same.csv")[0]
+    assert not gpu_check.compare_scores(tmp_path / "far.csv", tmp_path / "same.csv")[0]
+    maps = {"contacts/p0": np.full((5, 5), 0.5, np.float32)}
+    np.savez(tmp_path / "maps.npz", **maps)
+    np.savez(tmp_path / "moved.npz", **{key: value + 1e-3 for key, value in maps.items()})
+    assert gpu_check.compare_contacts(tmp_path / "maps.npz", tmp_path / "maps.npz")[0]
+    assert not gpu_check.compare_contacts(tmp_path / "moved.npz", tmp_path / "maps.npz")[0]
+
+
+def test_a_generation_that_parts_away_from_a_near_tie_fails(gpu_check, tmp_path):
+    """Completions that differ where both devices' greedy tokens agree (no near-tie explains it) fail the row."""
+    size = gpu_check.SIZES["tiny"]
+    _, decoder = gpu_check.save_models(size, tmp_path)
+    expected = "".join(json.dumps({"prompt": prompt, "completion": "MKV"}) + "\n" for prompt in size.prompts)
+    other = expected.replace('"MKV"', '"MKW"', 1)
+    assert gpu_check.compare_generations(expected, expected, decoder, size, "cpu", "cpu")[0]
+    passed, detail = gpu_check.compare_generations(other, expected, decoder, size, "cpu", "cpu")
+    assert not passed and "1 of 2 completions differ" in detail
+
+
+def test_the_profiler_tells_the_math_kernel_from_flash(gpu_check):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(1, 2, 8, 4)
+    attend = lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)  # noqa: E731
+    assert gpu_check.sdpa_kernels(attend) == ["flash"]  # the CPU's fused kernel
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert gpu_check.sdpa_kernels(attend) == ["math"]
+
+
+@pytest.mark.slow
+def test_the_shell_driver_says_cuda_was_skipped_and_does_not_exit_0(tmp_path):
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "commands", "--json",
+                           str(tmp_path / "report.json")], capture_output=True, text=True, env=environment,
+                          timeout=600)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.count("every CUDA check was SKIPPED") == 2, done.stdout
+    assert "0 failed" in done.stdout and "--device cpu against --reference cpu, tiny sizes" in done.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["device"] == "cpu" and report["failed"] == 0 and report["machine"]["gpus"] == []
+
+
+def test_cuda_asked_for_without_cuda_is_refused_in_one_line(gpu_check, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as raised:
+        gpu_check.main(["sdpa", "--device", "cuda"])
+    assert raised.value.code == 2
+    assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
