@@ -41,6 +41,7 @@ from biotf.export.sentence_transformers import embed_defaults, transformer_direc
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
+from biotf.model.positions import reading_length
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
 from biotf.conventions import PRECISIONS
 from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
@@ -218,33 +219,34 @@ class Model(LoadedModel):
         return _frame(rows, ("id", "sequence", "method", "log_likelihood"))
 
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
-                batch_size: int = 32, packing: bool = False,
+                batch_size: int = 32, packing: bool = False, max_length: int | None = None,
                 summary: PredictionSummary | None = None) -> pandas.DataFrame:
         """A fine-tuned model's prediction for each sequence, with the columns of `biotf predict`'s table: id,
         prediction (the class name, the value, or one label a residue), p_<class> for classification. Sequences
-        the model's long-sequence policy drops have no row (counted in `summary`)."""
+        the model's long-sequence policy drops have no row (counted in `summary`); `max_length`: tokens a sequence
+        is encoded to (default the run's; `biotf.inference.predict.record_length`)."""
         loaded = loaded_task_model(self)
         check_int("batch_size", batch_size)
         check_packable(packing, self.network.config)
         summary = summary if summary is not None else PredictionSummary(rows=0, records=0, task=loaded.task_info.task)
         header = prediction_header(loaded.task_info)
         rows = prediction_rows(loaded.task, loaded.tokenizer, loaded.task_info, as_records(sequences, ids), summary,
-                               batch_size, packing)
+                               batch_size, packing, max_length=max_length)
         return _frame([dict(zip(header, row)) for row in rows], header)
 
     def contacts(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
-                 batch_pairs: int = ContactOptions.batch_pairs,
+                 batch_pairs: int = ContactOptions.batch_pairs, max_length: int | None = None,
                  summary: ContactStats | None = None) -> list[np.ndarray]:
         """One (L, L) float32 map of contact probabilities per protein (L its residues), as `biotf contacts`
         predicts them, from a model with a contact head (ESM-2 checkpoints ship one; `biotf contacts fit` fits
-        one)."""
+        one); `max_length` as `ContactOptions` says."""
         check_contact_head(self.network, self.source)
+        options = ContactOptions(batch_pairs, max_length)
         summary = summary if summary is not None else ContactStats()
-        found = proteins(as_records(sequences, ids), self.tokenizer, self.network.config.max_seq_len,
-                         summary.policies)
+        found = proteins(as_records(sequences, ids), self.tokenizer,
+                         reading_length(self.network.config, options.max_length), summary.policies)
         pad_id = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
-        return [probabilities for _, probabilities in
-                contact_maps(self.network, found, pad_id, ContactOptions(batch_pairs), summary)]
+        return [probabilities for _, probabilities in contact_maps(self.network, found, pad_id, options, summary)]
 
     def generate(self, prompts: str | Sequence[str], *, max_new_tokens: int | None = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,

@@ -3,7 +3,8 @@
 Subcommands live in `biotf/commands/<name>.py`, each defining `add_parser(subparsers)` which
 registers its parser with `set_defaults(run=<function taking the parsed args>)`.
 A `BiotfError` is printed as one line on stderr with exit status 2, never a traceback; so is a write the system
-refused (a full disk, a read-only file system, no permission: `biotf.errors.disk_error`).
+refused (a full disk, a read-only file system, no permission: `biotf.errors.disk_error`). A `BiotfWarning` is one
+line too, `biotf <command>: warning: ...`, and the work goes on.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
-from biotf.errors import BiotfError, user_error
+from biotf.errors import BiotfError, BiotfWarning, user_error
 
 # Order is the order of `biotf --help`.
 COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
@@ -27,6 +29,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings(command: str, show_other):
+    """`warnings.showwarning` printing biotf's own warnings as `biotf <command>: warning: ...`, others as before."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, BiotfWarning):
+            print(f"biotf {command}: warning: {message}", file=sys.stderr)
+        else:
+            show_other(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -37,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         args.overrides = [*unknown, *args.overrides]
     try:
-        result = args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            result = args.run(args)
     except (BiotfError, OSError) as caught:
         error = user_error(caught)
         if error is None:

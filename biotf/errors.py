@@ -20,6 +20,10 @@ class BiotfError(Exception):
     """Base class of every error a user can cause (bad input, bad config, bad file)."""
 
 
+class BiotfWarning(UserWarning):
+    """Something a user should know that does not stop the work; the CLI prints it as one line."""
+
+
 class ConfigError(BiotfError, ValueError):
     """An invalid configuration value or combination; names the key and the allowed values.
 

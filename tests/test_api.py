@@ -12,7 +12,7 @@ import torch
 import biotf
 from biotf.checkpoint.task_model import TaskInfo, save_task_model
 from biotf.cli import main
-from biotf.errors import CheckpointError, ConfigError
+from biotf.errors import BiotfWarning, CheckpointError, ConfigError
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer
@@ -90,6 +90,19 @@ def test_contacts_equal_the_contacts_command(random_esm, save_esm, tmp_path, fas
         for (name, sequence), found in zip(PROTEINS.items(), maps):
             assert found.shape == (len(sequence), len(sequence))
             np.testing.assert_array_equal(found, written[f"contacts/{name}"])
+
+
+def test_every_job_reads_past_max_seq_len_where_positions_extend(protein_model, random_esm, save_esm, tmp_path):
+    """The RoPE protein model (max_seq_len 32) embeds and scores a 40-residue protein in one window, the RoPE ESM
+    (66) maps one of 70 residues, each with a warning naming the trained length."""
+    model, protein = biotf.Model.load(protein_model), "MKTAYIAKQR" * 4
+    with pytest.warns(BiotfWarning, match="past the 32 tokens"):
+        assert model.embed(protein, max_length=42).shape == (1, 16)
+    with pytest.warns(BiotfWarning, match="past the 32 tokens"):
+        assert model.score(protein, max_length=42)["windows"].tolist() == [1]
+    esm = biotf.Model.load(save_esm(random_esm(seed=7), tmp_path / "esm"))
+    with pytest.warns(BiotfWarning, match="past the 66 tokens"):
+        assert esm.contacts("MKV" * 23 + "A", max_length=72)[0].shape == (70, 70)
 
 
 def test_generate_equals_the_generate_command(tmp_path, capsys):

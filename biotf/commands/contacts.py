@@ -10,7 +10,8 @@ Each protein's map is the probability that residues i and j are in contact (C-be
 layer x head attention map, symmetrised and APC-corrected, through the model's logistic regression (Rao et al.
 2020), as transformers' EsmForMaskedLM.predict_contacts computes it. .npz: one L x L float32 map per id under
 contacts/<id>, with ids and sequences; .tsv: id, i, j, probability for every pair i < j (1-based); .rr: CASP RR, one
-block per protein. A model without a contact head, a record longer than the model's max_seq_len, a record whose
+block per protein. A model without a contact head, a record longer than --max-length (default the model's
+max_seq_len), a record whose
 residues are not one token each, a repeated id and (.npz) two ids np.load would read as one map (`a`, `a.npy`)
 are refused in one line. An existing output is replaced only
 with --overwrite, and never when it is the input.
@@ -53,6 +54,9 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
                         help=f"one of {', '.join(CONTACT_FORMATS)}")
     parser.add_argument("--batch-pairs", type=int, default=1 << 20, metavar="N",
                         help="padded positions squared per forward, batch x T x T (default 1048576)")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="the most tokens of a protein, special tokens included (default: the model's "
+                             "max_seq_len; more, with a warning, where its positions extend: rope, alibi)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
     parser.add_argument("--no-progress", action="store_true",
@@ -86,7 +90,8 @@ def _run_predict(args: argparse.Namespace) -> int:
     with claim_outputs(args, {"--output": args.output}, [args.input]):
         model = load_model(args, args.device)
         stats = predict_file(model, args.input, args.output,
-                             ContactOptions(batch_pairs=args.batch_pairs), reader_options(args), plot=args.plot,
+                             ContactOptions(batch_pairs=args.batch_pairs, max_length=args.max_length),
+                             reader_options(args), plot=args.plot,
                              overwrite=args.overwrite, progress=not args.no_progress)
         print(f"{args.input} -> {args.output}: {stats.summary()}; {model.precision}", file=sys.stderr)
         return 0

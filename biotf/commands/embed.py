@@ -46,7 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-tokens", type=int, default=16384, metavar="N",
                         help="padded tokens per forward pass (default 16384)")
     parser.add_argument("--max-length", type=int, metavar="N",
-                        help="tokens per window, special tokens included (default: the model's max_seq_len)")
+                        help="tokens per window, special tokens included (default: the model's max_seq_len; more, with a "
+                             "warning, where its positions extend: rope, alibi, sinusoidal, none)")
     parser.add_argument("--long", choices=EMBED_LONG_POLICIES,
                         help="records longer than --max-length: overlapping windows pooled across (default), "
                              "cut (a sentence-transformers directory's default, at its max_seq_length), or refuse")

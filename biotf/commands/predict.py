@@ -6,8 +6,9 @@
 
 Columns: id, prediction (the class name, the value in the label's unit, or one label character per residue),
 and for classification one probability column per class (p_<class>). The output is tab-separated unless its
-name ends in .csv. Records are encoded as in training (the run's max_length and long_policy); records cut or
-dropped by that policy, and what the reader's and the tokenizer's policies changed, are counted on stderr.
+name ends in .csv. Records are encoded as in training (the run's max_length and long_policy), or to --max-length
+tokens (past the model's max_seq_len, with a warning, where its positions extend); records cut or dropped by that
+policy, and what the reader's and the tokenizer's policies changed, are counted on stderr.
 `--option KEY=VALUE` changes a policy of the model's tokenizer (e.g. unknown=to_unk, stop=strip_terminal).
 An error about a record names the input file, the record and the position.
 """
@@ -38,6 +39,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--packing", action="store_true",
                         help="the records of a batch share rows, each attending to (and pooled over) itself alone: "
                              "the same predictions with fewer pad tokens (see README, Packing)")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="tokens a record is encoded to, special tokens included (default: the run's "
+                             "data.max_length; past the model's max_seq_len, with a warning, where its positions "
+                             "extend: rope, alibi)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
     add_part_arguments(parser)
@@ -55,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
         with as_option_errors(model.tokenizer_options):
             summary = run_file(args, launched, lambda: predict_file(model, args.input, args.output,
                                                                     reader_options(args), args.batch_size,
-                                                                    packing=args.packing, progress=not args.no_progress),
+                                                                    packing=args.packing, progress=not args.no_progress,
+                                                                    max_length=args.max_length),
                                lambda: PredictRun(model, args.output, args.batch_size, input_path=args.input,
                                                   packing=args.packing,
-                                                  progress=not args.no_progress and launched.rank == 0))
+                                                  progress=not args.no_progress and launched.rank == 0,
+                                                  max_length=args.max_length))
         if summary is None:
             return 0
         print(f"{args.output}: {counted(summary.rows, 'prediction')} of {counted(summary.records, 'record')} "

@@ -38,10 +38,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError, ConfigError, user_error
 from biotf.conventions import CONF_DIR
-from biotf.training.config import check_key, describe, register_configs, validate
+from biotf.training.config import TrainConfig, check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
 from biotf.training.rundir import (check_resume, check_run_dir, check_writable, checkpoint_run_dir,
                                    is_launch_rank_zero)
+from biotf.training.summary import FinalCheck, FinalCheckRun
 
 register_configs()
 
@@ -141,6 +142,22 @@ def preflight(overrides: list[str], multirun: bool = False) -> None:
                 check_writable(Path(cfg.hydra.run.dir))
 
 
+def final_checks(config: TrainConfig) -> list[FinalCheckRun]:
+    """The figures a language-model run ends with besides its loss: `trainer.validity_samples` SMILES drawn and
+    parsed (`biotf.inference.validity`)."""
+    if not config.trainer.validity_samples:
+        return []
+    from biotf.inference.validity import sample_validity
+
+    def validity(model, tokenizer) -> FinalCheck:
+        found = sample_validity(model, tokenizer, config.trainer.validity_samples, config.seed)
+        return FinalCheck("sample_validity", found.line, {"validity": found.validity, "samples": found.samples,
+                                                          "valid": found.valid, "unique": found.unique,
+                                                          "seconds": found.seconds})
+
+    return [validity]
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> float:
     """One Hydra job; returns the final validation loss (the objective a Hydra sweeper minimises)."""
@@ -150,8 +167,10 @@ def _hydra_job(cfg: DictConfig) -> float:
 
     try:
         config = validate(cfg)
-        run = train if config.task is None else train_task  # a task fine-tunes (biotf.finetune.run)
-        return run(config, Path(HydraConfig.get().runtime.output_dir)).final_val_loss
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        if config.task is not None:  # a task fine-tunes (biotf.finetune.run)
+            return train_task(config, run_dir).final_val_loss
+        return train(config, run_dir, final_checks(config)).final_val_loss
     except (BiotfError, OSError) as caught:  # an OSError: a write the system refused that no writer named
         error = user_error(caught)
         if error is None:

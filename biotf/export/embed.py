@@ -44,6 +44,7 @@ from biotf.export import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
+from biotf.model.positions import reading_length
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
 
@@ -147,10 +148,7 @@ class Embedder:
         else:
             raise ConfigError("layer", options.layer, allowed=f"-{n_states}..{n_states - 1} or 'all' "
                               f"(this model has {model.config.n_layers} layers + the embedding output)")
-        self.max_length = options.max_length or model.config.max_seq_len
-        if self.max_length > model.config.max_seq_len:
-            raise ConfigError("max_length", self.max_length,
-                              allowed=f"1..{model.config.max_seq_len} (the model's max_seq_len)")
+        self.max_length = reading_length(model.config, options.max_length)
         if options.pool == "cls" and tokenizer.cls_id is None:
             raise ConfigError("pool", "cls", allowed=", ".join(p for p in POOLS if p != "cls"),
                               reason=f"the {tokenizer.scheme} tokenizer has no <cls> token")

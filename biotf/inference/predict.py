@@ -2,8 +2,9 @@
 
 Columns: id, prediction (the class name, the value in the label's unit, or one label character per residue), and
 for classification one probability column per class (p_<class>); tab-separated unless the output ends in .csv.
-Records are encoded as in training (the run's max_length and long_policy, `encode_for_task`); records cut or dropped
-by that policy are counted. Under torchrun `PredictRun` predicts in parts (`biotf.data.sharded`), merged by rank 0.
+Records are encoded as in training (the run's max_length and long_policy, `encode_for_task`), or to a `max_length`
+given here (past the model's max_seq_len where its positions extend: `reading_length`; a whole genome in one pass);
+records cut or dropped by that policy are counted. Under torchrun `PredictRun` predicts in parts (`biotf.data.sharded`), merged by rank 0.
 With `packing` the records of a batch share rows, each alone in its segment and pooled alone (`TaskModel`).
 """
 
@@ -28,6 +29,7 @@ from biotf.data.packing import FilledRows, check_packable, fill_rows, inference_
 from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.io.tables import write_rows
 from biotf.errors import CheckpointError, ConfigError
+from biotf.model.positions import reading_length
 from biotf.model.tasks import TaskModel
 from biotf.progress import Progress, reporting
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -116,12 +118,20 @@ def prediction_header(info: TaskInfo) -> list[str]:
     return ["id", "prediction"] + [f"p_{c}" for c in classes]
 
 
+def record_length(model: TaskModel, info: TaskInfo, max_length: int | None) -> int:
+    """Tokens a record is encoded to: the run's max_length, or `max_length` (`reading_length` checks it against the
+    trunk's positions)."""
+    return info.max_length if max_length is None else reading_length(model.trunk.config, max_length)
+
+
 def prediction_rows(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, records: Iterable[Record],
                     summary: PredictionSummary, batch_size: int = 32, packing: bool = False,
-                    source: str | Path | None = None, progress: Progress | None = None) -> list[list[str]]:
+                    source: str | Path | None = None, progress: Progress | None = None,
+                    max_length: int | None = None) -> list[list[str]]:
     """One row (`prediction_header`'s columns) per record the model's long_policy keeps, in order, `batch_size`
-    records a batch; counts into `summary` (and `progress`: records predicted). `source` names the file in an error
-    about a record."""
+    records a batch, each encoded to `record_length(max_length)` tokens; counts into `summary` (and `progress`:
+    records predicted). `source` names the file in an error about a record."""
+    length = record_length(model, info, max_length)
     rows: list[list[str]] = []
     batch: list[tuple[str, np.ndarray]] = []
 
@@ -135,7 +145,7 @@ def prediction_rows(model: TaskModel, tokenizer: Tokenizer, info: TaskInfo, reco
 
     for record in records:
         summary.records += 1
-        ids = encode_for_task(tokenizer, record.sequence, record.id, info.max_length, info.long_policy,
+        ids = encode_for_task(tokenizer, record.sequence, record.id, length, info.long_policy,
                               summary.counts, summary.policies, source)
         if ids is not None:
             batch.append((record.id, ids))
@@ -153,7 +163,7 @@ class PredictRun:
 
     def __init__(self, model: str | Path | LoadedModel, output: str | Path, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None,
-                 packing: bool = False, progress: bool = False):
+                 packing: bool = False, progress: bool = False, max_length: int | None = None):
         if batch_size < 1:
             raise ConfigError("--batch-size", batch_size, "an integer >= 1")
         check_packable(packing)
@@ -164,13 +174,14 @@ class PredictRun:
         self.tokenizer_options = loaded.tokenizer_options
         check_packable(packing, self.model.trunk.config)
         self.header = prediction_header(self.info)
+        self.max_length = max_length  # checked by `prediction_rows` (`record_length`)
 
     def rows(self, records: Iterable[Record], summary: PredictionSummary) -> list[list[str]]:
         """One row per record the run's long_policy keeps, in order (`prediction_rows`); counts into `summary`."""
         with reporting(self.progress, f"predicting {Path(self.input_path or '').name}", "records",
                        self.model.trunk) as shown:
             return prediction_rows(self.model, self.tokenizer, self.info, records, summary, self.batch_size,
-                                   self.packing, self.input_path, shown)
+                                   self.packing, self.input_path, shown, self.max_length)
 
     def write(self, rows: Iterable[list[str]]) -> None:
         """The output file (tab-separated unless its name ends in .csv), atomically."""
@@ -209,12 +220,12 @@ class PredictRun:
 def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output: str | Path,
                  options: ReaderOptions | None = None, batch_size: int = 32,
                  tokenizer_options: Mapping[str, Any] | None = None, packing: bool = False,
-                 progress: bool = False) -> PredictionSummary:
+                 progress: bool = False, max_length: int | None = None) -> PredictionSummary:
     """Predict every record of `input_path` with the fine-tuned model `model_source` and write `output` atomically
     (the caller has checked the output path: `biotf.io.outputs.check_output`); `tokenizer_options` change
-    policies of the model's tokenizer (`as_loaded`); `packing`: the records of a batch share rows (`predict`).
-    An error about a record names `input_path`."""
-    run = PredictRun(model, output, batch_size, tokenizer_options, input_path, packing, progress)
+    policies of the model's tokenizer (`as_loaded`); `packing`: the records of a batch share rows (`predict`);
+    `max_length`: tokens a record is encoded to (`record_length`). An error about a record names `input_path`."""
+    run = PredictRun(model, output, batch_size, tokenizer_options, input_path, packing, progress, max_length)
     summary = PredictionSummary(rows=0, records=0, task=run.info.task)
     run.write(run.rows(read_records(input_path, options or ReaderOptions(), summary.policies), summary))
     return summary

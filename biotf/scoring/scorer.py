@@ -36,6 +36,7 @@ from biotf.errors import ConfigError, InputError
 from biotf.data.packing import check_packable
 from biotf.data.windows import Window, plan_windows
 from biotf.model import Transformer
+from biotf.model.positions import reading_length
 from biotf.scoring.batching import Row, row_log_probs
 from biotf.scoring import METHODS, SEQUENCE_METHODS
 from biotf.scoring.mutations import Variant, apply, reverse_strand
@@ -106,10 +107,7 @@ class Scorer:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, options: ScoreOptions = ScoreOptions()):
         self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
         check_packable(options.packing, model.config)
-        self.max_length = options.max_length or model.config.max_seq_len
-        if self.max_length > model.config.max_seq_len:
-            raise ConfigError("max_length", self.max_length,
-                              allowed=f"1..{model.config.max_seq_len} (the model's max_seq_len)")
+        self.max_length = reading_length(model.config, options.max_length)
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padding is masked anyway
         self.policies = PolicyStats()
         self._prefix: np.ndarray | None = None

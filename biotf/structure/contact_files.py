@@ -4,8 +4,9 @@
 
 Every record is read and tokenised before the model runs, and refused in one line naming it where a map could not
 mean what it says: a record without residues, one whose residues are not one token each (a map numbers residues,
-so a tokenizer policy that drops or merges characters would shift every index), one longer than the model's
-max_seq_len (special tokens included; never cut), and an id an earlier record has (maps are keyed by id).
+so a tokenizer policy that drops or merges characters would shift every index), one longer than `max_length`
+(special tokens included; never cut; by default the model's max_seq_len, longer where its positions extend:
+`biotf.model.positions.reading_length`), and an id an earlier record has (maps are keyed by id).
 Records then run in blocks of about `BLOCK_PAIRS` residue pairs, sorted by length within a block and batched to at
 most `batch_pairs` padded (batch x T x T) positions, and leave in input order to the writer (`formats`).
 """
@@ -28,6 +29,7 @@ from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
 from biotf.model.attention_contacts import predict_contacts
+from biotf.model.positions import reading_length
 from biotf.progress import Progress, reporting
 from biotf.structure.formats import CONTACT_FORMATS, WRITERS, check_ids
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -40,12 +42,15 @@ BLOCK_PAIRS = 1 << 24  # residue pairs whose maps wait (float32) for their block
 @dataclass(frozen=True)
 class ContactOptions:
     """`batch_pairs`: padded positions squared per forward (batch x T x T); attention memory grows with it, about
-    heads x 16 bytes each while one layer's maps are reduced."""
+    heads x 16 bytes each while one layer's maps are reduced. `max_length`: the most tokens of a protein, special
+    tokens included (default the model's max_seq_len; past it only where its positions extend, warned)."""
 
     batch_pairs: int = 1 << 20
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         check_int("batch_pairs", self.batch_pairs)
+        check_int("max_length", self.max_length, optional=True)
 
 
 @dataclass
@@ -99,7 +104,8 @@ def proteins(records: Iterable[Record], tokenizer: Tokenizer, max_length: int | 
                                  "map numbers residues, so each must be one token (see the tokenizer's policies)")
             if max_length is not None and len(ids) > max_length:
                 raise InputError(f"{where} has {len(content)} residues, {len(ids)} tokens with special tokens: more "
-                                 f"than the model's max_seq_len={max_length} (a map is never cut; split the record)")
+                                 f"than max_length={max_length} (a map is never cut: split the record, or read further with "
+                                 "--max-length where the model's positions extend)")
             start = content_start(ids, content)
             if start is None:
                 raise InputError(f"{where}: its residues' tokens do not appear unchanged among its tokens with special "
@@ -185,8 +191,8 @@ def predict_file(model: str | Path | LoadedModel, input_path: str | Path, output
     model, tokenizer = loaded.network, loaded.tokenizer
     check_contact_head(model, loaded.source)
     stats = ContactStats()
-    found = proteins(read_records(input_path, reader_options, stats.policies), tokenizer, model.config.max_seq_len,
-                     stats.policies, input_path)
+    found = proteins(read_records(input_path, reader_options, stats.policies), tokenizer,
+                     reading_length(model.config, options.max_length), stats.policies, input_path)
     check_ids(fmt, (p.record for p in found))
     pictures = (picture_paths(plot, [p.record.id for p in found], [input_path], overwrite)
                 if plot is not None else None)

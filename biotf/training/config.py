@@ -128,6 +128,8 @@ class TrainerConfig:
     train/nonfinite_skipped and the run summary).
     progress: how progress shows while `enable_progress_bar`: a tqdm "bar", plain "lines" (for logs and pipes), or
     "auto", a bar when stdout is a terminal and lines otherwise (`biotf.training.progress`).
+    validity_samples: a causal SMILES run ends by drawing this many molecules (as `biotf generate --num-samples`
+    does, seed `seed`) and reporting the share RDKit parses in its summary (`biotf.inference.validity`); 0: none.
     """
 
     accelerator: str = "auto"
@@ -150,6 +152,7 @@ class TrainerConfig:
     nonfinite: str = "stop"
     gradient_checkpointing: bool = False  # recompute each block in backward (`Transformer.gradient_checkpointing`)
     fused_loss: bool = True  # the LM head and its loss in row chunks, no logits (`biotf.model.loss`)
+    validity_samples: int = 0
 
     def __post_init__(self) -> None:
         check_choice("trainer.accelerator", self.accelerator, ACCELERATORS)
@@ -164,6 +167,7 @@ class TrainerConfig:
         for key in ("num_nodes", "max_steps", "val_check_interval", "accumulate_grad_batches",
                     "checkpoint_every_n_steps", "log_every_n_steps"):
             check_int(f"trainer.{key}", getattr(self, key))
+        check_int("trainer.validity_samples", self.validity_samples, 0)
         limit = self.limit_val_batches
         if not ((isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1)
                 or (isinstance(limit, float) and 0.0 < limit <= 1.0)):
@@ -282,6 +286,11 @@ def validate(cfg: DictConfig) -> TrainConfig:
                           reason="null (the model's max_seq_len) is for fine-tuning runs")
     if config.task is None and model.max_seq_len is not None and data.max_length > model.max_seq_len:
         raise ConfigError("data.max_length", data.max_length, f"<= model.max_seq_len={model.max_seq_len}")
+    if config.trainer.validity_samples and not (config.task is None and model.causal
+                                                 and tokenizer.get("kind") == "smiles"):
+        raise ConfigError("trainer.validity_samples", config.trainer.validity_samples, "0 for this run",
+                          reason="it samples SMILES, so it needs a language-model run (no task) of a causal model "
+                                 "with the smiles tokenizer")
     path = Path(data.path)
     if not path.is_file():
         raise InputError(f"data.path: input file {path} does not exist" if not path.exists()

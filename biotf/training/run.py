@@ -14,7 +14,7 @@ import signal
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from biotf.training.module import LanguageModelTask
 from biotf.training.progress import progress_callbacks, quiet_lightning
 from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
                                   is_launch_rank_zero, trim_metrics)
-from biotf.training.summary import RunSummary, next_steps
+from biotf.training.summary import FinalCheckRun, RunSummary, next_steps
 
 # The run directory already holds Hydra's and our files when the CSV logger starts, and a resumed run's
 # checkpoints when ModelCheckpoint starts: expected (rundir.py refuses a directory that holds another run).
@@ -192,16 +192,17 @@ def held_run(config: TrainConfig, run_dir: Path) -> Iterator[RunControl]:
         yield control
 
 
-def train(config: TrainConfig, run_dir: str | Path) -> RunSummary:
-    """Train as `config` says, writing everything into `run_dir`; returns the summary (on every rank).
+def train(config: TrainConfig, run_dir: str | Path, checks: Sequence[FinalCheckRun] = ()) -> RunSummary:
+    """Train as `config` says, writing everything into `run_dir`; returns the summary (on every rank), with the
+    figures of `checks` measured on the final weights on rank 0.
 
     Raises `RunInterrupted` after saving last.ckpt when SIGTERM arrives during training."""
     run_dir = Path(run_dir)
     with held_run(config, run_dir) as control:
-        return _train(config, run_dir, control)
+        return _train(config, run_dir, control, checks)
 
 
-def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummary:
+def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequence[FinalCheckRun]) -> RunSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
     resumed = read_resumed(config, run_dir)
     tokenizer = build_run_tokenizer(config, resumed)
@@ -231,6 +232,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl) -> RunSummar
         final_val_acc=float(final["val/acc"]), best_val_loss=float(best_score) if best_score is not None else None,
         unigram_baseline=prepared.unigram_baseline("validation"), data=prepared.summary())
     if trainer.is_global_zero:
+        summary.checks = [check(task.model, tokenizer) for check in checks]
         summary.write(run_dir)
         print(summary.text())
         print(next_steps(run_dir, config.data.path, config.data.column, config.data.id_column))

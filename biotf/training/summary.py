@@ -2,20 +2,38 @@
 
 The unigram baseline is the cross-entropy of predicting every validation target with the training
 set's token frequencies (`PreparedData.unigram_baseline`): a model that beats it clearly has
-learned more than how common each token is.
+learned more than how common each token is. A run whose job has a figure of its own (a SMILES generator: the share
+of its samples that parse) adds it as a `FinalCheck`, measured on the final weights.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from biotf.io.atomic import atomic_write_text
+from biotf.model import Transformer
+from biotf.tokenizers.base import Tokenizer
 from biotf.training.hints import command_line, reader_words
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_TEXT = "summary.txt"
+
+
+@dataclass(frozen=True)
+class FinalCheck:
+    """A figure that says whether the model is usable for its job: `name` its key, `line` its summary line,
+    `values` what summary.json keeps of it."""
+
+    name: str
+    line: str
+    values: dict[str, float]
+
+
+# Measures the trained model (the network, the tokenizer) once training has ended.
+FinalCheckRun = Callable[[Transformer, Tokenizer], FinalCheck]
 
 
 @dataclass
@@ -34,6 +52,7 @@ class RunSummary:
     best_val_loss: float | None
     unigram_baseline: float
     data: str  # the data layer's own summary: records, tokens, policies, long sequences
+    checks: list[FinalCheck] = field(default_factory=list)
 
     @property
     def tokens_per_second(self) -> float:
@@ -57,6 +76,7 @@ class RunSummary:
             f"  unigram baseline       {self.unigram_baseline:.4f} nats/token -> {verdict} the baseline by "
             f"{abs(self.beats_baseline_by):.4f}",
             f"  best validation loss   {best}",
+            *("  " + check.line for check in self.checks),
             *("  " + line for line in self.data.splitlines()),
         ])
 

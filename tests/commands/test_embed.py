@@ -75,6 +75,19 @@ def test_long_records_truncated_or_refused(capsys, tmp_path, model_dir):
     assert not (tmp_path / "x.npz").exists()
 
 
+def test_reading_past_the_trained_length_warns_in_one_line(capsys, tmp_path, model_dir):
+    """The RoPE model was trained with max_seq_len 16: --max-length 40 reads P2 (29 tokens) in one window, with one
+    warning line naming 16."""
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "l.npz"),
+                           "--max-length", "40")
+    assert status == 0 and "0 chunked" in err, err
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("biotf embed: warning: max_length=40 reads past the 16 "
+                                                         "tokens this model was trained with"), err
+
+
 def _mismatched_tokenizer(model_dir, tmp_path):
     broken = tmp_path / "mismatch"
     broken.mkdir()

@@ -15,7 +15,9 @@ as in a reader's session). What differs between a reader's checkout and this tes
   PYTHONPATH the checkout, so the checkout's biotf runs;
 - `../shared` is the checkout's ../shared (the real data sets beside it);
 - a placeholder run `outputs/<name>/<...>` (e.g. `outputs/protein_mlm/<run>`) is a tiny saved protein model built
-  here (tests/tiny_models.py).
+  here (tests/tiny_models.py);
+- a page of `SHORTENED` reads a shortened copy of a long input and trains for a few steps (`shortened`): the long
+  DNA tutorial's 154 kb chloroplast is its first `SHORT_GENOME_BASES` bases.
 A bash block runs under `bash -e -o pipefail`, a Python block through `exec`.
 
 Besides running them, every bash block (marked or not, README.md's too) is read for `biotf COMMAND --flag` and
@@ -134,8 +136,27 @@ export -f python biotf
 """
 
 
+GENOME = "data/biopython_NC_000932_Athaliana_chloroplast.gb"
+SHORT_GENOME_BASES = 4000
+SHORTENED = {"docs/tutorials/long_dna.md"}
+
+
+def shortened(text: str, directory: Path) -> str:
+    """The block on the genome's first `SHORT_GENOME_BASES` bases (a FASTA written once into the page's directory),
+    training for 2 steps."""
+    short = directory / "chloroplast_start.fasta"
+    if not short.exists():
+        from biotf.io import read_records
+
+        (genome,) = read_records(REPO / GENOME)
+        short.write_text(f">{genome.id}\n{genome.sequence[:SHORT_GENOME_BASES]}\n")
+    return re.sub(r"trainer\.max_steps=\d+", "trainer.max_steps=2", text.replace(GENOME, short.name))
+
+
 def run_block(block: Block, session: Session, model: Path) -> None:
     text = substituted(block.text, model)
+    if block.page in SHORTENED:
+        text = shortened(text, session.directory)
     if block.language == "python":
         cwd = os.getcwd()
         os.chdir(session.directory)
@@ -330,6 +351,15 @@ def test_a_page_runs_in_order_and_an_exit_status_is_checked(tmp_path, tiny_model
 def test_a_placeholder_run_is_the_tiny_model_and_shared_is_the_checkouts(tiny_model):
     text = substituted("biotf embed --model outputs/protein_mlm/<run> --input ../shared/data/x.fasta", tiny_model)
     assert text == f"biotf embed --model {tiny_model} --input {SHARED}/data/x.fasta"
+
+
+def test_a_shortened_page_reads_the_genomes_start_and_trains_two_steps(tmp_path):
+    from biotf.io import read_records
+
+    text = shortened(f"python train.py trainer.max_steps=300 && biotf embed --input {GENOME}", tmp_path)
+    assert text == "python train.py trainer.max_steps=2 && biotf embed --input chloroplast_start.fasta"
+    (record,) = read_records(tmp_path / "chloroplast_start.fasta")
+    assert len(record.sequence) == SHORT_GENOME_BASES and record.id == "NC_000932.1"
 
 
 def test_a_renamed_option_or_key_in_a_block_is_caught():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from biotf.io.readers import Record
-from biotf.errors import ConfigError, InputError
+from biotf.errors import BiotfWarning, ConfigError, InputError
 from biotf.export import embed as embed_module
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 
@@ -191,8 +191,8 @@ def test_pool_specials_counts_every_token_of_the_record_once_and_normalize_scale
 
 def test_model_limits_and_cls(tiny_encoder, monkeypatch):
     model, tokenizer = tiny_encoder
-    with pytest.raises(ConfigError, match="max_length"):
-        Embedder(model, tokenizer, EmbedOptions(max_length=25))
+    with pytest.warns(BiotfWarning, match="max_length=25 reads past the 24 tokens"):  # RoPE extends
+        assert Embedder(model, tokenizer, EmbedOptions(max_length=25)).max_length == 25
     with pytest.raises(ConfigError, match="max_length"):
         embed(tiny_encoder, records([3]), max_length=2)  # only room for <cls> and <eos>
     monkeypatch.setattr(tokenizer, "cls_id", None)

@@ -71,6 +71,26 @@ def test_token_predictions_have_one_label_per_residue_and_drop_counts(tmp_path, 
     assert rows[1][1] == "".join("HEC"[int(c)] for c in expected)
 
 
+def test_max_length_reads_whole_records_past_the_trained_length(tmp_path, fasta, capsys):
+    """Trained on 16 tokens (max_seq_len 64, RoPE): --max-length 100 labels every residue of p3 (22) in one pass, as
+    the model does over the whole record, with one warning line naming the 64; a learned table would refuse."""
+    from biotf.cli import main
+
+    directory, model, tokenizer = export(tmp_path, "token", ["H", "E", "C"], long_policy="drop")
+    assert main(["predict", "--model", str(directory), "--input", str(fasta), "--output", str(tmp_path / "all.tsv"),
+                 "--max-length", "100", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "warning" in line] == [
+        "biotf predict: warning: max_length=100 reads past the 64 tokens this model was trained with (its "
+        "max_seq_len); pos=rope extends, but accuracy that far is the model's own (ALiBi holds it best)"]
+    rows = read(tmp_path / "all.tsv")
+    assert [row[0] for row in rows[1:]] == list(RECORDS)
+    ids, attention = (torch.from_numpy(a) for a in pad_batch([tokenizer.encode(RECORDS["p3"])], tokenizer.pad_id))
+    with torch.no_grad():
+        expected = model(ids, attention, content_mask(ids, attention, tokenizer)).predictions[0, 1:-1]
+    assert rows[3][1] == "".join("HEC"[int(c)] for c in expected)
+
+
 def test_regression_values_are_in_the_labels_unit(tmp_path, fasta):
     directory, model, tokenizer = export(tmp_path, "regression", None)
     predict_file(directory, fasta, tmp_path / "out.tsv")

@@ -38,3 +38,30 @@ def test_train_a_few_steps_then_draw_valid_smiles(tmp_path, monkeypatch, capsys)
                                                 err).groups())
     assert draws == len(rows) + invalid and invalid == unparsed + cut
     assert len(rows) == 3 or (draws == 60 and f"only {len(rows)} valid of the 3 asked within 60 draws" in err)
+
+
+def test_the_run_ends_with_the_validity_of_its_samples_as_generate_draws_them(tmp_path, monkeypatch, capsys):
+    """`trainer.validity_samples` (1,000 in the preset, 40 here): the summary's line and summary.json say how many
+    of the samples `biotf generate --num-samples 40 --seed 0` draws from the run RDKit parses."""
+    pytest.importorskip("rdkit")
+    import json
+
+    from biotf.chemistry import is_valid
+
+    monkeypatch.chdir(tmp_path)
+    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
+        (tmp_path / "slice.csv").write_text("".join(next(handle) for _ in range(301)))
+    run_dir = tmp_path / "run"
+    assert entry.main(["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=30",
+                       "optim.lr=3e-3", "data.batch_size=16", f"data.path={tmp_path / 'slice.csv'}",
+                       "trainer.validity_samples=40", f"hydra.run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    (check,) = json.loads((run_dir / "summary.json").read_text())["checks"]
+    assert check["name"] == "sample_validity" and check["values"]["samples"] == 40
+    assert re.search(rf"  sample validity {check['values']['validity']:.3f} \({check['values']['valid']} valid of "
+                     r"40 samples, \d+ unique; \d+ s\)", out), out
+    output = tmp_path / "drawn.csv"
+    assert main(["generate", "--model", str(run_dir), "--num-samples", "40", "--seed", "0", "--output",
+                 str(output)]) == 0
+    rows = list(csv.DictReader(output.open()))
+    assert sum(row["finished"] == "true" and is_valid(row["sequence"]) for row in rows) == check["values"]["valid"]

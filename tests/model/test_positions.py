@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.positions import alibi_slopes, apply_rotary, build_positions, sinusoidal_table
+from biotf.errors import BiotfWarning, ConfigError
+from biotf.model.positions import alibi_slopes, apply_rotary, build_positions, reading_length, sinusoidal_table
 
 
 def test_rope_scores_depend_only_on_the_relative_offset():
@@ -104,3 +105,25 @@ def test_learned_positions_are_a_trained_table():
     model = Transformer(TransformerConfig(d_model=16, n_heads=2, pos="learned", max_seq_len=12))
     assert model.positions.table.weight.shape == (12, 16)
     assert model.num_parameters() - model.num_parameters(exclude_embeddings=True) == (32 + 12) * 16
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi", "sinusoidal", "none"])
+def test_positions_that_extend_read_past_the_trained_length_with_a_warning(pos):
+    config = TransformerConfig(vocab_size=10, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                               max_seq_len=64, pos=pos)
+    assert reading_length(config, None) == 64 and reading_length(config, 64) == 64
+    with pytest.warns(BiotfWarning, match=f"max_length=1000 reads past the 64 tokens .* pos={pos} extends"):
+        assert reading_length(config, 1000) == 1000
+
+
+def test_learned_positions_refuse_past_their_table_with_how_to_train_for_it():
+    config = TransformerConfig(vocab_size=10, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                               max_seq_len=64, pos="learned")
+    with pytest.raises(ConfigError, match=r"max_length=1000.*model.max_seq_len=1000, or with model.pos=alibi "
+                                          r"or rope.*allowed: 1..64"):
+        reading_length(config, 1000)
+    unbounded = TransformerConfig(vocab_size=10, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                                  max_seq_len=None, pos="alibi")
+    assert reading_length(unbounded, 5000) == 5000
+    with pytest.raises(ConfigError, match="no max_seq_len to default to"):
+        reading_length(unbounded, None)

@@ -224,3 +224,17 @@ def test_empty_and_unscorable(protein_mlm):
     score = Scorer(model, tokenizer).sequence_scores(["", "MK"], "pll")
     assert score[0].scored_tokens == 0 and np.isnan(score[0].perplexity)
     assert score[1].scored_tokens == 2
+
+
+def test_reading_past_max_seq_len_scores_one_window_as_the_model_runs_it(protein_clm):
+    """A RoPE model of max_seq_len 64 scores a 100-residue protein in one window with max_length 102 (warned): the
+    log-likelihood is the model's own over the whole sequence."""
+    from biotf.errors import BiotfWarning
+
+    model, tokenizer = protein_clm
+    sequence = (WILD_TYPE * 4)[:100]
+    with pytest.warns(BiotfWarning, match="reads past the 64 tokens"):
+        scorer = Scorer(model, tokenizer, ScoreOptions(max_length=102))
+    score = scorer.sequence_scores([sequence], "causal")[0]
+    expected = reference.causal_log_likelihood(model, tokenizer, sequence)
+    assert score.windows == 1 and abs(score.log_likelihood - expected) <= TOLERANCE

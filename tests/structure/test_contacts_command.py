@@ -115,8 +115,19 @@ def test_a_model_without_a_contact_head_is_refused_in_one_line(pretrained, tmp_p
 def test_a_record_longer_than_the_model_is_refused_naming_it_never_cut(esm_with_head, tmp_path, capsys):
     directory, _ = esm_with_head  # max_seq_len 66: 64 residues + <cls> + <eos>
     refused(capsys, tmp_path, directory, {"short": "MKV" * 21 + "A", "long": "MKV" * 21 + "AK"},
-            "record 'long' (record 2) has 65 residues, 67 tokens with special tokens: more than the model's "
-            "max_seq_len=66")
+            "record 'long' (record 2) has 65 residues, 67 tokens with special tokens: more than max_length=66")
+
+
+def test_a_rope_model_reads_past_its_max_seq_len_with_max_length_and_one_warning(esm_with_head, tmp_path, capsys):
+    directory, _ = esm_with_head  # RoPE, max_seq_len 66
+    fasta = write_fasta(tmp_path / "p.fasta", {"long": "MKV" * 21 + "AK"})
+    status, err = contacts(capsys, "--model", directory, "--input", fasta, "--output", tmp_path / "c.npz",
+                           "--max-length", "67")
+    assert status == 0, err
+    assert [line for line in err.splitlines() if "warning" in line] == [
+        "biotf contacts: warning: max_length=67 reads past the 66 tokens this model was trained with (its "
+        "max_seq_len); pos=rope extends, but accuracy that far is the model's own (ALiBi holds it best)"]
+    assert np.load(tmp_path / "c.npz")["contacts/long"].shape == (65, 65)
 
 
 def test_a_repeated_id_is_refused(esm_with_head, tmp_path, capsys):

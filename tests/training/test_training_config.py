@@ -44,6 +44,8 @@ def test_default_is_the_protein_run():
     ("tokenizer=nope", "tokenizer='nope': no such option"),
     ("data.path=/no/such/file.fasta", "data.path: input file /no/such/file.fasta does not exist"),
     ("ckpt_path=/no/such.ckpt", "ckpt_path='/no/such.ckpt'"),
+    ("trainer.validity_samples=10", "trainer.validity_samples=10: it samples SMILES, so it needs a language-model run "
+     "(no task) of a causal model with the smiles tokenizer (allowed: 0 for this run)"),
     # an unquoted regex is Hydra syntax: the error says how to quote it
     (r"data.label_pattern=^(\S+?)-[MSU]\b",
      "quote the value for Hydra, inside shell quotes: \"data.label_pattern='^(\\S+?)-[MSU]\\b'\""),

@@ -10,8 +10,10 @@ from biotf.entry import train as entry
 from training_helpers import TINY
 
 # TINY makes the model bidirectional; the causal-LM experiment gets it back, and a small BPE vocabulary.
+# smiles_clm's check of its samples draws 4 of them, not the preset's 1,000.
 EXTRA = {"protein_mlm": [], "quickstart": [], "dna_mlm": [], "smiles_mlm": [],
-         "text_clm": ["model.causal=true", "tokenizer.vocab_size=300"], "smiles_clm": ["model.causal=true"]}
+         "text_clm": ["model.causal=true", "tokenizer.vocab_size=300"],
+         "smiles_clm": ["model.causal=true", "trainer.validity_samples=4"]}
 
 
 @pytest.mark.parametrize("experiment", sorted(EXTRA))
@@ -25,6 +27,8 @@ def test_experiment_runs_a_few_steps(experiment, tmp_path, cache_dir, monkeypatc
     assert summary["experiment"] == experiment and summary["steps"] == 2
     assert summary["objective"] == ("clm" if experiment.endswith("_clm") else "mlm")
     assert summary["unigram_baseline"] > 0 and summary["final_val_loss"] > 0
+    # The figure that says whether the model is usable: loss vs unigram for every run, sample validity for smiles_clm.
+    assert [check["name"] for check in summary["checks"]] == (["sample_validity"] if experiment == "smiles_clm" else [])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "tokenizer.json").is_file()
 
 
