@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
+import io
 import re
 
 import pytest
@@ -15,18 +17,27 @@ from biotf.entry import train as entry
 from training_helpers import TINY
 
 
-def test_train_a_few_steps_then_draw_valid_smiles(tmp_path, monkeypatch, capsys):
+@pytest.fixture(scope="module")
+def smiles_run(tmp_path_factory):
+    """A causal SMILES run trained 30 steps on 300 molecules of the shipped MOSES sample, ending with the validity of
+    40 samples (`trainer.validity_samples`; 1,000 in the preset): its directory and what training printed."""
     pytest.importorskip("rdkit")
+    folder = tmp_path_factory.mktemp("smiles_clm")
+    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
+        (folder / "slice.csv").write_text("".join(next(handle) for _ in range(301)))
+    run_dir = folder / "run"
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
+        patch.chdir(folder)
+        assert entry.main(["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=30",
+                           "optim.lr=3e-3", "data.batch_size=16", f"data.path={folder / 'slice.csv'}",
+                           "trainer.validity_samples=40", f"hydra.run.dir={run_dir}"]) == 0
+    return run_dir, printed.getvalue()
+
+
+def test_train_a_few_steps_then_draw_valid_smiles(tmp_path, smiles_run, capsys):
     from biotf.chemistry import is_valid
 
-    monkeypatch.chdir(tmp_path)
-    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
-        (tmp_path / "slice.csv").write_text("".join(next(handle) for _ in range(301)))
-    run_dir = tmp_path / "run"
-    assert entry.main(["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=30",
-                       "optim.lr=3e-3", "data.batch_size=16", f"data.path={tmp_path / 'slice.csv'}",
-                       f"hydra.run.dir={run_dir}"]) == 0
-    capsys.readouterr()
+    run_dir, _ = smiles_run
     output = tmp_path / "molecules.csv"
     assert main(["generate", "--model", str(run_dir), "--num-samples", "3", "--valid-only", "--max-draws", "60",
                  "--seed", "0", "--batch-size", "16", "--output", str(output)]) == 0
@@ -40,22 +51,14 @@ def test_train_a_few_steps_then_draw_valid_smiles(tmp_path, monkeypatch, capsys)
     assert len(rows) == 3 or (draws == 60 and f"only {len(rows)} valid of the 3 asked within 60 draws" in err)
 
 
-def test_the_run_ends_with_the_validity_of_its_samples_as_generate_draws_them(tmp_path, monkeypatch, capsys):
-    """`trainer.validity_samples` (1,000 in the preset, 40 here): the summary's line and summary.json say how many
-    of the samples `biotf generate --num-samples 40 --seed 0` draws from the run RDKit parses."""
-    pytest.importorskip("rdkit")
+def test_the_run_ends_with_the_validity_of_its_samples_as_generate_draws_them(tmp_path, smiles_run):
+    """The summary's line and summary.json say how many of the samples `biotf generate --num-samples 40 --seed 0`
+    draws from the run RDKit parses."""
     import json
 
     from biotf.chemistry import is_valid
 
-    monkeypatch.chdir(tmp_path)
-    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
-        (tmp_path / "slice.csv").write_text("".join(next(handle) for _ in range(301)))
-    run_dir = tmp_path / "run"
-    assert entry.main(["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=30",
-                       "optim.lr=3e-3", "data.batch_size=16", f"data.path={tmp_path / 'slice.csv'}",
-                       "trainer.validity_samples=40", f"hydra.run.dir={run_dir}"]) == 0
-    out = capsys.readouterr().out
+    run_dir, out = smiles_run
     (check,) = json.loads((run_dir / "summary.json").read_text())["checks"]
     assert check["name"] == "sample_validity" and check["values"]["samples"] == 40
     assert re.search(rf"  sample validity {check['values']['validity']:.3f} \({check['values']['valid']} valid of "
