@@ -75,6 +75,18 @@ class Bench:
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
+    def rotated(self, sides: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+        """Seconds of each of `sides` (name -> call) per round, after one warm-up call each: every side once a
+        round, the order rotating each round, so that drift of the machine's load falls on every side alike."""
+        names = list(sides)
+        for fn in sides.values():
+            fn()
+        seconds = {side: [] for side in names}
+        for round_ in range(repeats):
+            for side in names[round_ % len(names):] + names[:round_ % len(names)]:
+                seconds[side].append(self.seconds(sides[side]))
+        return seconds
+
     def compare(self, name: str, biotf: Callable[[], object], anchor: Callable[[], object], *, anchor_name: str,
                 unit: str, work: float, repeats: int = 7, warmup: int = 2, target: float | None = None) -> Comparison:
         """Time `biotf` and `anchor` alternately; `work` units are processed per call."""

@@ -160,17 +160,7 @@ def run(bench, quick: bool) -> None:
 def rotate(bench, name: str, sides: dict, unit: str, work: float, repeats: int, target: float | None = None) -> dict:
     """Every side once per round, the order rotating; each biotf side reported against the last (the anchor), their
     comparisons returned by side."""
-    import time
-
-    names = list(sides)
-    for fn in sides.values():  # warm-up
-        fn()
-    seconds = {side: [] for side in names}
-    for round_ in range(repeats):
-        for side in names[round_ % len(names):] + names[:round_ % len(names)]:
-            start = time.perf_counter()
-            sides[side]()
-            seconds[side].append(time.perf_counter() - start)
-    *ours, anchor = names
+    seconds = bench.rotated(sides, repeats)
+    *ours, anchor = list(sides)
     return {side: bench.add(f"{name}: {side}", unit, work, seconds[side], seconds[anchor], anchor_name=anchor,
                             target=target) for side in ours}

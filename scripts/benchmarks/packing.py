@@ -84,14 +84,8 @@ def rotate(bench, name: str, sides: dict, work: float, repeats: int, pad_shares:
     """Time every side once per round, the order rotating each round; report packed against each other side, and
     against padded biotf the bound of removing padding alone (`pad_shares`: "packed" and "padded", fractions; needed
     where a side is "biotf padded")."""
-    names = list(sides)
-    for fn in sides.values():  # warm-up
-        fn()
-    seconds = {side: [] for side in names}
-    for round_ in range(repeats):
-        for side in names[round_ % len(names):] + names[:round_ % len(names)]:
-            seconds[side].append(bench.seconds(sides[side]))
-    packed, *others = names
+    seconds = bench.rotated(sides, repeats)
+    packed, *others = list(sides)
     targets = {"biotf padded": 1.5, "transformers": 2.0}
     for other in others:
         comparison = bench.add(f"{name}: {packed} vs {other}", "real tokens", work, seconds[packed], seconds[other],

@@ -9,16 +9,30 @@ comment on the line above says why not:
 
 Each page's blocks run in order in one temporary directory (files and a Python namespace carry from block to block,
 as in a reader's session). What differs between a reader's checkout and this test, and how it is substituted:
-- the directory holds links to the checkout's `train.py`, `conf/`, `data/` and `scripts/`, so relative paths work,
-  and its `.cache/` is one for every page, so the token cache of the shipped samples is built once;
+- the directory holds links to the checkout's `train.py`, `conf/`, `data/`, `scripts/` and `docs/`, so relative
+  paths work, and its `.cache/` is one for every page, so the token cache of the shipped samples is built once;
 - `python`, `.venv/bin/python` and `biotf` (`.venv/bin/biotf`) are this interpreter and `python -m biotf`, with
   PYTHONPATH the checkout, so the checkout's biotf runs;
 - `../shared` is the checkout's ../shared (the real data sets beside it);
-- a placeholder run `outputs/<name>/<...>` (e.g. `outputs/protein_mlm/<run>`) is a tiny saved protein model built
-  here (tests/tiny_models.py);
+- a placeholder run `outputs/<name>/<...>` (e.g. `outputs/protein_mlm/<run>`) is a tiny model of that kind built
+  once per test session (`STAND_IN_RUNS`: random weights, except the causal SMILES model, trained for 300
+  steps so that some of its samples parse), or, for a kind without one (`outputs/finetune/<run>`), the newest run
+  an earlier command of the page trained into `outputs/<name>/`;
+- a Hugging Face checkpoint a reader downloads (`esm2_t6_8M_UR50D`, `Qwen2.5-0.5B-Instruct`, ...) is a tiny random
+  model of the same family that `transformers` saved, under the same name (`STAND_IN_CHECKPOINTS`; Qwen2.5's with
+  the real tokenizer of ../shared/qwen2.5-tokenizer);
+- a training command (`python train.py`, `biotf train`) without `trainer.max_steps` of at most 10 runs cut to
+  `SHORT_TRAINING` (2 steps, one validation batch);
+- `--num-samples N` of `biotf generate` asks for at most 200 samples, and the MOSES reference files of
+  `biotf generate evaluate` are their first 200 molecules (`REFERENCE_CUT`): the full files cost half an hour.
 - a page of `SHORTENED` reads a shortened copy of a long input and trains for a few steps (`shortened`): the long
   DNA tutorial's 154 kb chloroplast is its first `SHORT_GENOME_BASES` bases.
-A bash block runs under `bash -e -o pipefail`, a Python block through `exec`.
+A bash block runs under `bash -e -o pipefail`, a Python block through `exec`. A bash block made of simple commands
+runs line by line: a plain `biotf ...`, `python -m biotf ...` or `python train.py ...` line (no variables, globs,
+pipes or redirections) calls `biotf.cli.main` / `biotf.entry.train.main` in this process, with its output
+captured and its exit status kept (what a shell's `-e` does with it); every other line runs in bash. A block with
+loops, variables, `cd` or here-documents runs in bash whole. Starting a process per command costs 5 CPU-seconds
+of imports; in this process they are paid once.
 
 Besides running them, every bash block (marked or not, README.md's too) is read for `biotf COMMAND --flag` and
 `train.py KEY=VALUE`: an option the parsers lack, a config key the schema lacks or a group option with no file in
@@ -28,6 +42,8 @@ conf/ fails here, so a renamed option breaks a test even where its block cannot 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import os
 import re
 import shlex
@@ -42,9 +58,9 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 README_BLOCKS_COVERED = True  # README.md's blocks run here, or say above them why not
 BASH, PYTHON = {"bash", "sh", "shell"}, {"python", "py"}
-LINKED = ("train.py", "conf", "data", "scripts")
+LINKED = ("train.py", "conf", "data", "scripts", "docs")
 MARKER = re.compile(r"<!--\s*(not run|exit status)\s*:?\s*(.*?)\s*-->")
-PLACEHOLDER_RUN = re.compile(r"outputs/[\w.-]+/<[^>\s]+>")
+PLACEHOLDER_RUN = re.compile(r"outputs/([\w.-]+)/<[^>\s]+>")
 TIMEOUT_S = 600
 
 
@@ -103,37 +119,189 @@ def collect(paths: list[Path]) -> list[Block]:
 BLOCKS = collect(pages())
 
 
-# --- running ------------------------------------------------------------------------------------------------------
+# --- stand-ins for what a reader has -------------------------------------------------------------------------------
+SHORT_TRAINING = ["trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+                  "trainer.checkpoint_every_n_steps=2", "optim.warmup_steps=1"]
+MOST_SAMPLES = 200
+REFERENCE_CUT = 200  # molecules of each MOSES reference file
+MOSES_REFERENCES = ("moses_test.csv.gz", "moses_test_scaffolds.csv.gz", "moses_train.csv.gz")
+SMALL = {"d_model": 16, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_ff": 32}  # the stand-in runs' widths
+SMILES_TRAINING = ["experiment=smiles_clm", "model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+                   "model.n_kv_heads=4", "model.d_ff=64", "model.max_seq_len=64", "data.max_length=64",
+                   "data.batch_size=32", "trainer.max_steps=300", "trainer.val_check_interval=300",
+                   "trainer.limit_val_batches=1", "optim.lr=1e-2", "optim.warmup_steps=10",
+                   "trainer.enable_progress_bar=false"]
+
+
+def causal_smiles_run(directory: Path, cache: Path) -> Path:
+    """`experiment=smiles_clm` at width 32 for 300 steps (15 s): of 200 samples (seed 0) 7 parse, so that the MOSES
+    metrics have molecules to measure."""
+    from biotf.entry import train
+
+    code = train.main([*SMILES_TRAINING, f"data.cache_dir={cache}", f"hydra.run.dir={directory}"],
+                      script=str(REPO / "train.py"))
+    assert code == 0, f"training the causal SMILES stand-in exited with status {code}"
+    return directory
+
+
+def random_run(directory: Path, tokenizer: dict, causal: bool, max_seq_len: int) -> Path:
+    """The recipes' model (protein-small: ESM's shape) at SMALL widths, random, with the tokenizer `build_tokenizer`
+    makes."""
+    import torch
+
+    from biotf.checkpoint import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import build_tokenizer
+
+    built = build_tokenizer(tokenizer)
+    torch.manual_seed(0)
+    config = TransformerConfig.preset("protein-small", vocab_size=built.vocab_size, max_seq_len=max_seq_len,
+                                      causal=causal, **SMALL)
+    return save_pretrained(Transformer(config), built, directory)
+
+
+def esm2_checkpoint(directory: Path, request) -> Path:
+    """ESM-2's layout (rotary, token dropout, contact head, 33 tokens) at 3 layers x 4 heads x 32, 1,026 positions."""
+    model = request.getfixturevalue("random_esm")(seed=5, max_positions=1026)
+    return request.getfixturevalue("save_esm")(model, directory)
+
+
+def qwen_checkpoint(directory: Path, request) -> Path:
+    from tiny_models import save_tiny_qwen2
+
+    return save_tiny_qwen2(directory, request.getfixturevalue("qwen_tokenizer_dir"), tied=True)
+
+
+def gpt2_checkpoint(directory: Path, request) -> Path:
+    from tiny_models import save_tiny_gpt2
+
+    return save_tiny_gpt2(directory)
+
+
+def chemberta_checkpoint(directory: Path, request) -> Path:
+    """A RoBERTa over a byte-level BPE learnt on ESOL's SMILES, as ChemBERTa's directories hold."""
+    import csv
+
+    from hf_tokenizer_dirs import write_tokenizer
+
+    with open(REPO / "data" / "molnet_esol.csv", newline="") as handle:
+        smiles = [row["smiles"] for row in csv.DictReader(handle)]
+    write_tokenizer("roberta", directory, smiles)
+    vocabulary = len(json.loads((directory / "vocab.json").read_text()))
+    model = request.getfixturevalue("random_encoder")("roberta", vocab_size=vocabulary, max_positions=256)
+    model.save_pretrained(directory)
+    return directory
+
+
+STAND_IN_RUNS = {
+    "protein_mlm": lambda d, cache: random_run(d, {"kind": "protein"}, causal=False, max_seq_len=512),
+    "protein_clm": lambda d, cache: random_run(d, {"kind": "protein"}, causal=True, max_seq_len=64),
+    "dna_mlm": lambda d, cache: random_run(d, {"kind": "dna", "k": 6, "stride": 1}, causal=False, max_seq_len=128),
+    "smiles_mlm": lambda d, cache: random_run(d, {"kind": "smiles"}, causal=False, max_seq_len=256),
+    "smiles_clm": causal_smiles_run,
+}
+STAND_IN_CHECKPOINTS = {
+    "esm2_t6_8M_UR50D": esm2_checkpoint,
+    "Qwen2.5-0.5B-Instruct": qwen_checkpoint,
+    "Qwen2.5-0.5B": qwen_checkpoint,
+    "gpt2-dir": gpt2_checkpoint,
+    "ChemBERTa-zinc-base-v1": chemberta_checkpoint,
+}
+
+
+class StandIns:
+    """The tiny runs and checkpoints of one test session, each built the first time a page names it."""
+
+    def __init__(self, root: Path, request):
+        self.root, self.request, self.built = root, request, {}
+        self.cache = root / ".cache"
+
+    def get(self, table: dict, name: str) -> Path:
+        if name not in self.built:
+            arguments = (self.cache,) if table is STAND_IN_RUNS else (self.request,)
+            self.built[name] = table[name](self.root / "stand-ins" / name, *arguments)
+        return self.built[name]
+
+    def reference(self, name: str) -> Path:
+        """The first REFERENCE_CUT molecules of a MOSES file of ../shared/data/smiles."""
+        cut = self.root / "references" / name
+        if not cut.is_file():
+            cut.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(SHARED / "data" / "smiles" / name, "rt") as source, gzip.open(cut, "wt") as target:
+                target.writelines(line for _, line in zip(range(REFERENCE_CUT + 1), source))
+        return cut
+
+
+def checkpoint_named(name: str) -> re.Pattern:
+    return re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])")
+
+
+def substituted(text: str, session: "Session") -> str:
+    """The block (or line) as it runs here (see the module docstring)."""
+    text = text.replace(".venv/bin/python", "python").replace(".venv/bin/biotf", "biotf")
+    for name in MOSES_REFERENCES:
+        if f"../shared/data/smiles/{name}" in text:
+            text = text.replace(f"../shared/data/smiles/{name}", str(session.stand_ins.reference(name)))
+    text = text.replace("../shared", str(SHARED))
+    text = re.sub(r"(--num-samples\s+)(\d+)", lambda m: m.group(1) + str(min(int(m.group(2)), MOST_SAMPLES)), text)
+    return PLACEHOLDER_RUN.sub(lambda match: str(session.placeholder(match.group(1))), text)
+
+
 @dataclass
 class Session:
     """One page's directory and Python namespace, and how many of its blocks have run."""
 
     directory: Path
+    stand_ins: StandIns
     namespace: dict = field(default_factory=lambda: {"__name__": "__main__"})
     done: int = 0
+
+    def placeholder(self, kind: str) -> Path:
+        if kind in STAND_IN_RUNS:
+            return self.stand_ins.get(STAND_IN_RUNS, kind)
+        runs = sorted((self.directory / "outputs" / kind).glob("*/"), key=lambda run: run.stat().st_mtime)
+        assert runs, f"outputs/{kind}/<run>: no stand-in for {kind!r} and no run of the page under outputs/{kind}/"
+        return runs[-1]
 
 
 SESSIONS: dict[str, Session] = {}
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    from tiny_models import save_tiny_protein_model
-
-    return save_tiny_protein_model(tmp_path_factory.mktemp("docs-tiny-model") / "model")
+def pages_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("docs-pages")
 
 
-def substituted(text: str, model: Path) -> str:
-    """The block as it runs here (see the module docstring)."""
-    text = text.replace(".venv/bin/python", "python").replace(".venv/bin/biotf", "biotf")
-    return PLACEHOLDER_RUN.sub(str(model), text.replace("../shared", str(SHARED)))
+@pytest.fixture(scope="session")
+def stand_ins(pages_root, request) -> StandIns:
+    return StandIns(pages_root, request)
 
 
-PRELUDE = f"""set -e -o pipefail
-python() {{ "$BIOTF_DOCS_PYTHON" "$@"; }}
-biotf() {{ "$BIOTF_DOCS_PYTHON" -m biotf "$@"; }}
+def session_of(page: str, stand_ins: StandIns) -> Session:
+    if page not in SESSIONS:
+        directory = stand_ins.root / re.sub(r"\W", "_", page)
+        directory.mkdir(parents=True)
+        for name in LINKED:
+            (directory / name).symlink_to(REPO / name)
+        stand_ins.cache.mkdir(exist_ok=True)
+        (directory / ".cache").symlink_to(stand_ins.cache)
+        text = "\n".join(block.text for block in BLOCKS if block.page == page and not block.skip)
+        for name in STAND_IN_CHECKPOINTS:
+            if checkpoint_named(name).search(text):
+                (directory / name).symlink_to(stand_ins.get(STAND_IN_CHECKPOINTS, name))
+        SESSIONS[page] = Session(directory, stand_ins)
+    return SESSIONS[page]
+
+
+# --- running ------------------------------------------------------------------------------------------------------
+PRELUDE = """set -e -o pipefail
+python() { "$BIOTF_DOCS_PYTHON" "$@"; }
+biotf() { "$BIOTF_DOCS_PYTHON" -m biotf "$@"; }
 export -f python biotf
 """
+WHOLE_BLOCK = re.compile(r"^\s*(for|while|until|if|case|function|cd|export|source|\.|set|\{|\(|\w+=)(\s|$)"
+                         r"|<<|^\s*\w+\(\)", re.MULTILINE)
+SHELL_CHARACTERS = set("|&;<>(){}*?[]~")
 
 
 GENOME = "data/biopython_NC_000932_Athaliana_chloroplast.gb"
@@ -153,11 +321,116 @@ def shortened(text: str, directory: Path) -> str:
     return re.sub(r"trainer\.max_steps=\d+", "trainer.max_steps=2", text.replace(GENOME, short.name))
 
 
-def run_block(block: Block, session: Session, model: Path) -> None:
-    text = substituted(block.text, model)
-    if block.page in SHORTENED:
-        text = shortened(text, session.directory)
+
+def page_input(block: Block, text: str, session: Session) -> str:
+    return shortened(text, session.directory) if block.page in SHORTENED else text
+
+
+def plain_words(line: str) -> list[str] | None:
+    """The words of `line` when it is one simple command a shell would pass on unchanged (quotes removed, a
+    trailing comment dropped); None when a shell would expand, redirect or chain anything in it."""
+    quote, escaped, end = None, False, len(line)
+    for i, character in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote == "'":
+            quote = None if character == "'" else quote
+        elif character == "\\":
+            escaped = True
+        elif character in "$`":
+            return None
+        elif quote == '"':
+            quote = None if character == '"' else quote
+        elif character in "'\"":
+            quote = character
+        elif character == "#" and (i == 0 or line[i - 1].isspace()):
+            end = i
+            break
+        elif character in SHELL_CHARACTERS:
+            return None
+    return shlex.split(line[:end]) or None
+
+
+def in_process(words: list[str]) -> tuple | None:
+    """(function, argv, keyword arguments) for a command this process runs itself, else None."""
+    if words[0] == "biotf":
+        return "cli", words[1:]
+    if words[0] == "python" and words[1:3] == ["-m", "biotf"]:
+        return "cli", words[3:]
+    if words[0] == "python" and words[1:2] == ["train.py"]:
+        return "train", words[2:]
+    return None
+
+
+def short(kind: str, argv: list[str]) -> list[str]:
+    """A training command's argv cut to SHORT_TRAINING unless it trains for at most 10 steps already."""
+    training = kind == "train" or argv[:1] == ["train"]
+    if not training or any(word.startswith(("-m", "--cfg", "--help", "--info")) for word in argv):
+        return argv
+    steps = [int(w.split("=", 1)[1]) for w in argv if re.fullmatch(r"trainer\.max_steps=\d+", w)]
+    return argv if steps and steps[-1] <= 10 else [*argv, *SHORT_TRAINING]
+
+
+def run_in_process(kind: str, argv: list[str], directory: Path) -> tuple[int, str]:
+    """Run `biotf ARGV` or `python train.py ARGV` here, in `directory`, as a shell would: (exit status, output)."""
+    import contextlib
+    import io
+    import traceback
+    import warnings
+
+    from biotf import cli
+    from biotf.entry import train
+
+    output = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    cwd, argv0, environment = os.getcwd(), sys.argv[:], dict(os.environ)
+    os.chdir(directory)
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), warnings.catch_warnings():
+            warnings.simplefilter("default")
+            try:
+                code = cli.main(argv) if kind == "cli" else train.main(argv, script=str(REPO / "train.py"))
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            except Exception:  # a traceback: what the interpreter prints before it exits with status 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(cwd)
+        sys.argv[:] = argv0
+        os.environ.clear()
+        os.environ.update(environment)
+    return int(code or 0), output.buffer.getvalue().decode("utf-8", "replace")
+
+
+def run_in_bash(text: str, directory: Path) -> tuple[int, str]:
+    environment = {**os.environ, "BIOTF_DOCS_PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(["bash", "-c", PRELUDE + text], cwd=directory, env=environment, text=True,
+                          capture_output=True, timeout=TIMEOUT_S)
+    return done.returncode, f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+
+
+def steps_of(text: str) -> list[str]:
+    """A bash block cut where this process can take over: the whole block for a shell construct, else one step per
+    line that runs in-process and one for each stretch of lines between them."""
+    if WHOLE_BLOCK.search(text):
+        return [text]
+    steps, pending = [], []
+    for line in text.replace("\\\n", " ").splitlines():
+        # a placeholder's `<run>` is no redirection: it becomes a path before the line runs
+        words = plain_words(PLACEHOLDER_RUN.sub("outputs/run", line)) if line.strip() else None
+        if words and in_process(words):
+            steps += ["\n".join(pending)] if pending else []
+            steps.append(line)
+            pending = []
+        elif line.strip():
+            pending.append(line)
+    return steps + (["\n".join(pending)] if pending else [])
+
+
+def run_block(block: Block, session: Session) -> None:
     if block.language == "python":
+        text = page_input(block, substituted(block.text, session), session)
         cwd = os.getcwd()
         os.chdir(session.directory)
         try:
@@ -165,30 +438,20 @@ def run_block(block: Block, session: Session, model: Path) -> None:
         finally:
             os.chdir(cwd)
         return
-    environment = {**os.environ, "BIOTF_DOCS_PYTHON": sys.executable,
-                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(["bash", "-c", PRELUDE + text], cwd=session.directory, env=environment, text=True,
-                          capture_output=True, timeout=TIMEOUT_S)
-    assert done.returncode == block.status, (
-        f"{block.name} exited with status {done.returncode}, not {block.status}:\n{text}\n"
-        f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}")
-
-
-def session_of(page: str, root: Path) -> Session:
-    if page not in SESSIONS:
-        directory = root / re.sub(r"\W", "_", page)
-        directory.mkdir(parents=True)
-        for name in LINKED:
-            (directory / name).symlink_to(REPO / name)
-        (root / ".cache").mkdir(exist_ok=True)
-        (directory / ".cache").symlink_to(root / ".cache")
-        SESSIONS[page] = Session(directory)
-    return SESSIONS[page]
-
-
-@pytest.fixture(scope="session")
-def pages_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("docs-pages")
+    code = 0
+    for step in steps_of(block.text):
+        # substituted here, step by step, so that a placeholder names a run an earlier step trained
+        text = page_input(block, substituted(step, session), session)
+        words = plain_words(text)
+        command = in_process(words) if words and "\n" not in text else None
+        if command:
+            code, output = run_in_process(command[0], short(*command), session.directory)
+        else:
+            code, output = run_in_bash(text, session.directory)
+        if code:
+            break
+    assert code == block.status, (
+        f"{block.name} exited with status {code}, not {block.status}:\n{text}\n{output[-8000:]}")
 
 
 def trains(block: Block) -> bool:
@@ -197,14 +460,14 @@ def trains(block: Block) -> bool:
 
 @pytest.mark.parametrize("block", [pytest.param(b, marks=pytest.mark.slow) if trains(b) else b for b in BLOCKS],
                          ids=[block.name for block in BLOCKS])
-def test_block_runs(block: Block, pages_root: Path, tiny_model: Path):
+def test_block_runs(block: Block, stand_ins: StandIns):
     if block.skip:
         pytest.skip(f"not run: {block.skip}")
     page = [b for b in BLOCKS if b.page == block.page]
-    session = session_of(block.page, pages_root)
+    session = session_of(block.page, stand_ins)
     for earlier in page[session.done:page.index(block) + 1]:  # a page's blocks build on the ones before
         if not earlier.skip:
-            run_block(earlier, session, tiny_model)
+            run_block(earlier, session)
         session.done += 1
 
 
@@ -337,20 +600,50 @@ def test_the_collector_reads_markers_and_languages():
         blocks_of("# A page\n\n<!-- not run -->\n```bash\nls\n```\n", "page.md")
 
 
-def test_a_page_runs_in_order_and_an_exit_status_is_checked(tmp_path, tiny_model):
+def test_a_page_runs_in_order_and_an_exit_status_is_checked(tmp_path, stand_ins):
     blocks = [b for b in blocks_of(PAGE, "page.md") if not b.skip]
-    session = Session(tmp_path)
+    session = Session(tmp_path, stand_ins)
     for block in blocks:
-        run_block(block, session, tiny_model)
+        run_block(block, session)
     assert (tmp_path / "greeting.txt").read_text() == "hello\n"
     with pytest.raises(AssertionError, match="exited with status 2, not 0"):
-        run_block(Block("page.md", 1, "bash", "biotf embed --model missing/ --input x.fasta --output y.npz"),
-                  session, tiny_model)
+        run_block(Block("page.md", 1, "bash", "biotf embed --model missing/ --input x.fasta --output y.npz"), session)
+    run_block(Block("page.md", 1, "bash", "echo a > a.txt\nbiotf embed --model missing/ --output y.npz\necho b > b.txt",
+                    status=2), session)
+    assert (tmp_path / "a.txt").is_file() and not (tmp_path / "b.txt").exists()  # as bash -e: it stops there
 
 
-def test_a_placeholder_run_is_the_tiny_model_and_shared_is_the_checkouts(tiny_model):
-    text = substituted("biotf embed --model outputs/protein_mlm/<run> --input ../shared/data/x.fasta", tiny_model)
-    assert text == f"biotf embed --model {tiny_model} --input {SHARED}/data/x.fasta"
+def test_simple_lines_run_here_and_shell_constructs_in_bash():
+    assert plain_words("biotf embed --model m 'a b' --label-pattern '^(\\S+?)-[MSU]\\b'  # a comment") == [
+        "biotf", "embed", "--model", "m", "a b", "--label-pattern", "^(\\S+?)-[MSU]\\b"]
+    assert plain_words('biotf probe --label "measured log solubility"') == [
+        "biotf", "probe", "--label", "measured log solubility"]
+    for line in ("biotf embed --output $OUT", "biotf embed > log.txt", "biotf a && biotf b", "ls *.npz",
+                 'biotf x --name "$HOME"', "biotf a | head"):
+        assert plain_words(line) is None, line
+    assert in_process(["python", "train.py", "seed=1"]) == ("train", ["seed=1"])
+    assert in_process(["python", "-m", "biotf", "embed"]) == ("cli", ["embed"])
+    assert in_process(["python", "scripts/bench.py"]) is None
+    assert steps_of("printf x > a.fa\nhead a.fa\nbiotf embed --model m \\\n  --input a.fa\ncat b") == [
+        "printf x > a.fa\nhead a.fa", "biotf embed --model m    --input a.fa", "cat b"]
+    placeholder = "biotf embed --model outputs/protein_mlm/<run>"
+    assert steps_of(placeholder) == [placeholder]
+    loop = "for s in 0 1; do\n  biotf embed --seed $s\ndone"
+    assert steps_of(loop) == [loop]
+    assert short("train", ["experiment=dna_mlm"]) == ["experiment=dna_mlm", *SHORT_TRAINING]
+    assert short("train", ["trainer.max_steps=4"]) == ["trainer.max_steps=4"]
+    assert short("cli", ["embed", "--model", "m"]) == ["embed", "--model", "m"]
+
+
+def test_a_placeholder_run_is_a_stand_in_and_shared_is_the_checkouts(tmp_path, stand_ins):
+    session = Session(tmp_path, stand_ins)
+    text = substituted("biotf embed --model outputs/protein_mlm/<run> --input ../shared/data/x.fasta", session)
+    assert text == f"biotf embed --model {stand_ins.get(STAND_IN_RUNS, 'protein_mlm')} --input {SHARED}/data/x.fasta"
+    with pytest.raises(AssertionError, match="no run of the page under outputs/finetune/"):
+        substituted("biotf predict --model outputs/finetune/<run>", session)
+    (tmp_path / "outputs" / "finetune" / "2026-12-02_10-00-00").mkdir(parents=True)
+    assert substituted("outputs/finetune/<run>", session) == str(tmp_path / "outputs/finetune/2026-12-02_10-00-00")
+    assert substituted("biotf generate --num-samples 10000", session) == "biotf generate --num-samples 200"
 
 
 def test_a_shortened_page_reads_the_genomes_start_and_trains_two_steps(tmp_path):
