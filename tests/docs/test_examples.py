@@ -25,8 +25,8 @@ as in a reader's session). What differs between a reader's checkout and this tes
   `SHORT_TRAINING` (2 steps, one validation batch);
 - `--num-samples N` of `biotf generate` asks for at most 200 samples, and the MOSES reference files of
   `biotf generate evaluate` are their first 200 molecules (`REFERENCE_CUT`): the full files cost half an hour.
-- a page of `SHORTENED` reads a shortened copy of a long input and trains for a few steps (`shortened`): the long
-  DNA tutorial's 154 kb chloroplast is its first `SHORT_GENOME_BASES` bases.
+- a page of `SHORTENED` (the long-DNA tutorial, the README) reads a shortened copy of a long input and trains for
+  a few steps (`shortened`): the 154 kb chloroplast genome is its first `SHORT_GENOME_BASES` bases.
 A bash block runs under `bash -e -o pipefail`, a Python block through `exec`. A bash block made of simple commands
 runs line by line: a plain `biotf ...`, `python -m biotf ...` or `python train.py ...` line (no variables, globs,
 pipes or redirections) calls `biotf.cli.main` / `biotf.entry.train.main` in this process, with its output
@@ -306,7 +306,7 @@ SHELL_CHARACTERS = set("|&;<>(){}*?[]~")
 
 GENOME = "data/biopython_NC_000932_Athaliana_chloroplast.gb"
 SHORT_GENOME_BASES = 4000
-SHORTENED = {"docs/tutorials/long_dna.md"}
+SHORTENED = {"docs/tutorials/long_dna.md", "README.md"}
 
 
 def shortened(text: str, directory: Path) -> str:
