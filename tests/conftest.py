@@ -4,6 +4,7 @@ which last.ckpt was written."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 from pathlib import Path
@@ -167,7 +168,7 @@ def one_blas_thread():
     problems here are small, and on a busy 2-core machine a second BLAS thread spins while the first waits (a
     logistic regression on 16,000 rows of 84 features: 0.05 s of CPU with one thread, 1 s with two)."""
     try:
-        import scipy.linalg  # noqa: F401 - loads scipy's own OpenBLAS now, so that the limit reaches it
+        importlib.import_module("scipy.linalg")  # loads scipy's own OpenBLAS now, so that the limit reaches it
         from threadpoolctl import threadpool_limits
     except ImportError:  # no scikit-learn (the analysis extra): numpy's BLAS keeps its threads
         yield
