@@ -17,6 +17,20 @@ import traceback
 from typing import Callable
 
 
+def one_thread() -> None:
+    """Every thread pool of the child at one thread, as OMP_NUM_THREADS=1 gives a fresh test process: a fork copies
+    only the forking thread, and an OpenMP pool the parent had started (torch's, faiss's) would hang the child's
+    first parallel region."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1)
+
+
 class Forked:
     """`function(*args)` in a child process, with `env` added to its environment; its return value (an int, or
     None for 0) or SystemExit code is the exit status. Waited for like a `subprocess.Popen`: poll, wait, kill,
@@ -42,6 +56,7 @@ class Forked:
             # A command's own dispositions, not the test runner's: SIGINT raises KeyboardInterrupt, SIGTERM ends.
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            one_thread()
             os.environ.update(env)
             result = function(*args)
             status = 0 if result is None else result
