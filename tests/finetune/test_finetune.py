@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from biotf.errors import BiotfError, CheckpointError, ConfigError, InputError
-from training_helpers import finetune_config, finetune_overrides, run_script
+from training_helpers import finetune_config, finetune_overrides
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
@@ -24,9 +24,12 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
 
 def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_predictions(pretrained, tmp_path,
                                                                                               monkeypatch):
+    # train.py's entry point in this process (the script under a fresh interpreter: tests/training/test_console.py)
+    from biotf.entry import train as entry
+
+    monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"
-    result = run_script(finetune_overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}"), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert entry.main(finetune_overrides(pretrained, "data.label_column=label", f"hydra.run.dir={run}")) == 0
     summary = json.loads((run / "finetune.json").read_text())
     assert summary["dropped"] == {"unlabelled": 1} and summary["cropped"] == 0
     assert summary["split"]["records"] == {"train": 191, "validation": 24, "test": 24}

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,26 +20,25 @@ import torch
 from biotf.errors import InputError
 from biotf.entry import train as entry
 from biotf.training import callbacks
+from biotf.finetune.module import TaskModule
 from biotf.finetune.run import train_task
 from biotf.training.rundir import RunDirectoryError
-from training_helpers import REPO, SUBPROCESS_ENV, finetune_config, finetune_overrides
+from forked_process import run_forked
+from training_helpers import REPO, finetune_config, finetune_overrides
 
 STEPS = 30
 
-# train.py's entry point, sending itself SIGTERM as a scheduler would, as optimizer step N+1 begins.
-TERMINATOR = '''
-import os, signal, sys
-from biotf.finetune.module import TaskModule
-n = int(sys.argv[1])
-step = TaskModule.training_step
-def training_step(self, batch, batch_idx):
-    if self.global_step == n:
-        os.kill(os.getpid(), signal.SIGTERM)
-    return step(self, batch, batch_idx)
-TaskModule.training_step = training_step
-from biotf.entry.train import main
-sys.exit(main(sys.argv[3:], script=sys.argv[2]))
-'''
+def terminated_at(n: int, args: list[str]) -> int:
+    """train.py's entry point, sending itself SIGTERM as a scheduler would, as optimizer step N+1 begins. Run in a
+    forked process (`forked_process`): the patch stays in the child."""
+    step = TaskModule.training_step
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == n:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, batch, batch_idx)
+    TaskModule.training_step = training_step
+    return entry.main(args, script=str(REPO / "train.py"))
 
 
 def last(run_dir: Path) -> dict:
@@ -51,11 +52,7 @@ def test_sigterm_saves_stops_and_resumes_in_place_exactly(pretrained, tmp_path, 
     common = finetune_overrides(pretrained, "data.label_column=label", f"trainer.max_steps={STEPS}",
                                 "finetune.head_dropout=0.2")
     run_dir = tmp_path / "run"
-    terminator = tmp_path / "terminator.py"
-    terminator.write_text(TERMINATOR)
-    stopped = subprocess.run([sys.executable, str(terminator), "12", str(REPO / "train.py"), *common,
-                              f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=SUBPROCESS_ENV, capture_output=True,
-                             text=True, timeout=300)
+    stopped = run_forked(terminated_at, 12, [*common, f"hydra.run.dir={run_dir}"])
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     message = stopped.stderr.strip().splitlines()[-1]

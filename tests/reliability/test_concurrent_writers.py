@@ -3,42 +3,36 @@ written is refused at once in one line; a file another program put there meanwhi
 --overwrite; two `search add` on one index take turns (both records kept, exact and approximate index), and an
 index opened as an add commits is read whole; a killed run's lock blocks no one and is removed by the next run.
 
-The runs are real processes. They are made to overlap without sleeps: the first run waits before its first rename
-at a FIFO (`BIOTF_PAUSE_BEFORE_PUBLISH`) until the test lets it go, or the test process holds the lock itself."""
+The runs are real processes (forked copies of the test process: `forked_process`). They are made to overlap without
+sleeps: the first run waits before its first rename at a FIFO (`BIOTF_PAUSE_BEFORE_PUBLISH`) until the test lets it
+go, or the test process holds the lock itself."""
 
 from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import biotf
 from biotf.io.atomic import PAUSE_BEFORE_PUBLISH
 from biotf.cli import main
 from biotf.io.outputs import hold
+from forked_process import Forked
 
 FASTA = b">p1 a\nMKVLAAGIVG\n>p2 b\nMSTNPKPQRK\n>p3 c\nMAAK\n"
 OTHER = b">q1 a\nMKV\n>q2 b\nMST\n"
-ROOT = Path(biotf.__file__).resolve().parents[1]
 
 
-def biotf_process(*argv: str, pause: Path | None = None) -> subprocess.Popen:
-    """`python -m biotf ARGV` as its own process, importing this checkout; with `pause`, it waits at that FIFO
-    before its first rename."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    if pause is not None:
-        env[PAUSE_BEFORE_PUBLISH] = str(pause)
-    return subprocess.Popen([sys.executable, "-m", "biotf", *argv], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def biotf_process(*argv: str, pause: Path | None = None) -> Forked:
+    """`biotf ARGV` as its own process (a forked copy of this one: `forked_process`); with `pause`, it waits at
+    that FIFO before its first rename."""
+    return Forked(main, list(argv), env={} if pause is None else {PAUSE_BEFORE_PUBLISH: str(pause)})
 
 
-def paused(fifo: Path, process: subprocess.Popen, timeout: float = 300.0) -> int:
+def paused(fifo: Path, process: Forked, timeout: float = 300.0) -> int:
     """Wait until `process` waits at `fifo` (it opened it to read); returns the end that lets it go (`release`)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -58,7 +52,7 @@ def release(end: int) -> None:
     os.close(end)
 
 
-def finished(process: subprocess.Popen) -> tuple[int, str]:
+def finished(process: Forked) -> tuple[int, str]:
     _, err = process.communicate(timeout=300)
     return process.returncode, err
 
@@ -161,10 +155,9 @@ def test_two_adds_on_one_index_at_once_take_turns(tmp_path, kind):
     first = biotf_process("search", "add", "--index", str(index), "--embeddings", str(more[0]), pause=fifo)
     end = paused(fifo, first)  # holds the index, its new shard written, nothing committed
     second = biotf_process("search", "add", "--index", str(index), "--embeddings", str(more[1]))
-    said = []
-    while not said or "waiting" not in said[-1]:  # it says it waits: it reached the lock the first one holds
-        said.append(second.stderr.readline())
-        assert said[-1], f"the second add did not wait for the first: {''.join(said)}"
+    while "waiting" not in second.stderr_so_far():  # it says it waits: it reached the lock the first one holds
+        assert second.poll() is None, f"the second add did not wait for the first: {second.communicate()[1]}"
+        time.sleep(0.05)  # polls a condition: the outcome never depends on this delay
     release(end)
     results = [finished(first), finished(second)]
     assert [status for status, _ in results] == [0, 0], results

@@ -6,12 +6,11 @@ damaged token-cache shard rebuilt; an interrupted `biotf embed` leaving nothing 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,47 +25,45 @@ from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 from biotf.entry import train as entry
 from biotf.training.module import LanguageModelTask
+from forked_process import Forked, run_forked
 
 REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 STEPS = 12
 TINY = ["model=tiny", "model.causal=false", "model.max_seq_len=64", "model.dropout=0.1", "data.max_length=64",
         "data.batch_size=8", f"trainer.max_steps={STEPS}", "trainer.val_check_interval=3",
         "trainer.limit_val_batches=2", "trainer.checkpoint_every_n_steps=2", "trainer.log_every_n_steps=1",
         "trainer.enable_progress_bar=false", "optim.warmup_steps=2"]
 
-# Runs train.py's entry point and SIGKILLs itself at `step:N` (as optimizer step N+1 begins) or at
-# `write:N` (halfway through writing the N-th checkpoint file of this process, after flushing the bytes).
-KILLER = '''
-import io, os, signal, sys
-import torch
-point, n = sys.argv[1].split(":")
-n = int(n)
-if point == "write":
-    save, writes = torch.save, [0]
-    def torn_save(obj, f, *args, **kwargs):
-        writes[0] += 1
-        if writes[0] == n:
-            buffer = io.BytesIO()
-            save(obj, buffer, *args, **kwargs)
-            handle = f if hasattr(f, "write") else open(f, "wb")  # biotf saves checkpoints through an open file
-            handle.write(buffer.getvalue()[: buffer.tell() // 2])
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.kill(os.getpid(), signal.SIGKILL)
-        return save(obj, f, *args, **kwargs)
-    torch.save = torn_save
-else:
-    from biotf.training.module import LanguageModelTask
-    step = LanguageModelTask.training_step
-    def training_step(self, batch, batch_idx):
-        if self.global_step == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return step(self, batch, batch_idx)
-    LanguageModelTask.training_step = training_step
-from biotf.entry.train import main
-sys.exit(main(sys.argv[3:], script=sys.argv[2]))
-'''
+def killed_at(point: str, args: list[str]) -> int:
+    """train.py's entry point, SIGKILLing its own process at `step:N` (as optimizer step N+1 begins) or at `write:N`
+    (halfway through writing the N-th checkpoint file of this process, after flushing the bytes). Run in a forked
+    process (`forked_process`): the patches stay in the child."""
+    where, n = point.split(":")
+    n = int(n)
+    if where == "write":
+        save, writes = torch.save, [0]
+
+        def torn_save(obj, f, *args, **kwargs):
+            writes[0] += 1
+            if writes[0] == n:
+                buffer = io.BytesIO()
+                save(obj, buffer, *args, **kwargs)
+                handle = f if hasattr(f, "write") else open(f, "wb")  # biotf saves checkpoints through an open file
+                handle.write(buffer.getvalue()[: buffer.tell() // 2])
+                handle.flush()
+                os.fsync(handle.fileno())
+                os.kill(os.getpid(), signal.SIGKILL)
+            return save(obj, f, *args, **kwargs)
+        torch.save = torn_save
+    else:
+        step = LanguageModelTask.training_step
+
+        def training_step(self, batch, batch_idx):
+            if self.global_step == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return step(self, batch, batch_idx)
+        LanguageModelTask.training_step = training_step
+    return entry.main(args, script=str(REPO / "train.py"))
 
 
 def write_proteins(path: Path, n: int = 60, seed: int = 0) -> Path:
@@ -105,15 +102,11 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, monkeypatch, points
     fasta = write_proteins(tmp_path / "proteins.fasta")
     common = [*TINY, f"data.path={fasta}", f"data.cache_dir={tmp_path / 'cache'}"]
     monkeypatch.chdir(tmp_path)
-    killer = tmp_path / "killer.py"
-    killer.write_text(KILLER)
     resume_from: Path | None = None
     for number, point in enumerate(points):
         run_dir = tmp_path / f"killed{number}"
         resume = [f"ckpt_path={resume_from}"] if resume_from else []
-        process = subprocess.run([sys.executable, str(killer), point, str(REPO / "train.py"), *common, *resume,
-                                  f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=ENV, capture_output=True,
-                                 text=True, timeout=300)
+        process = run_forked(killed_at, point, [*common, *resume, f"hydra.run.dir={run_dir}"])
         assert process.returncode == -signal.SIGKILL, (point, process.stderr[-3000:])
         assert_no_torn_checkpoint(run_dir)
         assert not (run_dir / "summary.json").exists()
@@ -227,12 +220,11 @@ def test_interrupted_embed_leaves_nothing_then_rerun_completes(tmp_path, signal_
     model = save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path / "model")
     fasta = write_proteins(tmp_path / "many.fasta", n=RECORDS)
     output = tmp_path / "out" / "embeddings.parquet"
-    command = [sys.executable, "-m", "biotf", "embed", "--no-progress", "--model", str(model), "--input", str(fasta),
-               "--output", str(output), "--batch-tokens", "128"]  # small blocks: vectors spool early
-    # A shell starts background jobs with SIGINT ignored, and Python installs its KeyboardInterrupt handler only
-    # where SIGINT is not ignored: give the child the default disposition, whatever launched the tests.
-    process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    argv = ["embed", "--no-progress", "--model", str(model), "--input", str(fasta), "--output", str(output),
+            "--batch-tokens", "128"]  # small blocks: vectors spool early
+    # `biotf ARGV` in a forked process, SIGINT raising KeyboardInterrupt there as in a command started from a
+    # terminal (whatever launched the tests: a shell starts background jobs with SIGINT ignored).
+    process = Forked(main, argv)
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:  # wait until vectors are being spooled
         spools = list(output.parent.glob(".*.spool/*")) if output.parent.exists() else []
@@ -248,7 +240,7 @@ def test_interrupted_embed_leaves_nothing_then_rerun_completes(tmp_path, signal_
     assert all(name.startswith(".") for name in leftovers), leftovers  # at most hidden spools (SIGKILL)
     if signal_number == signal.SIGINT:
         assert leftovers == [] and "interrupted" in err  # cleaned up on the way out
-    assert main(command[3:]) == 0  # the rerun, in this process
+    assert main(argv) == 0  # the rerun, in this process
     import pandas as pd
 
     assert len(pd.read_parquet(output)) == RECORDS

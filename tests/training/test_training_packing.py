@@ -22,7 +22,7 @@ from biotf.entry import train as entry
 from biotf.training.config import DataConfig
 from biotf.errors import ConfigError
 
-from training_helpers import TINY, run_script, write_proteins
+from training_helpers import TINY, write_proteins
 
 
 @pytest.mark.parametrize("path", sorted((CONF_DIR / "data").glob("*.yaml")), ids=lambda p: p.name)
@@ -84,15 +84,16 @@ def test_a_bad_packing_value_is_a_one_line_error_naming_it(tmp_path, monkeypatch
     assert "data.packing" in err and "sometimes" in err and len(err.strip().splitlines()) == 1
 
 
-def test_python_train_py_runs_and_resumes_a_packed_causal_experiment(tmp_path):
-    """`python train.py experiment=smiles_clm data.packing=true`, as a user runs it, then resumed from last.ckpt."""
+def test_train_py_runs_and_resumes_a_packed_causal_experiment(tmp_path, monkeypatch, capsys):
+    """train.py's entry point on `experiment=smiles_clm data.packing=true`, then resumed from last.ckpt (the script
+    itself, under a fresh interpreter, is run by tests/training/test_console.py)."""
+    monkeypatch.chdir(tmp_path)
     common = ["experiment=smiles_clm", *TINY, "model.causal=true", "data.packing=true",
               f"data.cache_dir={tmp_path / 'cache'}", "trainer.checkpoint_every_n_steps=3",
               "trainer.val_check_interval=3"]
-    first = run_script([*common, "trainer.max_steps=3", "hydra.run.dir=first"], cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-2000:]
+    assert entry.main([*common, "trainer.max_steps=3", "hydra.run.dir=first"]) == 0, capsys.readouterr().err[-2000:]
     last = tmp_path / "first" / "checkpoints" / "last.ckpt"
-    resumed = run_script([*common, "trainer.max_steps=6", f"ckpt_path={last}", "hydra.run.dir=resumed"], cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert entry.main([*common, "trainer.max_steps=6", f"ckpt_path={last}", "hydra.run.dir=resumed"]) == 0, \
+        capsys.readouterr().err[-2000:]
     summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
     assert summary["objective"] == "clm" and summary["steps"] == 6 and summary["final_val_loss"] > 0

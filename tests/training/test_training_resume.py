@@ -1,18 +1,18 @@
 """Kill a run with SIGKILL mid-training, resume it from last.ckpt, and land on the uninterrupted run's weights
-(masked LM padded and packed, causal LM on document-masked blocks)."""
+(masked LM padded and packed, causal LM on document-masked blocks). The killed run is a forked process
+(`forked_process`): a real SIGKILL, without a fresh interpreter's imports."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 
 import pytest
 import torch
 
 from biotf.entry import train as entry
-from training_helpers import SUBPROCESS_ENV, TINY, train_command, write_proteins
+from forked_process import Forked
+from training_helpers import REPO, TINY, write_proteins
 
 STEPS = 24
 
@@ -35,15 +35,14 @@ def test_sigkill_then_resume_matches_uninterrupted_run(packing, causal, tmp_path
     monkeypatch.chdir(tmp_path)
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(train_command([*common, f"hydra.run.dir={killed}"]), cwd=tmp_path, env=SUBPROCESS_ENV,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = Forked(entry.main, [*common, f"hydra.run.dir={killed}"], str(REPO / "train.py"))
     last = killed / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 240
     while not last.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    process.kill()
+    _, err = process.communicate()
+    assert process.returncode == -signal.SIGKILL, err[-2000:]
     step_at_kill = weights(killed)["global_step"]
     assert 0 < step_at_kill < STEPS and not (killed / "summary.json").exists()
 

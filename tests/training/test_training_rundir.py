@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,8 +17,11 @@ from hydra import compose, initialize_config_dir
 
 from biotf.entry import train as entry
 from biotf.training import callbacks
+from biotf.training import run as run_module
+from biotf.training.module import LanguageModelTask
 from biotf.conventions import CONF_DIR
-from training_helpers import REPO, SUBPROCESS_ENV, TINY, write_proteins
+from forked_process import run_forked
+from training_helpers import REPO, TINY, write_proteins
 
 STEPS = 12
 
@@ -83,36 +88,30 @@ def test_default_run_directories_are_unique_within_a_second():
 
 
 # --- SIGTERM, then resume in place -----------------------------------------------------------------
-# Runs train.py's entry point and sends itself SIGTERM as a scheduler would: at `step:N` as optimizer step N+1
-# begins, or at `prepare` while the data is being prepared (before training).
-TERMINATOR = '''
-import os, signal, sys
-from biotf.training import run
-from biotf.training.module import LanguageModelTask
-where, _, n = sys.argv[1].partition(":")
-if where == "step":
-    step = LanguageModelTask.training_step
-    def training_step(self, batch, batch_idx):
-        if self.global_step == int(n):
-            os.kill(os.getpid(), signal.SIGTERM)
-        return step(self, batch, batch_idx)
-    LanguageModelTask.training_step = training_step
-else:
-    prepare = run.prepare_data
-    def prepare_data(*args):
-        os.kill(os.getpid(), signal.SIGTERM)
-        return prepare(*args)
-    run.prepare_data = prepare_data
-from biotf.entry.train import main
-sys.exit(main(sys.argv[3:], script=sys.argv[2]))
-'''
-
-
 def terminated(tmp_path, where: str, args: list[str]) -> subprocess.CompletedProcess:
-    terminator = tmp_path / "terminator.py"
-    terminator.write_text(TERMINATOR)
-    return subprocess.run([sys.executable, str(terminator), where, str(REPO / "train.py"), *args], cwd=tmp_path,
-                          env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    """train.py's entry point in a forked process (`forked_process`) that sends itself SIGTERM as a scheduler
+    would: at `step:N` as optimizer step N+1 begins, or at `prepare` while the data is being prepared (before
+    training)."""
+    def run() -> int:
+        point, _, n = where.partition(":")
+        if point == "step":
+            step = LanguageModelTask.training_step
+
+            def training_step(self, batch, batch_idx):
+                if self.global_step == int(n):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return step(self, batch, batch_idx)
+            LanguageModelTask.training_step = training_step
+        else:
+            prepare = run_module.prepare_data
+
+            def prepare_data(*prepare_args):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return prepare(*prepare_args)
+            run_module.prepare_data = prepare_data
+        return entry.main(args, script=str(REPO / "train.py"))
+
+    return run_forked(run)
 
 
 def test_sigterm_before_training_stops_at_once(common, tmp_path):
