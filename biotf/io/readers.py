@@ -125,8 +125,9 @@ def open_binary(path: str | Path) -> IO[bytes]:
     if not path.is_file():
         raise InputError(f"input {path} is not a file")
     handle = open(path, "rb")
-    if handle.peek(2)[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=handle, mode="rb")  # type: ignore[return-value]
+    if handle.peek(2)[:2] == GZIP_MAGIC:  # opened again by name: a GzipFile closes the file it opened, not one given
+        handle.close()
+        return gzip.GzipFile(path, mode="rb")  # type: ignore[return-value]
     return handle
 
 

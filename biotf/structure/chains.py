@@ -168,6 +168,6 @@ def structure_files(directory: str | Path, names: list[str] | None = None, liste
 
 def read_list(path: str | Path) -> list[str]:
     """The names of a list file, one a line (blank lines and `#` comments skipped)."""
-    with open_binary(path) as handle:
-        lines = io.TextIOWrapper(handle, encoding="utf-8").read().splitlines()
+    with io.TextIOWrapper(open_binary(path), encoding="utf-8") as text:
+        lines = text.read().splitlines()
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
