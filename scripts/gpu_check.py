@@ -389,6 +389,7 @@ def ddp_rank(directory: Path, device_type: str) -> int:
             save_file({name: parameter.grad.detach().cpu().contiguous() for name, parameter in model.named_parameters()
                        if parameter.grad is not None}, directory / "gradients.safetensors")
             (directory / "loss.json").write_text(json.dumps({"loss": float(mean) / world}))
+        distributed.barrier()  # both ranks leave together: a gloo rank torn down while its peer works can abort
     finally:
         distributed.destroy_process_group()
     return 0
