@@ -6,9 +6,9 @@ or the environment variable `BIOTF_PROGRESS_SECONDS` for tests and impatient log
 `embedding proteins.fasta: 52,431/? tok, 1,204 tok/s, 43s; windows 12/40 of this block, layer 3/6`
 or, where the total is known, `contacts proteins.fasta: 8,112/20,480 residues (39%), 410 residues/s, 19s, ~30s left`.
 A single long record reports its own progress through `detail` (windows of its block) and `layer_notes` (the
-layers one forward has passed), so a one-pass record of 150 kb says something every interval too. Nothing goes
-to stdout, which may be a command's data. Training's plain lines (`biotf.training.progress`) share the interval
-and the number and duration forms.
+layers one forward has passed, and the query rows of a layer whose attention runs in chunks), so a one-pass record
+of 150 kb says something every interval too. Nothing goes to stdout, which may be a command's data. Training's
+plain lines (`biotf.training.progress`) share the interval and the number and duration forms.
 """
 
 from __future__ import annotations
@@ -140,17 +140,27 @@ def reporting(enabled: bool, description: str, unit: str, model: Any = None,
 @contextmanager
 def layer_notes(model: Any, progress: Progress | None) -> Iterator[None]:
     """While the block runs, the attention of each of `model.blocks` (a biotf Transformer's layers, which every
-    forward runs, `attention_maps` too) tells `progress` it has run: `layer i/n`, so one forward over a long record
-    is not silent. Nothing when `progress` is None."""
+    forward runs, `attention_maps` too) tells `progress` it has run: `layer i/n`, and, where attention runs in
+    chunks of queries (a mask too large to build: ALiBi over a long record), how far the layer it is in has come:
+    `layer i/n: 40,960/154,000 query rows`, so one forward over a long record is not silent. Nothing when `progress`
+    is None."""
     blocks = getattr(model, "blocks", None)
     if progress is None or blocks is None:
         yield
         return
     total = len(blocks)
+
+    def rows_of(layer: int) -> Callable[[int, int], None]:
+        return lambda done, rows: progress.detail(f"layer {layer}/{total}: {done:,}/{rows:,} query rows", "layer")
+
     handles = [block.attn.register_forward_hook(lambda *_, i=i: progress.detail(f"layer {i}/{total}", "layer"))
                for i, block in enumerate(blocks, 1)]
+    for i, block in enumerate(blocks, 1):
+        block.attn.report_rows = rows_of(i)
     try:
         yield
     finally:
         for handle in handles:
             handle.remove()
+        for block in blocks:
+            block.attn.report_rows = None

@@ -15,11 +15,11 @@ from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer
 
 
-def save_tiny_protein_model(directory: Path, max_seq_len: int = 16, causal: bool = False) -> Path:
+def save_tiny_protein_model(directory: Path, max_seq_len: int = 16, causal: bool = False, pos: str = "rope") -> Path:
     """A random 16-wide, 2-layer model with the amino-acid tokenizer, saved to `directory` (returned)."""
     torch.manual_seed(0)
     config = TransformerConfig(vocab_size=33, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=32,
-                               max_seq_len=max_seq_len, causal=causal, pos="rope", norm="layernorm", mlp="gelu")
+                               max_seq_len=max_seq_len, causal=causal, pos=pos, norm="layernorm", mlp="gelu")
     return save_pretrained(Transformer(config), AminoAcidTokenizer(), directory)
 
 

@@ -22,6 +22,8 @@ an explicit softmax(q k^T / sqrt(head_dim) + mask) path runs instead of SDPA, wh
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -41,6 +43,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
                              bias=config.qkv_bias)
         self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
+        # Told (query rows done, rows) after each chunk of chunked attention, where one layer over a long record can
+        # take minutes; set while a command reports progress (`biotf.progress.layer_notes`).
+        self.report_rows: Callable[[int, int], None] | None = None
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | AttentionMask | None, is_causal: bool, cache: KVCache | None = None,
@@ -91,6 +96,8 @@ class Attention(nn.Module):
                 outputs.append(checkpoint(self._rows, rows, k, v, mask, start, stop, use_reentrant=False))
             else:
                 outputs.append(self._rows(rows, k, v, mask, start, stop))
+            if self.report_rows is not None:
+                self.report_rows(stop, q.shape[2])
             start = stop
         return torch.cat(outputs, dim=2)
 

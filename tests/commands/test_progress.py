@@ -65,6 +65,23 @@ def test_embed_of_one_long_record_in_one_pass_reports_its_layers(capsys, tmp_pat
     assert [line for line in progress if "layer 1/2" in line] and [line for line in progress if "layer 2/2" in line]
 
 
+def test_embed_of_one_long_record_with_chunked_attention_reports_its_query_rows(capsys, monkeypatch, tmp_path):
+    """ALiBi's bias over a long record is too large to build: attention runs in chunks of query rows, each layer
+    says how far it has come (here a budget of 16 rows of the 113-token record)."""
+    from biotf.model.transformer import Transformer
+
+    model = save_tiny_protein_model(tmp_path / "alibi", max_seq_len=512, pos="alibi")
+    length, heads = len(LONG) + 2, 2
+    monkeypatch.setattr(Transformer, "attention_element_budget", heads * length * 16)
+    out, progress, _ = run(capsys, "embed", "--model", model, "--input", one_record(tmp_path),
+                           "--output", tmp_path / "e.npz")
+    assert out == ""
+    rows = [m.groups() for line in progress if (m := re.search(r"layer (\d)/2: ([\d,]+)/([\d,]+) query rows", line))]
+    assert {layer for layer, _, _ in rows} == {"1", "2"}
+    assert [int(done) for layer, done, _ in rows if layer == "1"] == [*range(16, length, 16), length]
+    assert {total for _, _, total in rows} == {str(length)}
+
+
 def test_score_of_one_long_record_reports_its_rows(capsys, tmp_path, one_pass_model):
     out, progress, others = run(capsys, "score", "--model", one_pass_model, "--input", one_record(tmp_path),
                                 "--output", tmp_path / "s.csv", "--method", "pll", "--batch-tokens", 1024)
