@@ -16,14 +16,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, TextIO, TypeVar
 
 from biotf.errors import ConfigError
 
 LINE_SECONDS = 30.0  # a plain line at most this often: a log of a long run stays readable
 SECONDS_VARIABLE = "BIOTF_PROGRESS_SECONDS"
+T = TypeVar("T")
 
 
 def line_seconds() -> float:
@@ -135,6 +136,17 @@ def reporting(enabled: bool, description: str, unit: str, model: Any = None,
         return
     with Progress(description, unit, total) as shown, layer_notes(model, shown):
         yield shown
+
+
+def counting(items: Iterable[T], progress: Progress | None) -> Iterator[T]:
+    """`items` as they come, each counted as one unit of `progress` once the consumer is done with it (passed through
+    unchanged when `progress` is None): progress over a loop that someone else's function runs."""
+    if progress is None:
+        yield from items
+        return
+    for item in items:
+        yield item
+        progress.update(1)
 
 
 @contextmanager

@@ -38,7 +38,7 @@ from pathlib import Path
 from biotf.commands import contacts_structures
 from biotf.commands.contacts_structures import add_plot_argument
 from biotf.commands.input_options import add_input_arguments, add_precision_argument, load_model, reader_options
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
 def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -59,8 +59,7 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
                              "max_seq_len; more, with a warning, where its positions extend: rope, alibi)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
+    add_progress_argument(parser)
     add_plot_argument(parser)
     add_overwrite_argument(parser)
 

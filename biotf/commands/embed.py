@@ -20,7 +20,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
                                          as_option_errors, load_model, reader_options)
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, run_file
 from biotf.errors import ConfigError
 
@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "with fewer pad tokens (see README, Packing)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
+    add_progress_argument(parser)
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from biotf.commands import generate_evaluate
 from biotf.commands.input_options import add_tokenizer_options, load_model
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -62,8 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          help="SMILES: keep drawing until N samples RDKit parses (invalid ones are counted)")
     samples.add_argument("--max-draws", type=int, metavar="M", help="with --valid-only: stop after M draws "
                                                                     "(default 10 N)")
-    samples.add_argument("--no-progress", action="store_true",
-                         help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
+    add_progress_argument(samples)
     add_overwrite_argument(samples)
     parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn in the chat template")
     parser.add_argument("--system", metavar="TEXT", help="system turn for --chat (default: the template's own)")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from biotf.commands.input_options import add_input_arguments, reader_options
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
 def add_parser(forms: argparse._SubParsersAction, description: str) -> None:
@@ -28,6 +28,7 @@ def add_parser(forms: argparse._SubParsersAction, description: str) -> None:
     evaluate.add_argument("--batch-size", type=int, default=1024, metavar="B",
                           help="molecules through ChemNet at once (default 1024)")
     evaluate.add_argument("--device", default="cpu", help="torch device of ChemNet (default cpu)")
+    add_progress_argument(evaluate)
     add_overwrite_argument(evaluate)
     evaluate.set_defaults(run=run)
 
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     with claim_outputs(args, {"--output": args.output}, inputs):
         evaluation = evaluate_file(args.input, reader_options(args), tests, args.train,
                                    ReaderOptions(column=args.reference_column), cache_dir,
-                                   args.batch_size, args.device)
+                                   args.batch_size, args.device, progress=not args.no_progress)
         if evaluation.references:
             print("\n".join(reference_lines(evaluation)), file=sys.stderr)
         if args.output is not None:

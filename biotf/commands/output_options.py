@@ -16,6 +16,12 @@ from pathlib import Path
 from biotf.io.outputs import claim_outputs as claim_all
 
 
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """`--no-progress`: what a long command prints while it works goes to stderr (`biotf.progress`)."""
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
+
+
 def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace existing output files (never an input, never a non-PNG file with a map)")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
                                          as_option_errors, load_model, reader_options)
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, run_file
 
 
@@ -43,8 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="tokens a record is encoded to, special tokens included (default: the run's "
                              "data.max_length; past the model's max_seq_len, with a warning, where its positions "
                              "extend: rope, alibi)")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
+    add_progress_argument(parser)
     add_part_arguments(parser)
     add_overwrite_argument(parser)
     parser.set_defaults(run=run)

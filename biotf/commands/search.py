@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from biotf.commands.input_options import add_input_arguments, load_model, reader_options
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,8 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="exact (any size that fits in memory; any metric at query time) or approx (faiss HNSW)")
     build.add_argument("--metric", choices=METRICS, default="cosine", help="the approximate index's metric")
     build.add_argument("--array", default="embeddings", help="which array of the file (default embeddings; layer_<i>)")
-    build.add_argument("--no-progress", action="store_true",
-                       help="no progress bar (on a terminal) or progress lines (elsewhere) on stderr")
+    add_progress_argument(build)
     build.set_defaults(run=run_build)
 
     query = actions.add_parser("query", help="top-k neighbours of sequences, ids or id expressions")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 from itertools import islice
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from rdkit import Chem, DataStructs  # noqa: E402
 from rdkit.Chem import AllChem  # noqa: E402
 
 from biotf.cli import main  # noqa: E402
+from biotf.progress import SECONDS_VARIABLE  # noqa: E402
 
+PROGRESS_LINE = re.compile(r"^([\w ]+ \S+): ([\d,]+)/([\d,]+) molecules")
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "smiles"
 
 
@@ -93,6 +96,25 @@ def test_metrics_of_a_small_set_by_hand_and_against_direct_computations(capsys, 
     test = [Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in files["test"].read_text().split()[1:]]
     assert float(rows["FCD/Test"][0]) == pytest.approx(fcd.get_fcd(canonical, test, device="cpu"), abs=5e-4)
     assert err.count("computed in") == 3 and "reference Test: 30 molecules" in err
+
+
+def test_every_long_step_says_how_far_it_has_come_on_stderr(capsys, files, tmp_path, monkeypatch):
+    """Computing MOSES test's statistics takes minutes a step the first time: parsing, ChemNet, fingerprints,
+    fragments and scaffolds of each reference, and the generated set's filters and ChemNet, each print progress
+    lines on stderr (here one at every update), ending at their total; stdout is the table alone."""
+    monkeypatch.setenv(SECONDS_VARIABLE, "0")
+    status, out, err = evaluate(capsys, files, tmp_path / "cache")
+    assert status == 0 and out.startswith("metric\t")
+    progress = [m.groups() for line in err.splitlines() if (m := PROGRESS_LINE.match(line))]
+    last = {step: (done, total) for step, done, total in progress}
+    steps = [f"{what} of {name}" for name in ("test.csv", "scaffolds.csv")
+             for what in ("ChemNet activations", "fingerprints", "fragments", "scaffolds")]
+    assert set(last) == {"parsing samples.csv", "parsing test.csv", "parsing scaffolds.csv", "parsing train.csv",
+                         *steps, "filters of samples.csv", "ChemNet activations of samples.csv"}
+    assert all(done == total for done, total in last.values())
+    assert last["parsing train.csv"] == ("200", "200") and last["fingerprints of test.csv"] == ("30", "30")
+    status, _, err = evaluate(capsys, files, tmp_path / "other", "--no-progress")
+    assert status == 0 and not [line for line in err.splitlines() if PROGRESS_LINE.match(line)]
 
 
 def test_the_reference_statistics_are_cached_and_a_damaged_entry_is_computed_again(capsys, files, tmp_path):

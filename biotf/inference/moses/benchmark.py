@@ -28,6 +28,7 @@ from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
+from biotf.progress import counting, reporting
 from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
 from biotf.tokenizers.base import PolicyStats
 from biotf.conventions import counted
@@ -63,9 +64,10 @@ def _label(k: int) -> str:
 
 
 def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: Loaded | None = None,
-                       batch_size: int = 1024, device: str = "cpu") -> list[MetricRow]:
+                       batch_size: int = 1024, device: str = "cpu", progress: bool = False) -> list[MetricRow]:
     """The metric rows of a parsed generated set against loaded reference statistics (`tests`: name -> test
-    statistics, e.g. {"Test": ..., "TestSF": ...})."""
+    statistics, e.g. {"Test": ..., "TestSF": ...}); with `progress`, the filters' and ChemNet's molecules done on
+    stderr."""
     total = len(generated.rows)
     canonical = generated.valid
     valid = len(canonical)
@@ -92,7 +94,8 @@ def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: L
                               "distinct valid molecules not in the training set"))
     rows.append(MetricRow("IntDiv1", metrics.internal_diversity(fingerprints, 1), valid))
     rows.append(MetricRow("IntDiv2", metrics.internal_diversity(fingerprints, 2), valid))
-    passes = np.array([passes_filters(molecule) for molecule in molecules])
+    with reporting(progress, f"filters of {generated.path.name}", "molecules", total=len(molecules)) as shown:
+        passes = np.array([passes_filters(molecule) for molecule in counting(molecules, shown)])
     rows.append(MetricRow("filters", float((passes * multiplicity).sum() / valid), valid, "MCF, PAINS, atoms, "
                                                                                          "charge, rings"))
     fragments, scaffolds = Counter(), Counter()
@@ -101,7 +104,11 @@ def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: L
         core = metrics.scaffold(molecule)
         if core is not None:
             scaffolds[core] += int(count)
-    fcd = gaussian(chemnet.activations(list(distinct), batch_size, device)[inverse]) if tests and valid >= 2 else None
+    fcd = None
+    if tests and valid >= 2:
+        with reporting(progress, f"ChemNet activations of {generated.path.name}", "molecules",
+                       total=len(distinct)) as shown:
+            fcd = gaussian(chemnet.activations(list(distinct), batch_size, device, shown)[inverse])
     for name, loaded in tests.items():
         reference = loaded.statistics
         rows.append(MetricRow(f"FCD/{name}", chemnet.frechet_distance(*fcd, reference.fcd_mean, reference.fcd_cov)
@@ -117,16 +124,17 @@ def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: L
 def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str | Path],
                   train: str | Path | None = None, reference_options: ReaderOptions = ReaderOptions(),
                   cache_dir: str | Path = DEFAULT_CACHE_DIR, batch_size: int = 1024,
-                  device: str = "cpu") -> Evaluation:
+                  device: str = "cpu", progress: bool = False) -> Evaluation:
     """Read the generated set (empty rows kept: they are invalid samples), load or compute each reference's
-    statistics (cached, `reference.load_reference`), and compute the metrics."""
-    generated = read_smiles(path, replace(options, keep_empty=True))
-    loaded = {name: load_reference(file, "test", reference_options, cache_dir, batch_size, device)
+    statistics (cached, `reference.load_reference`), and compute the metrics; with `progress`, how far each long
+    step has come on stderr."""
+    generated = read_smiles(path, replace(options, keep_empty=True), progress=progress)
+    loaded = {name: load_reference(file, "test", reference_options, cache_dir, batch_size, device, progress)
               for name, file in tests.items()}
     if train is not None:
-        loaded["train"] = load_reference(train, "train", reference_options, cache_dir)
+        loaded["train"] = load_reference(train, "train", reference_options, cache_dir, progress=progress)
     rows = evaluate_generated(generated, {name: item for name, item in loaded.items() if name != "train"},
-                              loaded.get("train"), batch_size, device)
+                              loaded.get("train"), batch_size, device, progress)
     return Evaluation(rows, loaded, generated.policies)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from biotf.errors import BiotfError
+from biotf.progress import Progress
 
 VOCABULARY = ("C", "N", "O", "H", "F", "Cl", "P", "B", "Br", "S", "I", "Si", "#", "(", ")", "+", "-", "1", "2", "3",
               "4", "5", "6", "7", "8", "=", "[", "]", "@", "c", "n", "o", "s", "X", ".")
@@ -119,8 +120,10 @@ def chemnet():
     return build_chemnet(load_tensors(weights_path(), "ChemNet weights"))
 
 
-def activations(smiles: list[str], batch_size: int = 256, device: str = "cpu") -> np.ndarray:
-    """(n, 512) float32 ChemNet activations of `smiles` (as given: canonicalize first for FCD)."""
+def activations(smiles: list[str], batch_size: int = 256, device: str = "cpu",
+                progress: Progress | None = None) -> np.ndarray:
+    """(n, 512) float32 ChemNet activations of `smiles` (as given: canonicalize first for FCD), each batch counted in
+    `progress`."""
     import torch
 
     model = chemnet().to(device)
@@ -129,6 +132,8 @@ def activations(smiles: list[str], batch_size: int = 256, device: str = "cpu") -
         for start in range(0, len(smiles), batch_size):
             batch = torch.from_numpy(one_hot(smiles[start:start + batch_size])).to(device)
             out[start:start + len(batch)] = model(batch).float().cpu().numpy()
+            if progress is not None:
+                progress.update(len(batch))
     model.to("cpu")
     return out
 

@@ -26,6 +26,7 @@ from biotf.io.atomic import atomic_write
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import InputError
 from biotf.inference.moses import chemnet, metrics
+from biotf.progress import counting, reporting
 from biotf.tokenizers.base import PolicyStats
 from biotf.untrusted import file_crc32
 
@@ -50,8 +51,9 @@ class SmilesFile:
         return [smiles for smiles in self.canonical if smiles is not None]
 
 
-def read_smiles(path: str | Path, options: ReaderOptions, keep_molecules: bool = True) -> SmilesFile:
-    """Every row of `path` (read by biotf's readers), parsed by RDKit."""
+def read_smiles(path: str | Path, options: ReaderOptions, keep_molecules: bool = True,
+                progress: bool = False) -> SmilesFile:
+    """Every row of `path` (read by biotf's readers), parsed by RDKit; with `progress`, the rows parsed on stderr."""
     from biotf.chemistry import parse
 
     parse("C")  # RDKit missing: its install line, before the import below
@@ -60,11 +62,12 @@ def read_smiles(path: str | Path, options: ReaderOptions, keep_molecules: bool =
     policies = PolicyStats()
     rows = [record.sequence for record in read_records(path, options, policies)]
     canonical, molecules = [], []
-    for smiles in rows:
-        molecule = parse(smiles)
-        canonical.append(Chem.MolToSmiles(molecule) if molecule is not None else None)
-        if keep_molecules:
-            molecules.append(molecule)
+    with reporting(progress, f"parsing {Path(path).name}", "molecules", total=len(rows)) as shown:
+        for smiles in counting(rows, shown):
+            molecule = parse(smiles)
+            canonical.append(Chem.MolToSmiles(molecule) if molecule is not None else None)
+            if keep_molecules:
+                molecules.append(molecule)
     return SmilesFile(Path(path), rows, canonical, molecules if keep_molecules else None, policies)
 
 
@@ -95,21 +98,29 @@ def gaussian(activations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return activations.mean(0).astype(np.float64), np.cov(activations.T)
 
 
-def reference_statistics(parsed: SmilesFile, batch_size: int = 1024, device: str = "cpu") -> ReferenceStatistics:
+def reference_statistics(parsed: SmilesFile, batch_size: int = 1024, device: str = "cpu",
+                         progress: bool = False) -> ReferenceStatistics:
     """A test set's statistics (MOSES's `compute_intermediate_statistics`). Its molecules are parsed again from
-    their canonical SMILES for each statistic, not kept: RDKit molecules of 176k SMILES take gigabytes."""
+    their canonical SMILES for each statistic, not kept: RDKit molecules of 176k SMILES take gigabytes. With
+    `progress`, each statistic's molecules done on stderr (minutes each for MOSES test)."""
     from rdkit import Chem
 
     valid = parsed.valid
     if len(valid) < 2:
         raise InputError(f"{parsed.path}: {len(valid)} valid molecule(s); a reference set needs at least 2")
 
-    def molecules():
-        return (Chem.MolFromSmiles(smiles) for smiles in valid)
+    def stage(what: str):
+        return reporting(progress, f"{what} of {parsed.path.name}", "molecules", total=len(valid))
 
-    mean, cov = gaussian(chemnet.activations(valid, batch_size, device))
-    return ReferenceStatistics(len(parsed.rows), len(valid), mean, cov, metrics.fingerprints(molecules()),
-                          dict(metrics.fragment_counts(molecules())), dict(metrics.scaffold_counts(molecules())))
+    def molecules(what: str):
+        with stage(what) as shown:
+            yield from counting((Chem.MolFromSmiles(smiles) for smiles in valid), shown)
+
+    with stage("ChemNet activations") as shown:
+        mean, cov = gaussian(chemnet.activations(valid, batch_size, device, shown))
+    return ReferenceStatistics(len(parsed.rows), len(valid), mean, cov, metrics.fingerprints(molecules("fingerprints")),
+                               dict(metrics.fragment_counts(molecules("fragments"))),
+                               dict(metrics.scaffold_counts(molecules("scaffolds"))))
 
 
 def training_statistics(parsed: SmilesFile) -> TrainingStatistics:
@@ -167,9 +178,9 @@ def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | Training
 
 
 def load_reference(path: str | Path, kind: str, options: ReaderOptions, cache_dir: str | Path,
-                   batch_size: int = 1024, device: str = "cpu") -> Loaded:
-    """The statistics of the reference file `path` (`kind` "test" or "train"), from the cache or computed and
-    cached."""
+                   batch_size: int = 1024, device: str = "cpu", progress: bool = False) -> Loaded:
+    """The statistics of the reference file `path` (`kind` "test" or "train"), from the cache or computed (with
+    `progress`, saying how far on stderr) and cached."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"reference file {path} does not exist" if not path.exists()
@@ -181,8 +192,9 @@ def load_reference(path: str | Path, kind: str, options: ReaderOptions, cache_di
     if not isinstance(cached, str):
         return Loaded(cached, "cache", target)
     start = time.perf_counter()
-    parsed = read_smiles(path, options, keep_molecules=False)
-    statistics = reference_statistics(parsed, batch_size, device) if kind == "test" else training_statistics(parsed)
+    parsed = read_smiles(path, options, keep_molecules=False, progress=progress)
+    statistics = (reference_statistics(parsed, batch_size, device, progress) if kind == "test"
+                  else training_statistics(parsed))
     _save(target, key, statistics)
     return Loaded(statistics, "computed", target, time.perf_counter() - start,
                   None if cached == "absent" else cached)
