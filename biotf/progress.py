@@ -161,14 +161,11 @@ def layer_notes(model: Any, progress: Progress | None) -> Iterator[None]:
         yield
         return
     total = len(blocks)
-
-    def rows_of(layer: int) -> Callable[[int, int], None]:
-        return lambda done, rows: progress.detail(f"layer {layer}/{total}: {done:,}/{rows:,} query rows", "layer")
-
-    handles = [block.attn.register_forward_hook(lambda *_, i=i: progress.detail(f"layer {i}/{total}", "layer"))
-               for i, block in enumerate(blocks, 1)]
+    handles = []
     for i, block in enumerate(blocks, 1):
-        block.attn.report_rows = rows_of(i)
+        handles.append(block.attn.register_forward_hook(lambda *_, i=i: progress.detail(f"layer {i}/{total}", "layer")))
+        block.attn.report_rows = (lambda done, rows, i=i:
+                                  progress.detail(f"layer {i}/{total}: {done:,}/{rows:,} query rows", "layer"))
     try:
         yield
     finally:

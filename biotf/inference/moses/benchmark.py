@@ -28,8 +28,8 @@ from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
-from biotf.progress import counting, reporting
 from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
+from biotf.progress import counting, reporting
 from biotf.tokenizers.base import PolicyStats
 from biotf.conventions import counted
 
