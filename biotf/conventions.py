@@ -22,8 +22,8 @@ SAMPLES_DIR = PACKAGE_DIR / "samples"  # the small public data files the default
 
 def counted(count: int, noun: str) -> str:
     """`count` and `noun` (a regular English noun), plural unless the count is exactly one: `1 record`, `2 records`,
-    `0 windows` (never `1 records`)."""
-    return f"{count} {noun if count == 1 else noun + 's'}"
+    `0 windows`, `1,000 samples` (never `1 records`)."""
+    return f"{count:,} {noun if count == 1 else noun + 's'}"
 
 
 def listed(ids: list[str], at_most: int = 20) -> str:

@@ -179,13 +179,13 @@ def draw_samples(decoder: DecodingModel, tokenizer: Tokenizer, defaults: Generat
                                            f"top-p {sampling.top_p}"
     tokens = sum(sample.tokens for sample in drawn.samples + drawn.rejected)
     lines = [f"wrote {counted(len(drawn.samples), 'sample')} to {request.output} from {counted(drawn.draws, 'draw')} "
-             f"({tokens} tokens in {seconds:.2f} s; seed {drawn.seed}; {mode})"]
+             f"({tokens:,} tokens in {seconds:.2f} s; seed {drawn.seed}; {mode})"]
     if valid is not None:
         cut = sum(not sample.finished for sample in drawn.rejected)
-        lines.append(f"invalid SMILES drawn: {len(drawn.rejected)} ({len(drawn.rejected) - cut} not parsed by RDKit, "
-                     f"{cut} cut at --max-new-tokens before <eos>); not written")
+        lines.append(f"invalid SMILES drawn: {len(drawn.rejected):,} ({len(drawn.rejected) - cut:,} not parsed by "
+                     f"RDKit, {cut:,} cut at --max-new-tokens before <eos>); not written")
         if len(drawn.samples) < request.num_samples:
-            lines.append(f"biotf {command}: warning: only {len(drawn.samples)} valid of the {request.num_samples} "
+            lines.append(f"biotf {command}: warning: only {len(drawn.samples):,} valid of the {request.num_samples:,} "
                          f"asked within {counted(drawn.draws, 'draw')} (raise --max-draws)")
     elif drawn.unfinished:
         lines.append(f"{counted(drawn.unfinished, 'sample')} cut at --max-new-tokens before <eos> (kept; the CSV's "
