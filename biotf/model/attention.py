@@ -35,6 +35,20 @@ from biotf.model.config import TransformerConfig
 from biotf.model.positions import apply_rotary
 
 
+# PyTorch's CPU flash-attention kernel is slow backwards in bfloat16 when each head's keys are short: at 128 keys of
+# 32 dimensions its forward + backward takes 2.6x the float32 kernel's (upcast and cast back included), at 512 keys
+# 1.05x, at 1,024 0.88x; at 64 dimensions the crossover is near 128 keys (`docs/benchmarks.md`, attention backward).
+# Where keys x head_dim is at most this, bf16 queries, keys and values that need gradients on the CPU go through
+# float32 attention; the forward alone (inference) is faster in bf16 at every size and stays there.
+UPCAST_KEYS_BY_DIM = 8192
+
+
+def upcast_for_backward(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether this SDPA call runs in float32: bf16 on the CPU, with gradients, short keys (UPCAST_KEYS_BY_DIM)."""
+    return (q.dtype == torch.bfloat16 and q.device.type == "cpu" and torch.is_grad_enabled()
+            and (q.requires_grad or k.requires_grad) and k.shape[-2] * q.shape[-1] <= UPCAST_KEYS_BY_DIM)
+
+
 class Attention(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -79,6 +93,9 @@ class Attention(nn.Module):
 
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               is_causal: bool) -> torch.Tensor:
+        if upcast_for_backward(q, k):
+            with torch.autocast("cpu", enabled=False):
+                return self._sdpa(q.float(), k.float(), v.float(), mask, is_causal).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                               dropout_p=self.dropout if self.training else 0.0,
                                               enable_gqa=self.n_kv_heads != self.n_heads)

@@ -3,6 +3,8 @@
 - causal training step (forward + backward + AdamW), Qwen2-shaped tiny config, fp32, vs Qwen2ForCausalLM (sdpa),
   with the model FLOPs utilisation of both against this machine's fp32 matmul peak (measured here);
 - the same step with bf16-mixed autocast vs HF fp32;
+- on a CPU with native bf16: biotf's attention forward + backward on bf16 inputs (float32 where PyTorch's bf16
+  kernel is slow backwards) vs torch's bf16 `scaled_dot_product_attention`, at 128 to 1,024 keys;
 - masked-LM training step, ESM-shaped tiny config, vs EsmForMaskedLM (sdpa);
 - prefill (1 x 512), and greedy decoding with the KV cache (`generate_ids`) vs HF `generate`, whose tokens are
   compared on the initial weights (before the training steps change each side's differently).
@@ -84,6 +86,32 @@ def greedy_matches_hf(hf, ours: Transformer, start_ids: torch.Tensor, new_tokens
             == expected.tolist()
 
 
+def attention_backward(bench, quick: bool) -> None:
+    """biotf's attention (float32 where bf16 backward is slow on the CPU: `attention.UPCAST_KEYS_BY_DIM`) against
+    PyTorch's SDPA on the same bf16 queries, keys and values, forward + backward, 4,096 tokens a call (2,048 quick)."""
+    import torch.nn.functional as F
+
+    from biotf.model.attention import Attention
+
+    tokens = 2048 if quick else 4096
+    for keys, head_dim in ((128, 32), (512, 32), (128, 64), (1024, 64)):
+        heads = 256 // head_dim
+        attention = Attention(TransformerConfig.preset("tiny", d_model=256, n_heads=heads, n_kv_heads=heads))
+        q, k, v = (torch.randn(tokens // keys, heads, keys, head_dim, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        gradient = torch.randn_like(q)
+
+        def ours():
+            attention._sdpa(q, k, v, None, True).backward(gradient)
+
+        def sdpa():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(gradient)
+
+        bench.compare(f"causal attention forward + backward, bf16 ({keys} keys, head_dim {head_dim}, {heads} heads)",
+                      ours, sdpa, anchor_name="torch scaled_dot_product_attention bf16", unit="tokens", work=tokens,
+                      repeats=7)
+
+
 def run(bench, quick: bool) -> None:
     import transformers
     from transformers import EsmConfig, EsmForMaskedLM, Qwen2ForCausalLM
@@ -133,6 +161,8 @@ def run(bench, quick: bool) -> None:
                   anchor_name="transformers Qwen2ForCausalLM fp32", unit="tokens", work=batch_size * length,
                   repeats=7 if native_bf16 else 1, warmup=2 if native_bf16 else 0, target=1.3)
     del hf_optimizer, our_optimizer
+    if device.type == "cpu" and native_bf16:
+        attention_backward(bench, quick)
 
     # --- inference: prefill 1 x 512 and greedy decoding with the KV cache -----------------------------
     hf.eval()
