@@ -23,7 +23,7 @@ from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, ag
 from biotf.training.config import TrainConfig
 from biotf.finetune.metrics import task_metrics
 from biotf.model.modes import Mode
-from biotf.training.optim import WarmupCosine, parameter_groups
+from biotf.training.optim import WarmupCosine, make_optimizer, parameter_groups
 
 
 class NonFiniteLoss(BiotfError):
@@ -103,11 +103,12 @@ class TaskModule(L.LightningModule):
         self.training_time.before = checkpoint.get(PROGRESS_KEY, {}).get("train_seconds", 0.0)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW: the head at optim.lr, the trunk's trainable weights (all, or LoRA's) at finetune.trunk_lr."""
+        """optim.optimizer: the head at optim.lr, the trunk's trainable weights (all, or LoRA's) at finetune.trunk_lr
+        (with muon, the trunk blocks' matrices through Muon)."""
         optim, trunk_lr = self.config.optim, self.config.finetune.trunk_lr or self.config.optim.lr
         groups = [dict(g, lr=optim.lr) for g in parameter_groups(self.model.head, optim.weight_decay)]
         groups += [dict(g, lr=trunk_lr) for g in parameter_groups(self.model.trunk, optim.weight_decay)]
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], betas=tuple(optim.betas), eps=optim.eps)
+        optimizer = make_optimizer(groups, optim, self.model.trunk)
         schedule = WarmupCosine(optim.warmup_steps, self.total_steps, optim.min_lr_ratio)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),

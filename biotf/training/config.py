@@ -92,10 +92,15 @@ class DataConfig:
             raise ConfigError("data.packing", self.packing, "true | false")
 
 
+OPTIMIZERS = ("adamw", "muon")
+
+
 @dataclass
 class OptimConfig:
-    """AdamW with linear warmup then cosine decay to `min_lr_ratio * lr` at `trainer.max_steps`."""
+    """AdamW, or Muon for the blocks' weight matrices with AdamW for the rest (`optimizer: muon`,
+    `biotf.training.optim`), with linear warmup then cosine decay to `min_lr_ratio * lr` at `trainer.max_steps`."""
 
+    optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -104,6 +109,7 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
 
     def __post_init__(self) -> None:
+        check_choice("optim.optimizer", self.optimizer, OPTIMIZERS)
         if not self.lr > 0:
             raise ConfigError("optim.lr", self.lr, "a number > 0")
         if self.weight_decay < 0:

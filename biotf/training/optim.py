@@ -1,9 +1,14 @@
-"""AdamW parameter groups and the warmup + cosine learning-rate schedule.
+"""The optimizer (AdamW, or Muon for the blocks' matrices with AdamW for the rest), its parameter groups and
+the warmup + cosine learning-rate schedule.
 
 Weight decay applies to matrices only: norm gains, biases and embeddings are left undecayed
 (GPT-2/nanoGPT practice; decaying embeddings shrinks rare tokens' vectors towards zero, and
 decaying gains and biases fights the normalisation). A tied LM head is the embedding matrix,
 so it is undecayed too; each parameter is placed once even when shared.
+
+Muon (`torch.optim.Muon`) orthogonalises the momentum of each 2-D weight inside the transformer blocks (Newton-Schulz
+iterations) and scales its update to AdamW's RMS (`adjust_lr_fn="match_rms_adamw"`), so one `optim.lr` and
+`optim.weight_decay` serve both; embeddings, heads, norms and biases stay with AdamW, as Muon's authors prescribe.
 """
 
 from __future__ import annotations
@@ -48,10 +53,71 @@ class WarmupCosine:
         return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def block_matrices(model: nn.Module) -> set[int]:
+    """Ids of the trainable 2-D weights inside `model.blocks` (the attention and MLP projections): what Muon
+    orthogonalises."""
+    return {id(p) for p in model.blocks.parameters() if p.requires_grad and p.ndim == 2}
+
+
+class Combined(torch.optim.Optimizer):
+    """Several optimizers stepped as one, since Lightning's automatic optimisation drives a single optimizer.
+
+    Its `param_groups` are the members' own group dicts, so the learning-rate schedule and gradient clipping act on
+    every member; the state lives in the members and is saved and restored per member.
+    """
+
+    def __init__(self, members: list[torch.optim.Optimizer]):
+        self.members = members
+        super().__init__([group for member in members for group in member.param_groups], {})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for member in self.members:
+            member.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for member in self.members:
+            member.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"members": [member.state_dict() for member in self.members]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        saved = state_dict.get("members")
+        if not isinstance(saved, list) or len(saved) != len(self.members):
+            raise ValueError("the checkpoint's optimizer state is not this optimizer's (optim.optimizer differs?)")
+        for member, state in zip(self.members, saved):
+            member.load_state_dict(state)
+        # Loading replaces each member's group dicts; the schedule must act on the new ones.
+        self.param_groups = [group for member in self.members for group in member.param_groups]
+
+
+def make_optimizer(groups: list[dict], optim: OptimConfig, transformer: nn.Module) -> torch.optim.Optimizer:
+    """`optim.optimizer` over `groups` (parameter_groups' dicts, each may carry its own lr). With muon, the
+    `block_matrices` of `transformer` move to Muon groups of the same lr and weight decay; the rest stay with AdamW."""
+    adamw = {"lr": optim.lr, "betas": tuple(optim.betas), "eps": optim.eps}
+    if optim.optimizer == "adamw":
+        return torch.optim.AdamW([g for g in groups if g["params"]], **adamw)
+    orthogonalised = block_matrices(transformer)
+    muon_groups, adamw_groups = [], []
+    for group in groups:
+        moved = [p for p in group["params"] if id(p) in orthogonalised]
+        kept = [p for p in group["params"] if id(p) not in orthogonalised]
+        muon_groups += [dict(group, params=moved)] if moved else []
+        adamw_groups += [dict(group, params=kept)] if kept else []
+    members = [torch.optim.Muon(muon_groups, lr=optim.lr, adjust_lr_fn="match_rms_adamw")] if muon_groups else []
+    members += [torch.optim.AdamW(adamw_groups, **adamw)] if adamw_groups else []
+    return Combined(members)
+
+
 def build_optimizer(model: nn.Module, optim: OptimConfig, total_steps: int
                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over `parameter_groups` plus its per-step schedule."""
-    optimizer = torch.optim.AdamW(parameter_groups(model, optim.weight_decay), lr=optim.lr,
-                                  betas=tuple(optim.betas), eps=optim.eps)
+    """`optim.optimizer` over `parameter_groups` plus its per-step schedule."""
+    optimizer = make_optimizer(parameter_groups(model, optim.weight_decay), optim, model)
     schedule = WarmupCosine(optim.warmup_steps, total_steps, optim.min_lr_ratio)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)

@@ -1,14 +1,18 @@
-"""Unit checks of the training pieces: weight-decay groups, the schedule, atomic writes."""
+"""Unit checks of the training pieces: weight-decay groups, the optimizers, the schedule, atomic writes."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
+import torch
 
+from biotf.errors import ConfigError
 from biotf.io.atomic import atomic_write
 from biotf.model import Transformer, TransformerConfig
-from biotf.training.optim import WarmupCosine, parameter_groups
+from biotf.training.config import OptimConfig
+from biotf.training.optim import WarmupCosine, build_optimizer, make_optimizer, parameter_groups
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -24,6 +28,73 @@ def test_no_weight_decay_on_norms_biases_and_embeddings(tied):
     # Every parameter exactly once, a tied head included.
     assert len(decay["params"]) + len(no_decay["params"]) == len(names)
     assert any(".qkv.weight" in names[id(p)] for p in decay["params"])
+
+
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
+    model = Transformer(TransformerConfig.preset("tiny", tie_embeddings=False, pos="learned", bias=True))
+    optimizer, _ = build_optimizer(model, OptimConfig(optimizer="muon", weight_decay=0.1), total_steps=10)
+    muon, adamw = optimizer.members
+    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    names = {id(p): name for name, p in model.named_parameters()}
+    orthogonalised = {names[id(p)] for group in muon.param_groups for p in group["params"]}
+    rest = {names[id(p)] for group in adamw.param_groups for p in group["params"]}
+    assert orthogonalised == {name for name, p in model.named_parameters() if name.startswith("blocks.") and p.ndim == 2}
+    assert {"embed.weight", "lm_head.weight", "blocks.0.attn.qkv.bias"} <= rest
+    assert not rest & orthogonalised and len(rest) + len(orthogonalised) == len(names)
+    assert [group["weight_decay"] for group in muon.param_groups] == [0.1]  # every block matrix decays
+    assert optimizer.param_groups == muon.param_groups + adamw.param_groups
+    with pytest.raises(ConfigError, match=r"optim.optimizer='sgd' \(allowed: adamw \| muon\)"):
+        OptimConfig(optimizer="sgd")
+
+
+def test_muon_keeps_each_groups_learning_rate():
+    """Fine-tuning's groups (the head at optim.lr, the trunk at finetune.trunk_lr): Muon takes the trunk's block
+    matrices at the trunk's rate, AdamW the rest at theirs."""
+    trunk, head = Transformer(TransformerConfig.preset("tiny")), torch.nn.Linear(32, 3)
+    groups = [dict(g, lr=1e-3) for g in parameter_groups(head, 0.01)]
+    groups += [dict(g, lr=1e-5) for g in parameter_groups(trunk, 0.01)]
+    muon, adamw = make_optimizer(groups, OptimConfig(optimizer="muon"), trunk).members
+    assert [g["lr"] for g in muon.param_groups] == [1e-5]
+    assert sorted(g["lr"] for g in adamw.param_groups) == [1e-5, 1e-3, 1e-3]
+    assert {id(p) for p in head.parameters()} <= {id(p) for g in adamw.param_groups for p in g["params"]}
+
+
+def _steps(model, optimizer, schedule, n: int) -> None:
+    tokens = torch.arange(24).remainder(model.config.vocab_size).view(2, 12)
+    for _ in range(n):
+        logits = model(tokens).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.step(lambda: loss.backward() or loss)
+        optimizer.zero_grad()
+        schedule.step()
+
+
+def test_muon_resumes_where_it_stopped():
+    """A checkpointed Muon + AdamW pair, restored into a fresh one, takes the same next steps as the original: the
+    momentum buffers, AdamW's moments and the schedule all come back, and the schedule drives the restored groups."""
+    config = TransformerConfig.preset("tiny", causal=True, dropout=0.0)
+    optim = OptimConfig(optimizer="muon", lr=1e-2, warmup_steps=2)
+    torch.manual_seed(0)
+    model = Transformer(config)
+    optimizer, schedule = build_optimizer(model, optim, total_steps=8)
+    _steps(model, optimizer, schedule, 3)
+    # A deep copy, as a checkpoint file holds: the state dicts share tensors the next steps update in place.
+    saved = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                           "schedule": schedule.state_dict()})
+    _steps(model, optimizer, schedule, 3)
+
+    restored = Transformer(config)
+    restored.load_state_dict(saved["model"])
+    optimizer2, schedule2 = build_optimizer(restored, optim, total_steps=8)
+    optimizer2.load_state_dict(saved["optimizer"])
+    schedule2.load_state_dict(saved["schedule"])
+    _steps(restored, optimizer2, schedule2, 3)
+    assert [g["lr"] for g in optimizer2.members[0].param_groups] == [g["lr"] for g in optimizer.members[0].param_groups]
+    for (name, a), b in zip(model.state_dict().items(), restored.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    adamw_only, _ = build_optimizer(Transformer(config), OptimConfig(), total_steps=8)
+    with pytest.raises(ValueError, match="not this optimizer's"):
+        optimizer2.load_state_dict(adamw_only.state_dict())
 
 
 def test_warmup_then_cosine_to_the_floor():
