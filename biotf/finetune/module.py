@@ -23,7 +23,7 @@ from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, ag
 from biotf.training.config import TrainConfig
 from biotf.finetune.metrics import task_metrics
 from biotf.model.modes import Mode
-from biotf.training.optim import WarmupCosine, make_optimizer, parameter_groups
+from biotf.training.optim import build_optimizer, parameter_groups
 
 
 class NonFiniteLoss(BiotfError):
@@ -108,11 +108,8 @@ class TaskModule(L.LightningModule):
         optim, trunk_lr = self.config.optim, self.config.finetune.trunk_lr or self.config.optim.lr
         groups = [dict(g, lr=optim.lr) for g in parameter_groups(self.model.head, optim.weight_decay)]
         groups += [dict(g, lr=trunk_lr) for g in parameter_groups(self.model.trunk, optim.weight_decay)]
-        optimizer = make_optimizer(groups, optim, self.model.trunk)
-        schedule = WarmupCosine(optim.warmup_steps, self.total_steps, optim.min_lr_ratio)
-        return {"optimizer": optimizer,
-                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
-                                 "interval": "step"}}
+        optimizer, scheduler = build_optimizer(self.model.trunk, optim, self.total_steps, groups)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def build_task_model(config: TrainConfig, trunk, n_outputs: int, mode: Mode) -> tuple[TaskModel, int]:

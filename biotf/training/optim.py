@@ -115,9 +115,11 @@ def make_optimizer(groups: list[dict], optim: OptimConfig, transformer: nn.Modul
     return Combined(members)
 
 
-def build_optimizer(model: nn.Module, optim: OptimConfig, total_steps: int
+def build_optimizer(model: nn.Module, optim: OptimConfig, total_steps: int, groups: list[dict] | None = None
                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """`optim.optimizer` over `parameter_groups` plus its per-step schedule."""
-    optimizer = make_optimizer(parameter_groups(model, optim.weight_decay), optim, model)
+    """`optim.optimizer` over `groups` (default: the model's `parameter_groups`; fine-tuning passes the head's and
+    the trunk's, each at its own lr, with the trunk as `model`) plus its per-step schedule."""
+    groups = parameter_groups(model, optim.weight_decay) if groups is None else groups
+    optimizer = make_optimizer(groups, optim, model)
     schedule = WarmupCosine(optim.warmup_steps, total_steps, optim.min_lr_ratio)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)

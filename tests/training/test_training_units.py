@@ -12,7 +12,7 @@ from biotf.errors import ConfigError
 from biotf.io.atomic import atomic_write
 from biotf.model import Transformer, TransformerConfig
 from biotf.training.config import OptimConfig
-from biotf.training.optim import WarmupCosine, build_optimizer, make_optimizer, parameter_groups
+from biotf.training.optim import WarmupCosine, build_optimizer, parameter_groups
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -53,9 +53,9 @@ def test_muon_keeps_each_groups_learning_rate():
     trunk, head = Transformer(TransformerConfig.preset("tiny")), torch.nn.Linear(32, 3)
     groups = [dict(g, lr=1e-3) for g in parameter_groups(head, 0.01)]
     groups += [dict(g, lr=1e-5) for g in parameter_groups(trunk, 0.01)]
-    muon, adamw = make_optimizer(groups, OptimConfig(optimizer="muon"), trunk).members
-    assert [g["lr"] for g in muon.param_groups] == [1e-5]
-    assert sorted(g["lr"] for g in adamw.param_groups) == [1e-5, 1e-3, 1e-3]
+    muon, adamw = build_optimizer(trunk, OptimConfig(optimizer="muon"), 10, groups)[0].members
+    assert [g["initial_lr"] for g in muon.param_groups] == [1e-5]
+    assert sorted(g["initial_lr"] for g in adamw.param_groups) == [1e-5, 1e-3, 1e-3]
     assert {id(p) for p in head.parameters()} <= {id(p) for g in adamw.param_groups for p in g["params"]}
 
 
