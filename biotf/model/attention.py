@@ -36,8 +36,9 @@ from biotf.model.positions import apply_rotary
 
 
 # PyTorch's CPU flash-attention kernel is slow backwards in bfloat16 when each head's keys are short: at 128 keys of
-# 32 dimensions its forward + backward takes 2.6x the float32 kernel's (upcast and cast back included), at 512 keys
-# 1.05x, at 1,024 0.88x; at 64 dimensions the crossover is near 128 keys (`docs/benchmarks.md`, attention backward).
+# 32 dimensions its forward + backward takes 2.5x the float32 kernel's (upcast and cast back included), at 512 keys
+# about as long, at 1,024 0.88x; at 64 dimensions the crossover is near 128 keys (`bench.py model`'s attention rows,
+# docs/benchmarks.md).
 # Where keys x head_dim is at most this, bf16 queries, keys and values that need gradients on the CPU go through
 # float32 attention; the forward alone (inference) is faster in bf16 at every size and stays there.
 UPCAST_KEYS_BY_DIM = 8192

@@ -37,6 +37,7 @@ def test_default_is_the_protein_run():
     ("experiment=nope", "experiment='nope': no such option (allowed: dna_mlm, "),
     ("trainer.precision=16", "trainer.precision='16' (allowed: 32 | 32-true | bf16-mixed)"),
     ("trainer.strategy=horovod", "trainer.strategy='horovod' (allowed: auto | ddp | fsdp)"),
+    ("optim.optimizer=sgd", "optim.optimizer='sgd' (allowed: adamw | muon)"),
     ("data.long_policy=squash", "data.long_policy='squash' (allowed: crop | drop | error)"),
     ("model.d_model=abc", "model.d_model=abc"),
     ("trainer.max_stepz=3", "trainer.max_stepz=3: not a config key; did you mean `max_steps`?"),

@@ -215,3 +215,19 @@ def test_config_mistakes_are_one_line_before_any_data_is_read(override, expected
     assert expected in err and len(err.strip().splitlines()) == 1, err
     assert "CHOICES" not in err and "+model" not in err and "Traceback" not in err
     assert not (tmp_path / "outputs").exists()
+
+
+def test_optim_muon_trains_and_resumes(common, tmp_path, capsys):
+    """`train.py optim=muon`: the checkpoint holds both optimizers' state, a resume under the other optimizer is refused
+    by the run-config check naming the key, and one under Muon continues the run (that a restored Muon takes exactly
+    the uninterrupted steps: test_training_units)."""
+    run_dir = tmp_path / "run"
+    muon, resume = [*common, "optim=muon"], f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
+    assert entry.main([*muon, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0
+    members = last(run_dir)["optimizer_states"][0]["members"]
+    assert len(members) == 2 and all(member["state"] for member in members)  # Muon's momenta, AdamW's moments
+    capsys.readouterr()
+    assert entry.main([*common, "trainer.max_steps=8", resume]) == 2
+    assert "optim.optimizer ('muon' -> 'adamw')" in capsys.readouterr().err
+    assert entry.main([*muon, "trainer.max_steps=8", resume]) == 0
+    assert last(run_dir)["global_step"] == 8 and metric_steps(run_dir) == list(range(8))
