@@ -46,10 +46,6 @@ class ProbeReport:
     dropped: Counter = field(default_factory=Counter)
     unparsable: list[str] = field(default_factory=list)  # ids of the SMILES RDKit cannot parse, left out
 
-    @property
-    def higher_is_better(self) -> bool:
-        return self.metric == "accuracy"
-
     def table(self) -> str:
         width = max(len(row.name) for row in self.rows)
         over = f"mean ± sd over {self.folds} folds" if self.folds > 1 else "on the test split"

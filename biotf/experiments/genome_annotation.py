@@ -50,7 +50,6 @@ SETTINGS_FILE = "settings.json"  # what the output directory's windows and cache
 # Settings that decide the training windows and what each cached score means: a rerun into the same directory
 # must keep them (contexts, positions and the k-mer settings may change: new runs and scores are added).
 DATA_SETTINGS = ("train_genome", "test_genomes", "held_out_start", "held_out_length")
-PROBABILITY_BATCH_TOKENS = 1 << 16
 
 
 @dataclass(frozen=True)

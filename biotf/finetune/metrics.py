@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-CLASSIFICATION_METRICS = ("accuracy", "f1", "mcc")
-REGRESSION_METRICS = ("rmse", "spearman")
 LOWER_IS_BETTER = {"loss", "rmse"}
 
 

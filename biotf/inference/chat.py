@@ -29,7 +29,6 @@ class TemplateRefusal(Exception):
 
 @functools.lru_cache(maxsize=8)
 def compile_template(template: str):
-    import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str):

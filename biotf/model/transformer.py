@@ -11,7 +11,7 @@
       -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
          [+ lm_head_bias])
     contact head (if contact_head): a regression over every layer's attention maps, applied by
-      `contacts.predict_contacts`, not by forward
+      `attention_contacts.predict_contacts`, not by forward
 
 Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
@@ -46,7 +46,7 @@ Conventions (those of Hugging Face, so that losses and hidden states compare one
   window: the mask hides those outside the window, so decoding equals a full forward exactly.
 
 Plain PyTorch throughout (`nn.Linear`, SDPA). Three choices for speed, invisible in the weights' meaning:
-q/k/v are one fused projection and the SwiGLU gate/up another (`hf.py` maps them explicitly), the mask is
+q/k/v are one fused projection and the SwiGLU gate/up another (`biotf.model.hf` maps them explicitly), the mask is
 built once per forward for every layer, and the unpadded causal case lets SDPA apply causality itself. Long inputs:
 a mask larger than `attention_element_budget` is never built; attention runs in chunks of queries instead
 (`attention_mask.py`), so memory grows linearly with length.

@@ -38,11 +38,6 @@ def codes_of(joined: str) -> np.ndarray:
     return np.minimum(codes, NON_ASCII).astype(np.uint8)
 
 
-def join_codes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """All texts as one array of character codes (`codes_of`), and `text_starts`."""
-    return codes_of("".join(texts)), text_starts(texts)
-
-
 def span_positions(span_starts: np.ndarray, span_lengths: np.ndarray) -> np.ndarray:
     """Every position covered by the spans [start, start + length), concatenated (no full-length pass)."""
     span_lengths = np.asarray(span_lengths, dtype=np.int64)

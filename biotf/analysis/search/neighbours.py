@@ -25,7 +25,6 @@ from biotf.analysis.search import METRICS
 from biotf.chemistry import tanimoto
 from biotf.errors import ConfigError, InputError
 
-LOWER_IS_NEARER = {"l2"}
 QUERY_BLOCK, BASE_BLOCK = 1024, 16384
 
 
