@@ -2,9 +2,9 @@
 
 Queries, keys and values come from one fused projection `qkv` whose rows are [q heads; k heads;
 v heads] (`hf.py` maps HF's separate q_proj/k_proj/v_proj onto it); its bias is `qkv_bias`, the
-output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). With `qk_norm` the queries and keys
-are normalised over their full width (every head at once) before the heads are split and rotated (ESM C). Scores go through
-`torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
+output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). With `qk_norm` the queries and
+keys are normalised over their full width (every head at once) before the heads are split and rotated (ESM C).
+Scores go through `torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
 is built once per forward by the transformer and shared by every layer.
 
 Long inputs: where that mask would be too large to build, the transformer passes its description instead
@@ -78,8 +78,8 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         qkv = self.qkv(x)
         if self.q_norm is not None:
-            q, k, v = qkv.split_with_sizes((self.n_heads * self.head_dim, *(2 * (self.n_kv_heads * self.head_dim,))),
-                                           dim=-1)
+            kv_width = self.n_kv_heads * self.head_dim
+            q, k, v = qkv.split_with_sizes((self.n_heads * self.head_dim, kv_width, kv_width), dim=-1)
             qkv = torch.cat((self.q_norm(q), self.k_norm(k), v), dim=-1)
         qkv = qkv.view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
         # `split_with_sizes`, not slicing: its backward writes the pieces' gradients into one tensor with a single

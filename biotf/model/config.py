@@ -94,10 +94,10 @@ class TransformerConfig:
                     HF `sliding_window`; Beltagy et al. 2020); None: every earlier position.
     qk_norm         normalise queries and keys over their full width (all heads together, before the heads are split;
                     `norm`, with no bias) right after their projection (ESM C's `q_norm` / `k_norm`; OLMo 2).
-    residual_scale  each residual branch's output is multiplied by it before the add: 1.0 a plain residual; ESM C (ESM3's
-                    residue scaling) divides by sqrt(n_layers / 36).
-    norm_bias       a bias on the norms (LayerNorm; RMSNorm has none) but the final one, the head transform's and the q/k
-                    norms; null: as `bias`.
+    residual_scale  each residual branch's output is multiplied by it before the add: 1.0 a plain residual; ESM C
+                    (ESM3's residue scaling) divides by sqrt(n_layers / 36).
+    norm_bias       a bias on the norms (LayerNorm; RMSNorm has none) but the final one, the head transform's and the
+                    q/k norms; null: as `bias`.
     final_norm_bias a bias on the final norm (Pre-LN only); null: as norm_bias. ESM C: false, its blocks' norms true.
     lm_head_transform_bias a bias on lm_head_transform's dense layer and (a LayerNorm's) norm; null: as `bias`. ESM C:
                     true, with bias false.

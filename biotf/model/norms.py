@@ -57,7 +57,7 @@ class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back before the gain, as HF Qwen2RMSNorm."""
 
     def __init__(self, config: TransformerConfig, width: int | None = None, bias: bool | None = None):
-        """RMSNorm has no bias: `bias` is taken for `build_norm`'s one signature (a config asking for one is refused)."""
+        """RMSNorm has no bias: `bias` is taken for `build_norm`'s one signature (a config asking one is refused)."""
         super().__init__()
         self.eps = config.norm_eps
         self.weight = nn.Parameter(torch.ones(width or config.d_model))

@@ -33,10 +33,12 @@ def test_bias_switches_decide_which_norms_and_head_layers_have_a_bias():
     names = set(Transformer(config).state_dict())
     assert {"blocks.0.attn_norm.bias", "blocks.1.mlp_norm.bias", "embed_norm.bias", "head_transform.dense.bias",
             "head_transform.norm.bias"} <= names
-    assert not names & {"final_norm.bias", "blocks.0.attn.q_norm.bias", "blocks.0.attn.out.bias", "blocks.0.mlp.down.bias"}
+    assert not names & {"final_norm.bias", "blocks.0.attn.q_norm.bias", "blocks.0.attn.out.bias",
+                        "blocks.0.mlp.down.bias"}
     # null follows `bias`, as every config before the switches existed
     plain = set(Transformer(TransformerConfig(**ENCODER, bias=True, lm_head_transform=True)).state_dict())
-    assert {"final_norm.bias", "blocks.0.attn_norm.bias", "head_transform.dense.bias", "blocks.0.mlp.down.bias"} <= plain
+    assert {"final_norm.bias", "blocks.0.attn_norm.bias", "head_transform.dense.bias",
+            "blocks.0.mlp.down.bias"} <= plain
 
 
 @pytest.mark.parametrize("norm, n_kv_heads", [("layernorm", 4), ("rmsnorm", 2)])
@@ -66,7 +68,8 @@ def test_residual_scale_multiplies_each_branch_before_the_add():
     scaled.load_state_dict(plain.state_dict())
     x = torch.randn(2, 5, 32)
     with torch.no_grad():
-        torch.testing.assert_close(scaled.attend(x, None, None, False) - x, 0.25 * (plain.attend(x, None, None, False) - x))
+        torch.testing.assert_close(scaled.attend(x, None, None, False) - x,
+                                   0.25 * (plain.attend(x, None, None, False) - x))
         torch.testing.assert_close(scaled.feed_forward(x) - x, 0.25 * (plain.feed_forward(x) - x))
 
 
@@ -96,3 +99,20 @@ def test_a_model_with_the_switches_trains_and_round_trips_through_biotf_export(t
     assert reloaded.config == config
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_a_causal_model_with_the_switches_decodes_with_its_cache_as_a_full_forward():
+    """OLMo-2-shaped use: qk_norm (RMSNorm, grouped-query) in a decoder; a per-token norm keeps the KV cache exact."""
+    torch.manual_seed(0)
+    config = TransformerConfig(**{**ENCODER, "causal": True, "norm": "rmsnorm"}, n_kv_heads=2, qk_norm=True,
+                               residual_scale=0.7, init_std=0.2)
+    model = Transformer(config).eval()
+    ids = torch.randint(4, 29, (2, 10))
+    with torch.no_grad():
+        full = model(ids).logits
+        prefix = model(ids[:, :6], use_cache=True)
+        cache, steps = prefix.past_key_values, [prefix.logits]
+        for t in range(6, 10):
+            step = model(ids[:, t:t + 1], past_key_values=cache)
+            steps.append(step.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)

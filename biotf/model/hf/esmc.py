@@ -52,7 +52,8 @@ def esmc_config(hf: Mapping[str, Any]) -> TransformerConfig:
     if d_model % n_heads:
         raise refuse("hidden_size", d_model, f"not a multiple of num_attention_heads={n_heads}")
     if (hf.get("head_dim") or d_model // n_heads) != d_model // n_heads:
-        raise refuse("head_dim", hf["head_dim"], f"biotf needs hidden_size / num_attention_heads = {d_model // n_heads}")
+        raise refuse("head_dim", hf["head_dim"], "biotf needs hidden_size / num_attention_heads = "
+                                                 f"{d_model // n_heads}")
     if (hf.get("num_key_value_heads") or n_heads) != n_heads:
         raise refuse("num_key_value_heads", hf["num_key_value_heads"], f"ESM C has no grouped-query attention: it "
                      f"must equal num_attention_heads={n_heads}")
