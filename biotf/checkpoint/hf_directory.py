@@ -6,7 +6,8 @@ The directory is what `transformers`' `save_pretrained` writes (or a hub downloa
   `Transformer.from_hf` into a model built on the meta device (`biotf.model.hf`);
 - the tokenizer, by model_type (`TOKENIZER_READERS`): Qwen2's `tokenizer.json` + `tokenizer_config.json`, ESM's
   `vocab.txt` (mapped onto biotf's protein tokenizer, refused unless the ids agree); GPT-2, BERT, RoBERTa, BLOOM,
-  Llama and Mistral through `read_hf_tokenizer` (the ids of `transformers`' AutoTokenizer on the directory).
+  Llama and Mistral through `read_hf_tokenizer` (the ids of `transformers`' AutoTokenizer on the directory), ESM C
+  too (or, without tokenizer.json, the vocabulary transformers' EsmcTokenizer builds, as AutoTokenizer does).
 Nothing is downloaded and no code from the directory is run. Generation settings: `biotf.inference.pretrained`.
 """
 
@@ -25,7 +26,7 @@ from biotf.model.hf import CONFIG_FILE, FAMILIES, Materialise, hf_model_config, 
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
-from biotf.tokenizers.hf_directory import read_hf_tokenizer
+from biotf.tokenizers.hf_directory import from_transformers, read_hf_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"
@@ -46,9 +47,19 @@ def read_esm_tokenizer(directory: Path) -> Tokenizer:
     return AminoAcidTokenizer.from_esm_vocab(directory / ESM_VOCAB_FILE)
 
 
+def read_esmc_tokenizer(directory: Path) -> Tokenizer:
+    """ESM C's tokenizer.json, as AutoTokenizer reads it; without one, the tokenizer `transformers`' EsmcTokenizer
+    builds from no file at all (the one vocabulary every ESM C shares), as AutoTokenizer does too."""
+    if (directory / TOKENIZER_FILE).is_file():
+        return read_hf_tokenizer(directory)
+    from transformers import EsmcTokenizer
+
+    return from_transformers(EsmcTokenizer.from_pretrained(str(directory), local_files_only=True))
+
+
 # The families of #26 read their tokenizer as `transformers`' AutoTokenizer does (tokenizer.json, vocab.txt or
 # vocab.json + merges.txt); Qwen2's tokenizer.json is read as is (its ids equal AutoTokenizer's).
-TOKENIZER_READERS = {"qwen2": read_text_tokenizer, "esm": read_esm_tokenizer,
+TOKENIZER_READERS = {"qwen2": read_text_tokenizer, "esm": read_esm_tokenizer, "esmc": read_esmc_tokenizer,
                      **dict.fromkeys(("gpt2", "bert", "roberta", "bloom", "llama", "mistral"), read_hf_tokenizer)}
 
 

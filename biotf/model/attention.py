@@ -2,8 +2,9 @@
 
 Queries, keys and values come from one fused projection `qkv` whose rows are [q heads; k heads;
 v heads] (`hf.py` maps HF's separate q_proj/k_proj/v_proj onto it); its bias is `qkv_bias`, the
-output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). Scores go through
-`torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
+output projection's is `bias` (HF Qwen2: q/k/v have a bias, o_proj does not). With `qk_norm` the queries and
+keys are normalised over their full width (every head at once) before the heads are split and rotated (ESM C).
+Scores go through `torch.nn.functional.scaled_dot_product_attention`; the mask (padding, causality and an ALiBi bias)
 is built once per forward by the transformer and shared by every layer.
 
 Long inputs: where that mask would be too large to build, the transformer passes its description instead
@@ -32,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from biotf.model.attention_mask import AttentionMask, SegmentBatches
 from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
+from biotf.model.norms import build_norm
 from biotf.model.positions import apply_rotary
 
 
@@ -58,6 +60,10 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
                              bias=config.qkv_bias)
         self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
+        # qk_norm: queries and keys normalised over all their heads' width at once, without bias (ESM C's q_norm,
+        # k_norm); None when off.
+        self.q_norm = build_norm(config, config.n_heads * config.head_dim, bias=False) if config.qk_norm else None
+        self.k_norm = build_norm(config, config.n_kv_heads * config.head_dim, bias=False) if config.qk_norm else None
         # Told (query rows done, rows) after each chunk of chunked attention, where one layer over a long record can
         # take minutes; set while a command reports progress (`biotf.progress.layer_notes`).
         self.report_rows: Callable[[int, int], None] | None = None
@@ -70,7 +76,12 @@ class Attention(nn.Module):
         description of a mask too large to build (attention then runs in chunks of queries). With a list
         `attentions`, this layer's (B, n_heads, T, keys) float32 probabilities are appended to it."""
         batch, length, _ = x.shape
-        qkv = self.qkv(x).view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
+        qkv = self.qkv(x)
+        if self.q_norm is not None:
+            kv_width = self.n_kv_heads * self.head_dim
+            q, k, v = qkv.split_with_sizes((self.n_heads * self.head_dim, kv_width, kv_width), dim=-1)
+            qkv = torch.cat((self.q_norm(q), self.k_norm(k), v), dim=-1)
+        qkv = qkv.view(batch, length, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
         # `split_with_sizes`, not slicing: its backward writes the pieces' gradients into one tensor with a single
         # cat, where each slice's backward would zero-fill a full-size gradient and add them up. (Called directly:
         # `Tensor.split`'s Python wrapper costs as much again, paid a few hundred times per decoded token.)

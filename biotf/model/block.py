@@ -4,7 +4,8 @@
   normalised, so the transformer adds a final norm after the last block.
 - post (Vaswani et al. 2017): x = norm(x + attn(x)); x = norm(x + mlp(x)). Every block's output is
   normalised per position, so there is no final norm.
-Dropout (`config.dropout`) is applied to each branch's output before the residual add.
+Dropout (`config.dropout`) is applied to each branch's output before the residual add, then `residual_scale`
+(ESM C's residue scaling) where it is not 1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Block(nn.Module):
         self.mlp_norm = build_norm(config)
         self.mlp = build_mlp(config)
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
+        self.residual_scale = config.residual_scale if config.residual_scale != 1.0 else None
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
@@ -49,5 +51,7 @@ class Block(nn.Module):
         return self.mlp_norm(x + self._branch(self.mlp(x)))
 
     def _branch(self, y: torch.Tensor) -> torch.Tensor:
-        """A residual branch's output, after dropout when there is any (no module call otherwise)."""
-        return y if self.dropout is None else self.dropout(y)
+        """A residual branch's output, after dropout when there is any (no module call otherwise), times
+        `residual_scale` when it is not 1."""
+        y = y if self.dropout is None else self.dropout(y)
+        return y if self.residual_scale is None else y * self.residual_scale

@@ -92,6 +92,15 @@ class TransformerConfig:
                     (BERT's head uses its hidden_act).
     sliding_window  causal attention sees only the last `sliding_window` positions, the query's own included (Mistral,
                     HF `sliding_window`; Beltagy et al. 2020); None: every earlier position.
+    qk_norm         normalise queries and keys over their full width (all heads together, before the heads are split;
+                    `norm`, with no bias) right after their projection (ESM C's `q_norm` / `k_norm`; OLMo 2).
+    residual_scale  each residual branch's output is multiplied by it before the add: 1.0 a plain residual; ESM C
+                    (ESM3's residue scaling) divides by sqrt(n_layers / 36).
+    norm_bias       a bias on the norms (LayerNorm; RMSNorm has none) but the final one, the head transform's and the
+                    q/k norms; null: as `bias`.
+    final_norm_bias a bias on the final norm (Pre-LN only); null: as norm_bias. ESM C: false, its blocks' norms true.
+    lm_head_transform_bias a bias on lm_head_transform's dense layer and (a LayerNorm's) norm; null: as `bias`. ESM C:
+                    true, with bias false.
     stem            none | conv: convolutions and pooling turn the embedded tokens (bases) into bins before the blocks,
                     ceil(L / stem_factor) of them, and a learned upsampling turns the bins back into one vector per
                     token for the LM head (`stem.py`; an Enformer-like stem, bidirectional models only). max_seq_len
@@ -134,6 +143,12 @@ class TransformerConfig:
     position_offset: int = 0
     lm_head_activation: str = "gelu"
     sliding_window: int | None = None
+    # ESM C's switches (`hf/esmc.py`), each general; their defaults are off, as before they existed.
+    qk_norm: bool = False
+    residual_scale: float = 1.0
+    norm_bias: bool | None = None
+    final_norm_bias: bool | None = None
+    lm_head_transform_bias: bool | None = None
     stem: str = "none"
     stem_widths: list[int] | None = None
     stem_kernel: int | None = None
@@ -210,6 +225,7 @@ class TransformerConfig:
             if getattr(self, name) and not self.lm_head:
                 raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")
         self._validate_stem()
+        self._validate_esmc_switches()
         # What the chosen position, norm and MLP classes need of the other fields.
         for cls in (POSITION_CLASSES[self.pos], NORM_CLASSES[self.norm], MLP_CLASSES[self.mlp]):
             check = getattr(cls, "check_config", None)
@@ -257,7 +273,40 @@ class TransformerConfig:
             raise ConfigError("contact_head", True, "false", reason="contacts are per token, and a stem's attention "
                                                                     "runs over bins")
 
+    def _validate_esmc_switches(self) -> None:
+        """qk_norm, residual_scale and the three bias switches (see the field list)."""
+        value = self.residual_scale
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError("residual_scale", value, "a finite number > 0")
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError("qk_norm", self.qk_norm, "true | false")
+        for name in ("norm_bias", "final_norm_bias", "lm_head_transform_bias"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise ConfigError(name, value, "true | false | null")
+            if value and name != "lm_head_transform_bias" and self.norm != "layernorm":
+                raise ConfigError(name, True, "false | null", reason=f"norm is {self.norm}, which has no bias")
+        if self.final_norm_bias is not None and self.norm_position != "pre":
+            raise ConfigError("final_norm_bias", self.final_norm_bias, "null",
+                              reason="only Pre-LN models (norm_position: pre) have a final norm")
+        if self.lm_head_transform_bias is not None and not self.lm_head_transform:
+            raise ConfigError("lm_head_transform_bias", self.lm_head_transform_bias, "null",
+                              reason="it is part of lm_head_transform, which is false")
+
     # --- derived -----------------------------------------------------------------------------
+    @property
+    def norm_has_bias(self) -> bool:
+        """Whether the blocks', the embedding's and the stem's norms have a bias (`norm_bias`, null: `bias`)."""
+        return self.bias if self.norm_bias is None else self.norm_bias
+
+    @property
+    def final_norm_has_bias(self) -> bool:
+        return self.norm_has_bias if self.final_norm_bias is None else self.final_norm_bias
+
+    @property
+    def head_transform_has_bias(self) -> bool:
+        return self.bias if self.lm_head_transform_bias is None else self.lm_head_transform_bias
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads

@@ -25,8 +25,8 @@ class HeadTransform(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
-        self.norm = build_norm(config)
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.head_transform_has_bias)
+        self.norm = build_norm(config, bias=config.head_transform_has_bias)
         self.activation = ACTIVATIONS[config.lm_head_activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

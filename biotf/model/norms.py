@@ -13,13 +13,15 @@ if TYPE_CHECKING:  # config.py imports this registry to know the allowed `norm` 
 
 
 class LayerNorm(nn.Module):
-    """Mean-and-variance normalisation with a gain, and a bias when `config.bias` (GPT-2, ESM-2 have one)."""
+    """Mean-and-variance normalisation over `width` features (default d_model) with a gain, and a bias when `bias`
+    (default `config.norm_has_bias`; GPT-2, ESM-2 have one)."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, width: int | None = None, bias: bool | None = None):
         super().__init__()
+        width = width or config.d_model
         self.eps = config.norm_eps
-        self.weight = nn.Parameter(torch.ones(config.d_model))
-        self.bias = nn.Parameter(torch.zeros(config.d_model)) if config.bias else None
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width)) if (config.norm_has_bias if bias is None else bias) else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
@@ -54,10 +56,11 @@ class _RMSNormFunction(torch.autograd.Function):
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back before the gain, as HF Qwen2RMSNorm."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, width: int | None = None, bias: bool | None = None):
+        """RMSNorm has no bias: `bias` is taken for `build_norm`'s one signature (a config asking one is refused)."""
         super().__init__()
         self.eps = config.norm_eps
-        self.weight = nn.Parameter(torch.ones(config.d_model))
+        self.weight = nn.Parameter(torch.ones(width or config.d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
@@ -72,5 +75,7 @@ class RMSNorm(nn.Module):
 NORM_CLASSES: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
 
 
-def build_norm(config: TransformerConfig) -> nn.Module:
-    return NORM_CLASSES[config.norm](config)
+def build_norm(config: TransformerConfig, width: int | None = None, bias: bool | None = None) -> nn.Module:
+    """A `config.norm` over `width` features (default d_model), with a bias where the class has one and `bias`
+    (default: `config.norm_has_bias`, the blocks' and the embedding's) says so."""
+    return NORM_CLASSES[config.norm](config, width, bias)

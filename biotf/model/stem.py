@@ -105,7 +105,7 @@ class ConvStage(nn.Module):
         super().__init__()
         kernel = config.stem_kernel
         self.conv = nn.Conv1d(in_width, width, kernel, padding=kernel // 2, bias=config.bias)
-        self.norm = nn.LayerNorm(width, eps=config.norm_eps, bias=config.bias)
+        self.norm = nn.LayerNorm(width, eps=config.norm_eps, bias=config.norm_has_bias)
         self.mix = nn.Conv1d(width, width, 1, bias=config.bias)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:

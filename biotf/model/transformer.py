@@ -166,7 +166,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         # How many keys a query may see: the sliding window, or unbounded (one integer comparison per forward).
         self.window_span = config.sliding_window or sys.maxsize
-        self.final_norm = build_norm(config) if config.norm_position == "pre" else None
+        self.final_norm = build_norm(config, bias=config.final_norm_has_bias) if config.norm_position == "pre" else None
         self.head_transform = HeadTransform(config) if config.lm_head_transform else None
         own_head = config.lm_head and not config.tie_embeddings
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False) if own_head else None

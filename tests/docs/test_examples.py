@@ -166,6 +166,13 @@ def esm2_checkpoint(directory: Path, request) -> Path:
     return request.getfixturevalue("save_esm")(model, directory)
 
 
+def esmc_checkpoint(directory: Path, request) -> Path:
+    """transformers' EsmcForMaskedLM at 3 layers x 4 heads x 32, with EsmcTokenizer's files."""
+    from esmc_models import build_random_esmc, save_esmc_directory
+
+    return save_esmc_directory(build_random_esmc(seed=5), directory)
+
+
 def qwen_checkpoint(directory: Path, request) -> Path:
     from tiny_models import save_tiny_qwen2
 
@@ -202,6 +209,7 @@ STAND_IN_RUNS = {
 }
 STAND_IN_CHECKPOINTS = {
     "esm2_t6_8M_UR50D": esm2_checkpoint,
+    "ESMC-300M": esmc_checkpoint,
     "Qwen2.5-0.5B-Instruct": qwen_checkpoint,
     "Qwen2.5-0.5B": qwen_checkpoint,
     "gpt2-dir": gpt2_checkpoint,

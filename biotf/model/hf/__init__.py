@@ -7,6 +7,7 @@ Families (one module per recipe, registered in `families.FAMILIES` by config.jso
 - `bloom`: `BloomForCausalLM`, read and written;
 - `esm`: `EsmForMaskedLM` (ESM-2 rotary, ESM-1b absolute positions) and the ESM encoders without LM head, read;
   `EsmForMaskedLM` / `EsmModel` written;
+- `esmc`: `EsmcForMaskedLM` (ESM C) and its encoders without LM head, read; `EsmcForMaskedLM` / `EsmcModel` written;
 - `bert`, `roberta` (`bert.py`, one mapping with a layout parameter): the masked LMs and the encoders without LM head,
   read; `BertForMaskedLM` / `BertModel`, `RobertaForMaskedLM` / `RobertaModel` written. The tensor names the three
   encoder families share are one table (`encoder.py`).

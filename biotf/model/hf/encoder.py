@@ -22,10 +22,11 @@ LEGACY_NORM_NAMES = {".weight": ".gamma", ".bias": ".beta"}
 
 
 class Names(NamedTuple):
-    """biotf name -> HF name (`renamed`), and biotf's fused q/k/v tensors -> their three HF parts (`fused`)."""
+    """biotf name -> HF name (`renamed`), and biotf's fused tensors (q/k/v; ESM C's gate/up too) -> their HF parts
+    (`fused`), stacked in that order."""
 
     renamed: dict[str, str]
-    fused: dict[str, tuple[str, str, str]]
+    fused: dict[str, tuple[str, ...]]
 
 
 def linear(ours: str, hf: str) -> dict[str, str]:
@@ -37,7 +38,7 @@ def block_names(n_layers: int, trunk: str, attn_norm: str, mlp_norm: str) -> Nam
     """Every block's tensors, under `trunk` ("bert.", "esm.", ""...); `attn_norm` / `mlp_norm`: the HF names (within
     a layer) of the norms biotf calls attn_norm / mlp_norm."""
     renamed: dict[str, str] = {}
-    fused: dict[str, tuple[str, str, str]] = {}
+    fused: dict[str, tuple[str, ...]] = {}
     for i in range(n_layers):
         hf, ours = f"{trunk}encoder.layer.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias"):
@@ -68,7 +69,7 @@ def read(weights: Mapping[str, torch.Tensor], names: Names, family: str) -> dict
 
 
 def write(state: Mapping[str, torch.Tensor], names: Names) -> dict[str, torch.Tensor]:
-    """HF tensors from a biotf state dict (the inverse of `read`; q, k, v are the three equal row blocks of qkv)."""
+    """HF tensors from a biotf state dict (the inverse of `read`; the parts are equal row blocks: q, k, v of qkv)."""
     out = {hf: state[ours] for ours, hf in names.renamed.items()}
     for ours, parts in names.fused.items():
         out.update(zip(parts, state[ours].chunk(len(parts))))
