@@ -133,7 +133,8 @@ class BPETokenizer(Tokenizer):
                 raise ConfigError(f"tokenizer.special_tokens.{role}", token, reason="not in the vocabulary")
             setattr(self, f"{role}_id", vocab[token])
         self._vocab_size = max(vocab.values()) + 1 if vocab else 0
-        self.spacing = Spacing.of(self._tk, self.unk_id, list(self.special_tokens.values()), spacing, rare_residues)
+        self.spacing = Spacing.of(self._tk, vocab, self.unk_id, list(self.special_tokens.values()), spacing,
+                                  rare_residues)
         self._fingerprint: str | None = None
         self._hf = None
 

@@ -23,7 +23,7 @@ mapped ones are counted as `rare_to_X`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from biotf.errors import ConfigError, InputError, TokenizationError, check_choice
@@ -49,18 +49,23 @@ class Spacing:
     rare_residues: str = "keep"
 
     @classmethod
-    def of(cls, backend, unk_id: int | None, special_tokens: Sequence[str], requested: str = "auto",
-           rare_residues: str = "keep") -> "Spacing":
-        """The convention of the `tokenizers` pipeline `backend` (with `special_tokens`), `requested` or detected."""
+    def of(cls, backend, vocab: Mapping[str, int], unk_id: int | None, special_tokens: Sequence[str],
+           requested: str = "auto", rare_residues: str = "keep") -> "Spacing":
+        """The convention of the `tokenizers` pipeline `backend` (its `vocab` and `special_tokens`), `requested` or
+        detected. A pipeline without unknown input (byte-level BPE: GPT-2, Qwen) reads every text as given, so its
+        vocabulary is not scanned."""
         check_choice(f"tokenizer.{SPACING_OPTION}", requested, SPACINGS)
         check_choice("tokenizer.rare_residues", rare_residues, RARE_POLICIES)
-        k = kmer_length(backend, special_tokens)
+        if unk_id is None and requested != "overlapping-kmers":
+            return cls("none" if requested == "auto" else requested, requested, None, rare_residues)
+        excluded = set(special_tokens) | {token.content for token in backend.get_added_tokens_decoder().values()}
+        k = kmer_length(backend, vocab, excluded)
         if requested == "overlapping-kmers" and k is None:
             raise ConfigError(f"tokenizer.{SPACING_OPTION}", requested, allowed="none, residues",
                               reason="the vocabulary's words are not k-mers of one length")
         mode = requested
         if requested == "auto":
-            mode = "residues" if reads_spaced_residues(backend, unk_id, special_tokens) else "none"
+            mode = "residues" if reads_spaced_residues(backend, vocab, unk_id, excluded) else "none"
         return cls(mode, requested, k, rare_residues)
 
     @property
@@ -131,20 +136,25 @@ def _word(token: str) -> str:
     return token
 
 
-def vocabulary_words(backend, special_tokens: Sequence[str]) -> set[str]:
-    """The words of the vocabulary without their pieces' marks, the special and added tokens left out."""
-    added = {token.content for token in backend.get_added_tokens_decoder().values()}
-    return {_word(token) for token in backend.get_vocab() if token not in added} - set(special_tokens) - {""}
+def vocabulary_words(vocab: Mapping[str, int], excluded: set[str]) -> Iterator[str]:
+    """The words of the vocabulary without their pieces' marks, the `excluded` (special, added) tokens left out."""
+    for token in vocab:
+        if token not in excluded and (word := _word(token)):
+            yield word
 
 
-def reads_spaced_residues(backend, unk_id: int | None, special_tokens: Sequence[str]) -> bool:
+def reads_spaced_residues(backend, vocab: Mapping[str, int], unk_id: int, excluded: set[str]) -> bool:
     """Whether the vocabulary is one letter per word (at least four capitals among them) and reads a sequence only
     when typed with spaces: the letters together are an unknown token, the letters spaced one known token each
-    (ProtBert's WordPiece, ProtT5's SentencePiece `▁M`). A pipeline without unknown input (byte-level BPE), with
-    longer words (English) or that cuts plain letters (ESM's) reads plain."""
-    words = vocabulary_words(backend, special_tokens)
+    (ProtBert's WordPiece, ProtT5's SentencePiece `▁M`). A vocabulary with longer words (English) or a pipeline
+    that cuts plain letters (ESM's) reads plain."""
+    words = set()
+    for word in vocabulary_words(vocab, excluded):
+        if len(word) != 1:
+            return False
+        words.add(word)
     letters = sorted(word for word in words if "A" <= word <= "Z")
-    if unk_id is None or len(letters) < 4 or any(len(word) != 1 for word in words):
+    if len(letters) < 4:
         return False
     probe = "".join(letters)
     if unk_id not in backend.encode(probe, add_special_tokens=False).ids:
@@ -153,14 +163,16 @@ def reads_spaced_residues(backend, unk_id: int | None, special_tokens: Sequence[
     return len(spaced) == len(letters) and unk_id not in spaced
 
 
-def kmer_length(backend, special_tokens: Sequence[str]) -> int | None:
-    """k, where every word of the vocabulary but the special tokens is a k-mer of nucleotides (k >= 2) and the
+def kmer_length(backend, vocab: Mapping[str, int], excluded: set[str]) -> int | None:
+    """k, where every word of the vocabulary but the `excluded` tokens is a k-mer of nucleotides (k >= 2) and the
     pipeline splits words on whitespace (DNABERT); else None."""
-    words = vocabulary_words(backend, special_tokens)
-    lengths = {len(word) for word in words}
-    if len(lengths) != 1 or not all(set(word) <= NUCLEOTIDES for word in words):
+    k = None
+    for word in vocabulary_words(vocab, excluded):
+        k = len(word) if k is None else k
+        if len(word) != k or not NUCLEOTIDES.issuperset(word):
+            return None
+    if k is None:
         return None
-    k = lengths.pop()
     probe = "ACGT" * k
     if k < 2 or len(backend.encode(f"{probe[:k]} {probe[1:k + 1]}", add_special_tokens=False).ids) != 2:
         return None
