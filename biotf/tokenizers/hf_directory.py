@@ -2,7 +2,9 @@
 
 `read_hf_tokenizer(directory)` reads what `AutoTokenizer.from_pretrained(directory)` reads, locally:
 - `tokenizer.json` (GPT-2, RoBERTa, BLOOM, Llama, Mistral, ...), with `tokenizer_config.json` beside it;
-- `vocab.txt` + `tokenizer_config.json` (WordPiece: BERT, `do_lower_case`, ProtBert, DNABERT) and `vocab.json` +
+- `vocab.txt` + `tokenizer_config.json` (WordPiece: BERT, `do_lower_case`, ProtBert, DNABERT; ESM's `EsmTokenizer`
+  for any vocabulary, Nucleotide Transformer's k-mers and SaProt's residue + 3Di tokens too, on the pipeline
+  `hf.esm_vocabulary_tokenizer` builds with its ids) and `vocab.json` +
   `merges.txt` (byte-level BPE: GPT-2, ProtGPT2, RoBERTa, ChemBERTa), which `transformers` converts into a
   `tokenizers` pipeline without network;
 - a lone `tokenizer.model` (SentencePiece), converted the same way when `sentencepiece` and `protobuf` are installed,
@@ -27,6 +29,7 @@ from typing import Any
 from biotf.errors import InputError
 from biotf.tokenizers.base import ROLES, TOKENIZER_FILE
 from biotf.tokenizers.bpe import TOKENIZER_CONFIG_FILE, BPETokenizer, cleans_up_spaces
+from biotf.tokenizers.hf import esm_vocabulary_tokenizer
 from biotf.untrusted import read_json_object
 
 CONFIG_FILE = "config.json"
@@ -62,6 +65,8 @@ def from_transformers(reference) -> BPETokenizer:
     roles of its special tokens and its decoding clean-up."""
     from tokenizers import Tokenizer as HFTokenizer
 
+    if type(reference).__name__ == "EsmTokenizer":  # a Python tokenizer: its pipeline, run on `tokenizers`
+        reference = esm_vocabulary_tokenizer(reference)
     backend = getattr(reference, "backend_tokenizer", None)
     if backend is None:
         raise InputError(f"{reference.name_or_path}: transformers reads it with {type(reference).__name__}, which has "
