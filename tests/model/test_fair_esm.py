@@ -125,3 +125,23 @@ def test_a_fair_esm_file_holding_code_is_refused_with_nothing_run(tmp_path):
     with pytest.raises(CheckpointError, match="hostile.pt as plain tensors.*could run code") as refused:
         Transformer.from_hf(tmp_path / "hostile.pt")
     assert not marker.exists() and len(str(refused.value).splitlines()) == 1
+
+
+def test_the_contact_regression_beside_the_file_gives_fair_esms_contacts(tmp_path):
+    """`esm.pretrained` downloads `<name>-contact-regression.pt` beside `<name>.pt`: biotf reads it as fair-esm's
+    local loader does, and predicts fair-esm's contact maps."""
+    written, extra = esm2()
+    state = written.state_dict()
+    regression = {name: state.pop(name) for name in list(state) if name.startswith("contact_head.")}
+    torch.save({"model": {("encoder." if name.startswith("lm_head") else "encoder.sentence_encoder.") + name: tensor
+                          for name, tensor in state.items()}, **extra}, tmp_path / "esm2_t2_tiny.pt")
+    torch.save({"model": regression}, tmp_path / "esm2_t2_tiny-contact-regression.pt")
+    reference, alphabet = esm.pretrained.load_model_and_alphabet_core(
+        "esm2_t2_tiny", torch.load(tmp_path / "esm2_t2_tiny.pt", weights_only=False),
+        torch.load(tmp_path / "esm2_t2_tiny-contact-regression.pt", weights_only=False))
+    _, _, tokens = alphabet.get_batch_converter()([("p", SEQUENCES[0])])
+    with torch.no_grad():
+        expected = reference.eval().predict_contacts(tokens)[0].numpy()
+    model = Model.load(tmp_path / "esm2_t2_tiny.pt")
+    assert model.network.config.contact_head
+    assert abs(model.contacts([SEQUENCES[0]])[0] - expected).max() <= TOLERANCE

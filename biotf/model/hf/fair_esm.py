@@ -11,6 +11,10 @@ The tensors are renamed to `transformers`' ESM names (its conversion script's ta
 config.json of an `EsmForMaskedLM`, so the one ESM family builds the model. fair-esm ties the LM head's matrix to
 the token embedding and loads `lm_head.weight` last: that tensor is the one its model holds for both.
 
+The contact regression fair-esm publishes apart (`<name>-contact-regression.pt`, which `esm.pretrained` downloads
+beside the model) is read from beside the file, as fair-esm's `load_model_and_alphabet_local` reads it, and turns
+the contact head on.
+
 The file is read with `torch.load(weights_only=True)`; `args` / `cfg["model"]` are `argparse.Namespace` objects,
 allowed as plain data (unpickling one sets attributes, nothing else). Other fair-esm architectures (ESM-1's
 `protein_bert_base`, the MSA Transformer, ESM-IF) are refused naming theirs; a tensor outside the table is refused
@@ -32,6 +36,7 @@ from biotf.errors import CheckpointError
 from biotf.untrusted import check_finite, load_tensors
 
 FAIR_ESM_SUFFIX = ".pt"
+REGRESSION_SUFFIX = "-contact-regression.pt"
 ALPHABET_SIZE, PAD_ID, MASK_ID = 33, 1, 32  # fair-esm's "ESM-1b" alphabet, ESM-2's too: biotf's protein tokenizer
 ESM2_MAX_POSITIONS = 1026  # what transformers' ESM-2 configs say (rotary positions have no table)
 LAYER_NORM_EPS = 1e-5  # fair-esm's ESM1bLayerNorm is torch's (or apex's) LayerNorm at its default eps
@@ -63,6 +68,12 @@ def read_fair_esm(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Ten
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict) or not ({"args", "cfg"} & set(data)):
         raise CheckpointError(f"{path} is not a fair-esm checkpoint: expected {{'model': state dict, 'args' or "
                               "'cfg': settings}, as esm.pretrained saves them")
+    regression = path.with_name(path.stem + REGRESSION_SUFFIX)
+    if regression.is_file():
+        extra = load_tensors(regression, "fair-esm contact regression", map_location="cpu")
+        if not isinstance(extra, dict) or not isinstance(extra.get("model"), dict):
+            raise CheckpointError(f"{regression} is not a fair-esm contact regression: expected {{'model': tensors}}")
+        data["model"].update(extra["model"])
     state = {PREFIXES.sub("", name): tensor for name, tensor in data["model"].items()}
     for name, tensor in state.items():
         if not isinstance(tensor, torch.Tensor):
