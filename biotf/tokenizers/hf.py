@@ -13,6 +13,7 @@ accepts the ids are identical (tests check this on the real data sets).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 
@@ -59,8 +60,6 @@ def esm_vocabulary_tokenizer(reference):
     """The `tokenizers` pipeline of a `transformers` `EsmTokenizer` (any vocab.txt): every vocabulary token but the
     special ones cut out of the text longest first (its trie's split), what lies between split on whitespace, each
     word one token or `<unk>`; `<cls> $A <eos>` (no eos where the tokenizer has none); decoded with spaces."""
-    import re
-
     roles = {role: getattr(reference, f"{role}_token", None) for role in ("unk", "cls", "eos", "pad", "mask")}
     specials = [token for token in reference.all_special_tokens if token in reference.get_vocab()]
     pieces = sorted({token for token in reference.get_vocab() if token not in specials}, key=lambda t: (-len(t), t))

@@ -11,9 +11,9 @@ token. DNABERT reads overlapping k-mers typed with spaces ("ATGCGA TGCGAT ...").
 - "overlapping-kmers": every k-mer at stride 1 as a word (DNABERT's `seq2kmer`; k is the vocabulary's k-mer
   length), counted as `spaced_kmers` (records);
 - "auto" (the default): "residues" where the vocabulary is one letter per word and reads a sequence only when
-  spaced (plain, the letters are an unknown token; spaced, one known token each), else "none". A vocabulary of k-mers typed
-  with spaces stays "none", since the same vocabulary serves overlapping and non-overlapping k-mers: a plain
-  sequence longer than one k-mer is then refused, naming the option that says how to cut it.
+  spaced (plain, the letters are an unknown token; spaced, one known token each), else "none". A vocabulary of
+  k-mers typed with spaces stays "none", since the same vocabulary serves overlapping and non-overlapping k-mers:
+  a plain sequence longer than one k-mer is then refused, naming the option that says how to cut it.
 
 `rare_residues` ("keep", "to_x", "error"): U, Z, O and B (ProtBert's and ProtT5's model cards map them to X before
 the model sees them: `re.sub(r"[UZOB]", "X", sequence)`), as the protein tokenizer's policy of the same name;

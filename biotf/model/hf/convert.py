@@ -31,8 +31,9 @@ Materialise = Callable[[nn.Module, str, torch.Tensor, torch.dtype], torch.Tensor
 def load_hf(model_class: type[Model], model_or_directory: Any, dtype: torch.dtype = torch.float32,
             materialise: Materialise | None = None) -> Model:
     """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see
-    `biotf.model.hf`), or of a fair-esm `.pt` file (`fair_esm`, read as the ESM family). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one
-    at a time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
+    `biotf.model.hf`), or of a fair-esm `.pt` file (`fair_esm`, read as the ESM family). Each parameter is
+    `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one at a time: a conversion that copies
+    (a wider dtype, another memory layout) then holds one extra tensor at most."""
     shared = False  # whether the tensors are a live model's, which the loaded model must not share
     if isinstance(model_or_directory, (str, PathLike)) and is_fair_esm_file(model_or_directory):
         hf_config, weights = read_fair_esm(model_or_directory)

@@ -47,7 +47,8 @@ LAYER_NAMES = {"self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "
                "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
                "self_attn_layer_norm": "attention.LayerNorm", "fc1": "intermediate.dense", "fc2": "output.dense",
                "final_layer_norm": "LayerNorm", "self_attn.rot_emb": "attention.self.rotary_embeddings"}
-MODEL_NAMES = {"embed_tokens": "esm.embeddings.word_embeddings", "embed_positions": "esm.embeddings.position_embeddings",
+MODEL_NAMES = {"embed_tokens": "esm.embeddings.word_embeddings",
+               "embed_positions": "esm.embeddings.position_embeddings",
                "emb_layer_norm_before": "esm.embeddings.layer_norm",
                "emb_layer_norm_after": "esm.encoder.emb_layer_norm_after", "lm_head.dense": "lm_head.dense",
                "lm_head.layer_norm": "lm_head.layer_norm", "lm_head": "lm_head",

@@ -77,7 +77,8 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
 
 def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
     """All tensors of model.safetensors, or of the shards listed by model.safetensors.index.json (lazily), or
-    of pytorch_model.bin (memory-mapped unless in torch's legacy format; `weights_only=True` refuses anything but tensors and plain values)."""
+    of pytorch_model.bin (memory-mapped unless in torch's legacy format; `weights_only=True` refuses anything but
+    tensors and plain values)."""
     def names(file: Path) -> list[str]:
         with open_safetensors(file) as handle:
             return list(handle.keys())
