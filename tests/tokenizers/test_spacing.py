@@ -103,3 +103,23 @@ def test_overlapping_kmers_on_a_vocabulary_of_residues_is_refused(protbert_dir):
         with_options(read_hf_tokenizer(protbert_dir), {"spacing": "overlapping-kmers"})
     with pytest.raises(ConfigError, match="tokenizer.spacing"):
         with_options(read_hf_tokenizer(protbert_dir), {"spacing": "words"})
+
+
+def test_a_model_card_that_maps_rare_residues_to_x_is_followed(protbert_dir, tmp_path):
+    """ProtBert's and ProtT5's model cards (the README.md a hub download holds) map U, Z, O and B to X before
+    tokenizing: a directory whose card says so reads them that way, counted; `rare_residues=keep` reads them as
+    given."""
+    import shutil
+
+    card_dir = tmp_path / "prot_bert"
+    shutil.copytree(protbert_dir, card_dir)
+    (card_dir / "README.md").write_text("```python\nsequence_Example = \"A E T C Z A O\"\n"
+                                        "sequence_Example = re.sub(r\"[UZOB]\", \"X\", sequence_Example)\n```\n")
+    reference = transformers.AutoTokenizer.from_pretrained(card_dir)
+    ours, stats = read_hf_tokenizer(card_dir), PolicyStats()
+    assert ours.input_convention == {"spacing": "residues (detected from the vocabulary)", "rare_residues": "to_x"}
+    assert ours.encode("AETCZAO", stats=stats) == reference("A E T C X A X")["input_ids"]
+    assert stats == {"rare_to_X": 2, "spaced_residues": 1}
+    assert with_options(ours, {"rare_residues": "keep"}).encode("AETCZAO") == reference("A E T C Z A O")["input_ids"]
+    (card_dir / "README.md").write_text("Input: residues separated by spaces.\n")
+    assert read_hf_tokenizer(card_dir).spacing.rare_residues == "keep"
