@@ -93,13 +93,16 @@ def read_json_object(path: str | Path, what: str, error: type[BiotfError] = Inpu
     return parse_json_object(read_text(path, what, error), str(path), what, error, types, required)
 
 
-def load_tensors(path: str | Path, what: str, **options: Any) -> Any:
+def load_tensors(path: str | Path, what: str, plain_classes: tuple[type, ...] = (), **options: Any) -> Any:
     """`torch.load(path, weights_only=True, **options)`: tensors and plain values only, never code; a file that
-    holds anything else, or is no torch file, is a CheckpointError naming it (`what`: "checkpoint", ...)."""
+    holds anything else, or is no torch file, is a CheckpointError naming it (`what`: "checkpoint", ...).
+    `plain_classes` are classes whose unpickling only sets attributes (`argparse.Namespace`, which fair-esm's
+    checkpoints hold), allowed besides; what they hold is restricted as the rest."""
     import torch
 
     try:
-        with warnings.catch_warnings():  # an old pickle protocol: the refusal below says all there is to say
+        with warnings.catch_warnings(), torch.serialization.safe_globals(list(plain_classes)):
+            # an old pickle protocol: the refusal below says all there is to say
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             return torch.load(path, weights_only=True, **options)
     except pickle.UnpicklingError as cause:

@@ -5,9 +5,10 @@ The directory is what `transformers`' `save_pretrained` writes (or a hub downloa
 - the weights (`model.safetensors`, its shards with their index, or `pytorch_model.bin`), read by
   `Transformer.from_hf` into a model built on the meta device (`biotf.model.hf`);
 - the tokenizer, by model_type (`TOKENIZER_READERS`): Qwen2's `tokenizer.json` + `tokenizer_config.json`, ESM's
-  `vocab.txt` (mapped onto biotf's protein tokenizer, refused unless the ids agree); GPT-2, BERT, RoBERTa, BLOOM,
-  Llama and Mistral through `read_hf_tokenizer` (the ids of `transformers`' AutoTokenizer on the directory), ESM C
-  too (or, without tokenizer.json, the vocabulary transformers' EsmcTokenizer builds, as AutoTokenizer does).
+  `vocab.txt` (biotf's protein tokenizer where it is ESM-2's layout, else as `transformers`' EsmTokenizer reads
+  it); GPT-2, BERT, RoBERTa, BLOOM, Llama and Mistral through `read_hf_tokenizer` (the ids of `transformers`'
+  AutoTokenizer on the directory), ESM C too (or, without tokenizer.json, the vocabulary transformers'
+  EsmcTokenizer builds, as AutoTokenizer does).
 Nothing is downloaded and no code from the directory is run. Generation settings: `biotf.inference.pretrained`.
 """
 
@@ -44,7 +45,12 @@ def read_text_tokenizer(directory: Path) -> Tokenizer:
 
 
 def read_esm_tokenizer(directory: Path) -> Tokenizer:
-    return AminoAcidTokenizer.from_esm_vocab(directory / ESM_VOCAB_FILE)
+    """biotf's protein tokenizer where vocab.txt is ESM-2's layout (its character policies apply); any other ESM
+    vocabulary (Nucleotide Transformer's k-mers, SaProt's residue + 3Di tokens) as `transformers`' EsmTokenizer reads
+    it (`read_hf_tokenizer`)."""
+    if AminoAcidTokenizer.is_esm_vocab(directory / ESM_VOCAB_FILE):
+        return AminoAcidTokenizer.from_esm_vocab(directory / ESM_VOCAB_FILE)
+    return read_hf_tokenizer(directory)
 
 
 def read_esmc_tokenizer(directory: Path) -> Tokenizer:

@@ -9,7 +9,8 @@ Sources, tried in order (`MODEL_SOURCES`):
   `last.ckpt`;
 - a Lightning checkpoint file `*.ckpt` written by biotf training;
 - an exported directory (`biotf export-model`): `config.json`, `model.safetensors`, `tokenizer.json`;
-- a Hugging Face checkpoint directory (Qwen2, or ESM with its vocab.txt; `hf_directory.load_hf_model`).
+- a Hugging Face checkpoint directory (Qwen2, or ESM with its vocab.txt; `hf_directory.load_hf_model`);
+- a fair-esm `.pt` file (ESM-2, ESM-1b, ESM-1v, as `esm.pretrained` downloads it; `biotf.model.hf.fair_esm`).
 
 The file formats, their checksums and the tokenizer check live in `biotf.checkpoint`; this module
 turns them into models. The stored config is checked against the weights' shapes before the model is
@@ -37,8 +38,9 @@ from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.contact_head import ContactHead
+from biotf.model.hf.fair_esm import is_fair_esm_file
 from biotf.model.tasks import TaskModel
-from biotf.tokenizers import load_tokenizer
+from biotf.tokenizers import AminoAcidTokenizer, load_tokenizer
 from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from biotf.untrusted import check_finite, read_json_object
@@ -197,6 +199,12 @@ def load_hf_directory(directory: str | Path) -> Pretrained:
     return Pretrained(*load_hf_model(directory))
 
 
+def load_fair_esm(path: str | Path) -> Pretrained:
+    """Model (float32) of a fair-esm `.pt` file (ESM-2, ESM-1b, ESM-1v), with biotf's protein tokenizer, whose 33
+    tokens are fair-esm's alphabet in its order."""
+    return Pretrained(Transformer.from_hf(path), AminoAcidTokenizer())
+
+
 class ModelSource(NamedTuple):
     """One kind of model source: what it is called, how it is recognised, how it loads."""
 
@@ -213,6 +221,7 @@ MODEL_SOURCES: list[ModelSource] = [
     ModelSource("checkpoint", _is_checkpoint, load_checkpoint),
     ModelSource("exported directory", _is_exported, load_exported),
     ModelSource("Hugging Face directory (Qwen2, ESM)", is_hf_directory, load_hf_directory),
+    ModelSource("fair-esm checkpoint (.pt)", is_fair_esm_file, load_fair_esm),
 ]
 
 

@@ -41,6 +41,8 @@ def open_embedder(model: str | Path | LoadedModel, options: EmbedOptions = Embed
         "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
         "overlap": options.overlap, "packing": options.packing, "pool_specials": options.pool_specials,
         "normalize": options.normalize, "dim": model.config.d_model}
+    if tokenizer.input_convention:  # how plain sequences were typed for the checkpoint (ProtBert's spaces)
+        info["tokenizer_input"] = tokenizer.input_convention
     return embedder, info
 
 

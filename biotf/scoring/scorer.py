@@ -169,8 +169,8 @@ class Scorer:
                                                          progress, self.options.packing)):
             totals[slot] += log_probs.sum()
             scored[slot] += log_probs.size
-        return [SequenceScore(float(totals[i]), len(contents[i]), int(scored[i]), len(sequences[i]), windows[i])
-                for i in range(len(contents))]
+        return [SequenceScore(float(totals[i]), len(contents[i]), int(scored[i]),
+                              self.tokenizer.count_residues(sequences[i]), windows[i]) for i in range(len(contents))]
 
     def _causal_rows(self, content: np.ndarray, window: Window) -> list[Row]:
         """One row per window: the logits at p - 1 predict the token at p."""

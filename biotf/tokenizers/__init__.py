@@ -20,7 +20,8 @@ from biotf.tokenizers.bpe import BPETokenizer
 from biotf.tokenizers.loading import build_tokenizer, load_tokenizer
 
 # The policies of the built-in schemes (`Tokenizer.policy_options`): the keys `finetune.tokenizer_options` declares.
-POLICY_OPTIONS = tuple(dict.fromkeys(option for scheme in (AminoAcidTokenizer, KmerTokenizer, SmilesTokenizer)
+POLICY_OPTIONS = tuple(dict.fromkeys(option for scheme in (AminoAcidTokenizer, KmerTokenizer, SmilesTokenizer,
+                                                            BPETokenizer)
                                      for option in scheme.policy_options))
 
 __all__ = [

@@ -71,6 +71,13 @@ class AminoAcidTokenizer(VocabularyTokenizer):
         self._skip_ids = frozenset(self._vocab[t] for t in SPECIAL_TOKENS) - {self.unk_id}
         self._table = self._build_table()
 
+    @staticmethod
+    def is_esm_vocab(path: str | PathLike) -> bool:
+        """Whether the file `path` is ESM-2's vocab.txt, token for token (what `from_esm_vocab` reads)."""
+        path = Path(path)
+        return path.is_file() and tuple(line.strip() for line in
+                                        path.read_text(encoding="utf-8").splitlines()) == ESM2_TOKENS
+
     @classmethod
     def from_esm_vocab(cls, path: str | PathLike) -> AminoAcidTokenizer:
         """The tokenizer of a Hugging Face ESM checkpoint, from its vocab.txt (token of id i on line i + 1, read as

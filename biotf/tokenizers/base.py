@@ -94,6 +94,16 @@ class Tokenizer(ABC):
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text of `ids`; exact inverse of `encode` where the scheme is reversible."""
 
+    def count_residues(self, text: str) -> int:
+        """The residues (characters) of a sequence `text`; a scheme that reads spaces typed between residues as its
+        convention leaves them out."""
+        return len(text)
+
+    @property
+    def input_convention(self) -> dict[str, str]:
+        """How plain text is typed before the scheme reads it, for an output's info; {} where it is read as given."""
+        return {}
+
     @property
     def scheme(self) -> str:
         """What messages call the tokenizer ("the {scheme} tokenizer"): its kind, unless the kind wraps several

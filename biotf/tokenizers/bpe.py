@@ -33,9 +33,12 @@ import numpy as np
 
 from biotf.errors import ConfigError, InputError, TokenizationError, check_int
 from biotf.tokenizers.base import ROLES, TOKENIZER_FILE, PolicyStats, Tokenizer, check_options, register_tokenizer
+from biotf.tokenizers.spacing import SPACING_OPTION, Spacing
 from biotf.untrusted import read_json_object, read_text
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# tokenizer_config.json's keys for a convention set explicitly (`spacing`), which `transformers` ignores.
+SAVED_CONVENTION = {SPACING_OPTION: "biotf_spacing", "rare_residues": "biotf_rare_residues"}
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 DEFAULT_SPECIAL_TOKENS = {"pad": "<pad>", "unk": "<unk>", "cls": "<cls>", "eos": "<eos>", "mask": "<mask>"}
 # Roles of well-known special-token spellings, for `special_tokens` given as a plain list.
@@ -103,10 +106,15 @@ def pipeline_scheme(backend) -> str:
 
 @register_tokenizer("bpe")
 class BPETokenizer(Tokenizer):
-    """A Hugging Face `tokenizers.Tokenizer` (byte-level BPE, or any other) behind biotf's interface."""
+    """A Hugging Face `tokenizers.Tokenizer` (byte-level BPE, or any other) behind biotf's interface.
+
+    `spacing` and `rare_residues` say how a plain sequence is typed for a vocabulary that reads words separated by
+    spaces (ProtBert's "M K T A Y", DNABERT's k-mers): `biotf.tokenizers.spacing`."""
+
+    policy_options = (SPACING_OPTION, "rare_residues")
 
     def __init__(self, tokenizer, special_tokens: Mapping[str, str] | None = None, chat_template: str | None = None,
-                 clean_up_tokenization_spaces: bool = False):
+                 clean_up_tokenization_spaces: bool = False, spacing: str = "auto", rare_residues: str = "keep"):
         from tokenizers import Tokenizer as HFTokenizer
 
         if isinstance(tokenizer, str):
@@ -125,6 +133,8 @@ class BPETokenizer(Tokenizer):
                 raise ConfigError(f"tokenizer.special_tokens.{role}", token, reason="not in the vocabulary")
             setattr(self, f"{role}_id", vocab[token])
         self._vocab_size = max(vocab.values()) + 1 if vocab else 0
+        self.spacing = Spacing.of(self._tk, vocab, self.unk_id, list(self.special_tokens.values()), spacing,
+                                  rare_residues)
         self._fingerprint: str | None = None
         self._hf = None
 
@@ -214,8 +224,9 @@ class BPETokenizer(Tokenizer):
         if isinstance(chat_template, list):  # several named templates: keep the default one
             chat_template = next((t.get("template") for t in chat_template
                                   if isinstance(t, Mapping) and t.get("name") == "default"), None)
+        convention = {option: config[key] for option, key in SAVED_CONVENTION.items() if key in config}
         return cls(backend, special_tokens=roles, chat_template=chat_template,
-                   clean_up_tokenization_spaces=cleans_up_spaces(backend, config))
+                   clean_up_tokenization_spaces=cleans_up_spaces(backend, config), **convention)
 
     @classmethod
     def check_config(cls, options: dict[str, Any]) -> None:
@@ -251,9 +262,10 @@ class BPETokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      records: Sequence[str] | None = None, stats: PolicyStats | None = None) -> list[np.ndarray]:
-        """HF's parallel batch encoder. Byte-level BPE represents every valid string; a vocabulary with an unknown
-        token (WordPiece: BERT, ProtBert, DNABERT) gives it for a word it cannot cut, as `transformers` does, counted
-        in `stats` as `unknown_to_unk`."""
+        """HF's parallel batch encoder, on the texts typed as `spacing` says. Byte-level BPE represents every valid
+        string; a vocabulary with an unknown token (WordPiece: BERT, ProtBert, DNABERT) gives it for a word it cannot
+        cut, as `transformers` does, counted in `stats` as `unknown_to_unk`."""
+        texts = self.spacing.type_texts(texts, records, stats)
         arrays = [np.array(e.ids, dtype=np.int32) for e in self._encodings(texts, add_special_tokens, records)]
         if stats is not None and self.unk_id is not None:
             unknown = sum(int(np.count_nonzero(ids == self.unk_id)) for ids in arrays)
@@ -276,6 +288,13 @@ class BPETokenizer(Tokenizer):
                                             record=None if records is None else str(records[item]),
                                             detail="a lone surrogate has no UTF-8 bytes for byte-level BPE") from None
             raise
+
+    def count_residues(self, text: str) -> int:
+        return self.spacing.count_residues(text)
+
+    @property
+    def input_convention(self) -> dict[str, str]:
+        return self.spacing.describe()
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         text = self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
@@ -316,7 +335,13 @@ class BPETokenizer(Tokenizer):
     # --- persistence ----------------------------------------------------------------------
     def to_config(self) -> dict[str, Any]:
         return {"tokenizer": json.loads(self._tk.to_str()), "special_tokens": dict(self.special_tokens),
-                "chat_template": self.chat_template, "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces}
+                "chat_template": self.chat_template, "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
+                **self._set_convention()}
+
+    def _set_convention(self) -> dict[str, str]:
+        """The convention options set otherwise than their defaults (an "auto" spacing is detected again on load)."""
+        options = {SPACING_OPTION: self.spacing.requested, "rare_residues": self.spacing.rare_residues}
+        return {key: value for key, value in options.items() if value not in ("auto", "keep")}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "BPETokenizer":
@@ -325,11 +350,14 @@ class BPETokenizer(Tokenizer):
     @property
     def fingerprint(self) -> str:
         """Hash of the HF pipeline JSON (vocab, merges, normalizer, pre-tokenizer, post-processor,
-        added tokens), the special-token roles and the chat template."""
+        added tokens), the special-token roles, the chat template and how plain text is typed (only where it is
+        typed otherwise than given, so that other tokenizers keep the fingerprints they had)."""
         if self._fingerprint is None:
             digest = hashlib.sha256(self._tk.to_str().encode("utf-8"))
+            typed = {"spacing": self.spacing.mode, "rare_residues": self.spacing.rare_residues} \
+                if self.spacing.changes_text else {}
             digest.update(json.dumps({"kind": self.kind, "special_tokens": self.special_tokens,
-                                      "chat_template": self.chat_template}, sort_keys=True).encode("utf-8"))
+                                      "chat_template": self.chat_template, **typed}, sort_keys=True).encode("utf-8"))
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
 
@@ -340,6 +368,7 @@ class BPETokenizer(Tokenizer):
         if self.chat_template:
             config["chat_template"] = self.chat_template
         config["clean_up_tokenization_spaces"] = self.clean_up_tokenization_spaces
+        config.update({SAVED_CONVENTION[option]: value for option, value in self._set_convention().items()})
         return config
 
     def save(self, directory: str | Path) -> Path:
@@ -360,6 +389,8 @@ class BPETokenizer(Tokenizer):
 
             config = self._hf_config()
             del config["tokenizer_class"]
+            for key in SAVED_CONVENTION.values():
+                config.pop(key, None)
             self._hf = PreTrainedTokenizerFast(tokenizer_object=HFTokenizer.from_str(self._tk.to_str()), **config)
         return self._hf
 

@@ -2,7 +2,9 @@
 
 `read_hf_tokenizer(directory)` reads what `AutoTokenizer.from_pretrained(directory)` reads, locally:
 - `tokenizer.json` (GPT-2, RoBERTa, BLOOM, Llama, Mistral, ...), with `tokenizer_config.json` beside it;
-- `vocab.txt` + `tokenizer_config.json` (WordPiece: BERT, `do_lower_case`, ProtBert, DNABERT) and `vocab.json` +
+- `vocab.txt` + `tokenizer_config.json` (WordPiece: BERT, `do_lower_case`, ProtBert, DNABERT; ESM's `EsmTokenizer`
+  for any vocabulary, Nucleotide Transformer's k-mers and SaProt's residue + 3Di tokens too, on the pipeline
+  `hf.esm_vocabulary_tokenizer` builds with its ids) and `vocab.json` +
   `merges.txt` (byte-level BPE: GPT-2, ProtGPT2, RoBERTa, ChemBERTa), which `transformers` converts into a
   `tokenizers` pipeline without network;
 - a lone `tokenizer.model` (SentencePiece), converted the same way when `sentencepiece` and `protobuf` are installed,
@@ -13,7 +15,8 @@ follows `add_bos_token` / `add_eos_token`). It is copied into a `BPETokenizer` (
 `tokenizers.Tokenizer`) with the roles of its special tokens, so encode, decode, fingerprint and `save` (HF's own
 `tokenizer.json` + `tokenizer_config.json`, which `load_tokenizer` and `AutoTokenizer` both read back) are that
 class's. A directory asking for custom code (`auto_map`, a tokenizer class `transformers` lacks) is refused; nothing
-is downloaded. `bpe.cleans_up_spaces` / `bpe.clean_up_tokenization` are transformers' decoding clean-up, which a WordPiece
+is downloaded. A model card (README.md) that maps the rare residues U, Z, O and B to X before tokenizing sets
+`rare_residues="to_x"` (`model_card_convention`). `bpe.cleans_up_spaces` / `bpe.clean_up_tokenization` are transformers' decoding clean-up, which a WordPiece
 (BERT) tokenizer_config.json asks for; `BPETokenizer.decode` applies it where the directory did.
 """
 
@@ -21,12 +24,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from biotf.errors import InputError
 from biotf.tokenizers.base import ROLES, TOKENIZER_FILE
 from biotf.tokenizers.bpe import TOKENIZER_CONFIG_FILE, BPETokenizer, cleans_up_spaces
+from biotf.tokenizers.hf import esm_vocabulary_tokenizer
 from biotf.untrusted import read_json_object
 
 CONFIG_FILE = "config.json"
@@ -34,6 +39,10 @@ SENTENCEPIECE_FILE = "tokenizer.model"
 # What AutoTokenizer builds a tokenizer from, besides tokenizer.json.
 VOCABULARY_FILES = ("vocab.txt", "vocab.json", SENTENCEPIECE_FILE)
 SENTENCEPIECE_PACKAGES = {"sentencepiece": "sentencepiece", "google.protobuf": "protobuf"}
+MODEL_CARD_FILE = "README.md"
+MODEL_CARD_LIMIT = 1_000_000  # characters of a model card read: the usage examples come early
+# A model card's `re.sub(r"[UZOB]", "X", sequence)`, any order of the four letters.
+RARE_TO_X = re.compile(r"""re\.sub\(\s*r?["']\[([UZOB]{4})\]\+?["']\s*,\s*["']X["']""")
 
 
 def read_hf_tokenizer(directory: str | Path) -> BPETokenizer:
@@ -54,14 +63,30 @@ def read_hf_tokenizer(directory: str | Path) -> BPETokenizer:
                                  f"`pip install {' '.join(missing)}`, or put the checkpoint's {TOKENIZER_FILE} "
                                  "beside it")
     reference = _auto_tokenizer(directory)
-    return from_transformers(reference)
+    return from_transformers(reference, **model_card_convention(directory))
 
 
-def from_transformers(reference) -> BPETokenizer:
+def model_card_convention(directory: Path) -> dict[str, str]:
+    """The input convention the checkpoint's model card (README.md, which a hub download holds) gives its users:
+    `rare_residues="to_x"` where it maps U, Z, O and B to X before tokenizing (ProtBert's and ProtT5's
+    `re.sub(r"[UZOB]", "X", sequence)`); {} otherwise."""
+    card = directory / MODEL_CARD_FILE
+    if not card.is_file():
+        return {}
+    with open(card, encoding="utf-8", errors="replace") as handle:
+        text = handle.read(MODEL_CARD_LIMIT)
+    found = RARE_TO_X.search(text)
+    return {"rare_residues": "to_x"} if found and set(found.group(1)) == set("UZOB") else {}
+
+
+def from_transformers(reference, **convention: str) -> BPETokenizer:
     """A `BPETokenizer` over a copy of the pipeline of a `transformers` tokenizer (a `TokenizersBackend`), with the
-    roles of its special tokens and its decoding clean-up."""
+    roles of its special tokens and its decoding clean-up; `convention`: how plain text is typed for it
+    (`biotf.tokenizers.spacing`)."""
     from tokenizers import Tokenizer as HFTokenizer
 
+    if type(reference).__name__ == "EsmTokenizer":  # a Python tokenizer: its pipeline, run on `tokenizers`
+        reference = esm_vocabulary_tokenizer(reference)
     backend = getattr(reference, "backend_tokenizer", None)
     if backend is None:
         raise InputError(f"{reference.name_or_path}: transformers reads it with {type(reference).__name__}, which has "
@@ -76,7 +101,7 @@ def from_transformers(reference) -> BPETokenizer:
     # through the registry: bpe.py imports this module for the decoding clean-up
     return BPETokenizer(copy, special_tokens=special_token_roles(reference),
                                   chat_template=reference.chat_template,
-                                  clean_up_tokenization_spaces=cleans_up_spaces(copy, flags))
+                                  clean_up_tokenization_spaces=cleans_up_spaces(copy, flags), **convention)
 
 
 def special_token_roles(reference) -> dict[str, str]:

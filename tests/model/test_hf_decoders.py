@@ -4,6 +4,7 @@ batches, greedy generation) and writes checkpoints transformers loads. One table
 from __future__ import annotations
 
 import json
+import zipfile
 from typing import Any, NamedTuple
 
 import pytest
@@ -104,12 +105,15 @@ def test_logits_loss_and_every_hidden_state_match_from_object_and_directory(case
             assert max_diff(mine, reference) <= TOLERANCE
 
 
-def test_a_directory_with_only_pytorch_model_bin_loads_as_transformers_loads_it(case, tmp_path):
-    """The older hub layout: config.json and a pickled state dict (read with `torch.load(weights_only=True)`), the
-    logits and every hidden state those of the model `transformers` loads from the same directory."""
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy-pickle"])
+def test_a_directory_with_only_pytorch_model_bin_loads_as_transformers_loads_it(case, tmp_path, zip_format):
+    """The older hub layout: config.json and a pickled state dict (read with `torch.load(weights_only=True)`), in
+    torch's zip format or the bare pickle of torch before 1.6; the logits and every hidden state those of the model
+    `transformers` loads from the same directory."""
     hf = random_model(case, seed=3)
     hf.config.save_pretrained(tmp_path)
-    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=zip_format)
+    assert zipfile.is_zipfile(tmp_path / "pytorch_model.bin") == zip_format
     assert sorted(path.name for path in tmp_path.iterdir()) == ["config.json", "pytorch_model.bin"]
     reference = getattr(transformers, case.model_class).from_pretrained(tmp_path).eval()
     ids = torch.randint(0, VOCAB, (2, 13), generator=torch.Generator().manual_seed(4))

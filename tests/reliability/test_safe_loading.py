@@ -36,10 +36,11 @@ class Payload:
         return Path.touch, (self.marker,)
 
 
-def malicious_file(path: Path, marker: Path, wrap=lambda payload: payload) -> Path:
-    """A torch.save file whose unpickling creates `marker`; checked live, then the marker removed."""
+def malicious_file(path: Path, marker: Path, wrap=lambda payload: payload, zip_format: bool = True) -> Path:
+    """A torch.save file (zip, or torch's legacy bare pickle) whose unpickling creates `marker`; checked live, then
+    the marker removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(wrap(Payload(marker)), path)
+    torch.save(wrap(Payload(marker)), path, _use_new_zipfile_serialization=zip_format)
     torch.load(path, weights_only=False)  # the unsafe way really executes it
     assert marker.exists()
     marker.unlink()
@@ -69,9 +70,11 @@ def test_load_pretrained_refuses_code_in_a_checkpoint(tmp_path, layout):
     assert not marker.exists()
 
 
-def test_hugging_face_pytorch_model_bin_refused(tmp_path):
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy-pickle"])
+def test_hugging_face_pytorch_model_bin_refused(tmp_path, zip_format):
     marker = tmp_path / "executed"
-    malicious_file(tmp_path / "hf" / "pytorch_model.bin", marker, lambda p: {"model.embed_tokens.weight": p})
+    malicious_file(tmp_path / "hf" / "pytorch_model.bin", marker, lambda p: {"model.embed_tokens.weight": p},
+                   zip_format)
     with pytest.raises(CheckpointError, match="pytorch_model.bin as plain tensors") as refused:
         read_weights(tmp_path / "hf")
     assert not marker.exists()

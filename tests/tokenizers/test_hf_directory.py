@@ -12,6 +12,7 @@ from hf_tokenizer_dirs import overlapping_kmers, with_fixed_padding_and_truncati
 
 from biotf.errors import InputError
 from biotf.tokenizers import BPETokenizer, PolicyStats, load_tokenizer
+from biotf.tokenizers.loading import with_options
 from biotf.tokenizers.hf_directory import read_hf_tokenizer
 
 
@@ -124,7 +125,8 @@ def test_special_token_roles(kind, roles, directories):
 
 def test_unknown_words_are_counted_never_silent(directories, dna, proteins):
     """DNABERT reads space-separated 6-mers: a k-mer holding N is [UNK], and so is a whole unspaced sequence (one
-    WordPiece word): transformers' ids, and biotf counts every one."""
+    WordPiece word) where the text is read as given (`spacing=none`): transformers' ids, and biotf counts every
+    one."""
     from transformers import AutoTokenizer
 
     dnabert = read_hf_tokenizer(directories["dnabert"])
@@ -133,7 +135,7 @@ def test_unknown_words_are_counted_never_silent(directories, dna, proteins):
     ids = dnabert.encode_batch(kmers, stats=stats)
     expected = sum(int(np.count_nonzero(i == dnabert.unk_id)) for i in ids)
     assert stats["unknown_to_unk"] == expected > 0  # uci_splice holds N, D, R, S
-    protbert, stats = read_hf_tokenizer(directories["protbert"]), PolicyStats()
+    protbert, stats = with_options(read_hf_tokenizer(directories["protbert"]), {"spacing": "none"}), PolicyStats()
     assert protbert.encode(proteins[0], stats=stats) == AutoTokenizer.from_pretrained(directories["protbert"])(
         proteins[0])["input_ids"] == [protbert.cls_id, protbert.unk_id, protbert.eos_id]
     assert stats == {"unknown_to_unk": 1}

@@ -247,7 +247,8 @@ def test_with_options_changes_only_policies_even_when_the_vocabulary_stays():
     with pytest.raises(ConfigError, match=r"tokenizer.min_frequency=2: not a policy.*allowed: unknown, whitespace"):
         with_options(SmilesTokenizer(), {"min_frequency": 2})
     qwen_like = BPETokenizer.train_from_texts(["ACGT ACGT"] * 20, vocab_size=270)
-    with pytest.raises(ConfigError, match=r"not a policy of the byte-level BPE tokenizer.*allowed: none"):
+    with pytest.raises(ConfigError, match=r"not a policy of the byte-level BPE tokenizer.*"
+                                          r"allowed: spacing, rare_residues"):
         with_options(qwen_like, {"vocab_size": 300})
     lenient = with_options(SmilesTokenizer(), {"unknown": "to_unk"})
     assert lenient.get_vocab() == SmilesTokenizer().get_vocab() and lenient.unknown == "to_unk"

@@ -14,8 +14,9 @@ Families (one module per recipe, registered in `families.FAMILIES` by config.jso
 Other model types are refused with a `CheckpointError`; a model with a convolutional stem (`stem: conv`) is refused
 for writing with a `ConfigError` naming model.stem (no family has one). A model is read from a `transformers` model object or from a
 directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json, or a
-pytorch_model.bin read with `torch.load(weights_only=True)`): `weights`. The tests compare logits with `transformers`
-for each family.
+pytorch_model.bin read with `torch.load(weights_only=True)`): `weights`; or from a fair-esm `.pt` file, read as the
+ESM family (`fair_esm`). The tests compare logits with `transformers` (fair-esm's files: with fair-esm) for each
+family.
 """
 
 from biotf.model.hf.convert import Materialise, check_hf_writable, hf_model_config, load_hf, save_hf

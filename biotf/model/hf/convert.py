@@ -14,6 +14,7 @@ from torch import nn
 
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.config import TransformerConfig
+from biotf.model.hf.fair_esm import FAIR_ESM_SUFFIX, is_fair_esm_file, read_fair_esm
 from biotf.model.hf.families import FAMILIES, WRITABLE_FAMILIES
 from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
                                    read_weights)
@@ -30,17 +31,22 @@ Materialise = Callable[[nn.Module, str, torch.Tensor, torch.dtype], torch.Tensor
 def load_hf(model_class: type[Model], model_or_directory: Any, dtype: torch.dtype = torch.float32,
             materialise: Materialise | None = None) -> Model:
     """A `model_class` (biotf's Transformer) with the weights of a HF model object or model directory (see
-    `biotf.model.hf`). Each parameter is `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one
-    at a time: a conversion that copies (a wider dtype, another memory layout) then holds one extra tensor at most."""
-    if isinstance(model_or_directory, (str, PathLike)):
+    `biotf.model.hf`), or of a fair-esm `.pt` file (`fair_esm`, read as the ESM family). Each parameter is
+    `materialise(model, name, source, dtype)` (default `source.to(dtype)`), one at a time: a conversion that copies
+    (a wider dtype, another memory layout) then holds one extra tensor at most."""
+    shared = False  # whether the tensors are a live model's, which the loaded model must not share
+    if isinstance(model_or_directory, (str, PathLike)) and is_fair_esm_file(model_or_directory):
+        hf_config, weights = read_fair_esm(model_or_directory)
+        directory = None
+    elif isinstance(model_or_directory, (str, PathLike)):
         directory = Path(model_or_directory)
         if not directory.is_dir():
-            raise CheckpointError(f"{directory} is not a directory")
+            raise CheckpointError(f"{directory} is not a directory (nor a fair-esm {FAIR_ESM_SUFFIX} file)")
         hf_config = read_hf_config(directory)
         weights = None
     elif hasattr(model_or_directory, "config") and hasattr(model_or_directory, "state_dict"):
         hf_config, weights = hf_object_config_and_weights(model_or_directory)
-        directory = None
+        directory, shared = None, True
     else:
         raise CheckpointError(f"from_hf needs a transformers model or a directory, got "
                               f"{type(model_or_directory).__name__}")
@@ -69,7 +75,7 @@ def load_hf(model_class: type[Model], model_or_directory: Any, dtype: torch.dtyp
             tensor = source.to(dtype=expected[name].dtype)
         else:
             tensor = source.to(dtype=dtype) if materialise is None else materialise(model, name, source, dtype)
-        state[name] = tensor.clone() if directory is None and tensor is source else tensor
+        state[name] = tensor.clone() if shared and tensor is source else tensor
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 

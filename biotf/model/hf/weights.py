@@ -1,5 +1,7 @@
 """Reading a Hugging Face checkpoint: config.json and the weights (safetensors, sharded or not, read lazily; or a
-pytorch_model.bin read with `torch.load(weights_only=True)`, which unpickles tensors only, never code).
+pytorch_model.bin read with `torch.load(weights_only=True)`, which unpickles tensors only, never code). A .bin in
+torch's zip format (torch >= 1.6) is memory-mapped; one in the legacy format before it (a bare pickle, as
+`rxnfp`'s BERT ships) cannot be, and is read whole, through the same restricted unpickler.
 
 Rotary inverse frequencies are taken from the checkpoint when it stores them, under any of the names
 transformers has written: one shared `...rotary_embeddings.inv_freq` / `model.rotary_emb.inv_freq`, one per layer
@@ -11,6 +13,7 @@ them from rope_theta moves ESM-2 8M's logits by up to 0.1. Without a stored tens
 from __future__ import annotations
 
 import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -74,7 +77,8 @@ class SafetensorsWeights(Mapping[str, torch.Tensor]):
 
 def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
     """All tensors of model.safetensors, or of the shards listed by model.safetensors.index.json (lazily), or
-    of pytorch_model.bin (memory-mapped; `weights_only=True` refuses anything but tensors and plain values)."""
+    of pytorch_model.bin (memory-mapped unless in torch's legacy format; `weights_only=True` refuses anything but
+    tensors and plain values)."""
     def names(file: Path) -> list[str]:
         with open_safetensors(file) as handle:
             return list(handle.keys())
@@ -97,8 +101,9 @@ def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[s
                                   f"{missing[:5]}")
         return SafetensorsWeights(files, dtype)
     if (directory / PICKLE_WEIGHTS_FILE).is_file():
-        weights = load_tensors(directory / PICKLE_WEIGHTS_FILE, "weights", map_location="cpu", mmap=True)
-        check_finite(weights.items() if isinstance(weights, dict) else (), directory / PICKLE_WEIGHTS_FILE)
+        file = directory / PICKLE_WEIGHTS_FILE
+        weights = load_tensors(file, "weights", map_location="cpu", mmap=zipfile.is_zipfile(file))
+        check_finite(weights.items() if isinstance(weights, dict) else (), file)
         return weights
     found = sorted(p.name for p in directory.iterdir())
     raise CheckpointError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE}, nor a {PICKLE_WEIGHTS_FILE} "
