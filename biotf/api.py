@@ -37,7 +37,7 @@ from biotf.io.readers import Record
 from biotf.data.packing import check_packable
 from biotf.errors import CheckpointError, ConfigError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
-from biotf.export.sentence_transformers import embed_defaults, transformer_directory
+from biotf.export.sentence_transformers import check_pooling_width, embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
@@ -144,6 +144,7 @@ class Model(LoadedModel):
                 generation = GenerationDefaults.from_hf(read_generation_config(path, hf_config), tokenizer)
         else:
             network, tokenizer = loader.load(path)
+        check_pooling_width(Path(source), network.config.d_model)  # a sentence-transformers directory's Pooling
         if loader.load is not load_hf_directory and network.config.causal:  # biotf's own runs store no settings
             generation = GenerationDefaults.for_run(tokenizer)
         network = network.to(device=device, dtype=torch_dtype).eval()
