@@ -130,3 +130,19 @@ def test_a_missing_device_is_one_line_from_every_command(capsys, tmp_path, model
         assert main([*argv, "--device", device]) == 2, name
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"invalid --device={device!r}" in err and "(allowed: cpu" in err, (name, err)
+
+
+def test_the_devices_of_a_machine_with_two_gpus(monkeypatch):
+    """What a CUDA machine allows (its GPUs pretended here: the check reads torch's counts, nothing runs on them)."""
+    from biotf.devices import available_devices, check_device
+    from biotf.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert available_devices() == ["cpu", "cuda", "cuda:0", "cuda:1"]
+    for device in ("cuda", "cuda:1", torch.device("cuda", 0), "cpu"):
+        assert check_device("--device", device) == device
+    with pytest.raises(ConfigError, match=r"invalid --device='cuda:2': this machine has no such device \(allowed: "
+                                          r"cpu \| cuda \| cuda:0 \| cuda:1\)"):
+        check_device("--device", "cuda:2")
