@@ -1,11 +1,11 @@
 """biotf: pluggable tokenizers feeding one configurable transformer for biological and text sequences."""
 
-from biotf.errors import BiotfError, CheckpointError, ConfigError, InputError, TokenizationError
+from biotf.errors import ArgumentError, BiotfError, CheckpointError, ConfigError, InputError, TokenizationError
 
 __version__ = "0.1.0"
 
-__all__ = ["BiotfError", "CheckpointError", "ConfigError", "InputError", "Model", "TokenizationError", "__version__",
-           "load_pretrained"]
+__all__ = ["ArgumentError", "BiotfError", "CheckpointError", "ConfigError", "InputError", "Model", "TokenizationError",
+           "__version__", "load_pretrained"]
 
 
 def __getattr__(name: str):

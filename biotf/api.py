@@ -11,6 +11,7 @@
     model.save("exported/")                                     # what `biotf export-model` writes
     fast = biotf.Model.load("exported/", precision="auto")     # bf16 / int8 where the CPU has them, gated vs fp32
 
+Every method checks its arguments first (`biotf.api_arguments`): a bad one is one `ArgumentError` naming it.
 Each job runs the same code as its command (`biotf embed`, `score`, `contacts`, `generate`, `predict`,
 `export-model`) on sequences in memory, and returns arrays or data frames where the command writes a file: the same
 tokenizer policies, windows, batches and checks, so a vector or a score equals the command's to the last bit. Sources
@@ -35,9 +36,10 @@ from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
 from biotf.checkpoint.task_model import load_task_model
 from biotf.io.readers import Record
 from biotf.data.packing import check_packable
-from biotf.errors import CheckpointError, ConfigError, check_choice, check_int
+from biotf.api_arguments import checked_arguments
+from biotf.errors import ArgumentError, CheckpointError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
-from biotf.export.sentence_transformers import embed_defaults, transformer_directory
+from biotf.export.sentence_transformers import check_pooling_width, embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
 from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
@@ -69,20 +71,14 @@ def _generates(directory: Path, config: Mapping[str, Any]) -> bool:
 
 
 def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | None = None) -> list[Record]:
-    """Records of `sequences` (one string, strings or `Record`s), ids from `ids` or else their 0-based numbers, as
-    the readers number a file's records without an id column."""
-    items = [sequences] if isinstance(sequences, str) else list(sequences)
+    """Records of `sequences` (one string, strings or `Record`s, as `checked_arguments` let through), ids from `ids`
+    or else their 0-based numbers, as the readers number a file's records without an id column."""
+    items = [sequences] if isinstance(sequences, str) else list(sequences)  # checked: `checked_arguments`
     if ids is not None and len(ids) != len(items):
-        raise ConfigError("ids", f"{len(ids)} ids", allowed=f"one id per sequence ({len(items)})")
-    records = []
-    for index, item in enumerate(items):
-        if isinstance(item, Record):
-            records.append(item)
-        elif isinstance(item, str):
-            records.append(Record(str(index) if ids is None else str(ids[index]), item, {}, index))
-        else:
-            raise ConfigError("sequences", type(item).__name__, allowed="str or biotf.io.readers.Record items")
-    return records
+        raise ArgumentError("ids", f"{len(ids)} ids", allowed=f"one id per sequence ({len(items)})")
+    return [item if isinstance(item, Record) else
+            Record(str(index) if ids is None else str(ids[index]), item, {}, index)
+            for index, item in enumerate(items)]
 
 
 def _calibration(network: torch.nn.Module, tokenizer: Tokenizer) -> Calibration:
@@ -113,6 +109,7 @@ class Model(LoadedModel):
 
     # --- loading and saving -------------------------------------------------------------------------------
     @classmethod
+    @checked_arguments
     def load(cls, source: str | Path, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
              tokenizer_options: Mapping[str, Any] | None = None, for_generation: bool = False,
              precision: str = "fp32") -> Model:
@@ -144,6 +141,7 @@ class Model(LoadedModel):
                 generation = GenerationDefaults.from_hf(read_generation_config(path, hf_config), tokenizer)
         else:
             network, tokenizer = loader.load(path)
+        check_pooling_width(Path(source), network.config.d_model)  # a sentence-transformers directory's Pooling
         if loader.load is not load_hf_directory and network.config.causal:  # biotf's own runs store no settings
             generation = GenerationDefaults.for_run(tokenizer)
         network = network.to(device=device, dtype=torch_dtype).eval()
@@ -155,6 +153,7 @@ class Model(LoadedModel):
         return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
                    generation, chosen)
 
+    @checked_arguments
     def save(self, directory: str | Path, hf: str | None = None) -> Path:
         """Write the model into a new `directory`: a biotf export (config.json, model.safetensors, tokenizer.json;
         what `Model.load` and `biotf.load_pretrained` read), or with `hf` a Hugging Face checkpoint of that family
@@ -182,6 +181,7 @@ class Model(LoadedModel):
         return self._decoder, self.generation
 
     # --- the jobs -----------------------------------------------------------------------------------------
+    @checked_arguments
     def embed(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
               pool: str | None = None, layer: int | str = -1, batch_tokens: int = 16384,
               max_length: int | None = None, long: str | None = None, overlap: int | None = None, packing: bool = False,
@@ -204,6 +204,7 @@ class Model(LoadedModel):
         width = (self.network.config.d_model,) if single else (len(embedder.layers), self.network.config.d_model)
         return np.stack(vectors) if vectors else np.zeros((0, *width), np.float32)
 
+    @checked_arguments
     def score(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
               method: str = "auto", batch_tokens: int = 16384, max_length: int | None = None,
               overlap: int | None = None, packing: bool = False,
@@ -218,6 +219,7 @@ class Model(LoadedModel):
         rows = sequence_rows(scorer, method, as_records(sequences, ids), summary)
         return _frame(rows, ("id", "sequence", "method", "log_likelihood"))
 
+    @checked_arguments
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
                 batch_size: int = 32, packing: bool = False, max_length: int | None = None,
                 summary: PredictionSummary | None = None) -> pandas.DataFrame:
@@ -234,6 +236,7 @@ class Model(LoadedModel):
                                batch_size, packing, max_length=max_length)
         return _frame([dict(zip(header, row)) for row in rows], header)
 
+    @checked_arguments
     def contacts(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
                  batch_pairs: int = ContactOptions.batch_pairs, max_length: int | None = None,
                  summary: ContactStats | None = None) -> list[np.ndarray]:
@@ -248,6 +251,7 @@ class Model(LoadedModel):
         pad_id = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
         return [probabilities for _, probabilities in contact_maps(self.network, found, pad_id, options, summary)]
 
+    @checked_arguments
     def generate(self, prompts: str | Sequence[str], *, max_new_tokens: int | None = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                  repetition_penalty: float | None = None, seed: int | None = None, chat: bool = False,

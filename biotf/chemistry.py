@@ -47,13 +47,20 @@ def molecules(smiles: Sequence[str], ids: Sequence[str], invalid: str = "error",
     `invalid` (`INVALID_SMILES`), the caller's setting `key` (a config key, or a command's flag such as
     `--invalid-smiles`): "error" refuses the first unparsable one in one line naming its record and the setting
     that leaves such records out; "skip" leaves them to the caller to leave out and count (MoleculeNet's BBBP has
-    11 of 2,050)."""
+    11 of 2,050), and refuses, saying so, SMILES of which RDKit parses none: whatever the caller would report next
+    ("found 0 classes", "only 0 groups") would hide that every record was left out."""
     check_choice(key, invalid, INVALID_SMILES)
+    skip = f"{key} skip" if key.startswith("--") else f"{key}=skip"
     if invalid == "error":
-        skip = f"{key} skip" if key.startswith("--") else f"{key}=skip"
         return [molecule(s, record, skip) for s, record in zip(smiles, ids)], []
     parsed = [parse(s) for s in smiles]
-    return parsed, [position for position, mol in enumerate(parsed) if mol is None]
+    unparsable = [position for position, mol in enumerate(parsed) if mol is None]
+    if parsed and len(unparsable) == len(parsed):
+        first = list(ids[:3])
+        raise InputError(f"RDKit parses none of the {len(parsed):,} SMILES (records {', '.join(map(repr, first))}"
+                         f"{', ...' if len(parsed) > 3 else ''}): {skip} would leave every record out; are they "
+                         "SMILES?")
+    return parsed, unparsable
 
 
 def parse(smiles: str):

@@ -2,6 +2,8 @@
 
 Subcommands live in `biotf/commands/<name>.py`, each defining `add_parser(subparsers)` which
 registers its parser with `set_defaults(run=<function taking the parsed args>)`.
+Every `--device` is checked here (`biotf.devices`), and what a command says on stderr cannot fail it
+(`biotf.progress.messages_to_stderr`).
 A `BiotfError` is printed as one line on stderr with exit status 2, never a traceback; so is a write the system
 refused (a full disk, a read-only file system, no permission: `biotf.errors.disk_error`). A `BiotfWarning` is one
 line too, `biotf <command>: warning: ...`, and the work goes on.
@@ -14,7 +16,9 @@ import importlib
 import sys
 import warnings
 
+from biotf.devices import check_device
 from biotf.errors import BiotfError, BiotfWarning, user_error
+from biotf.progress import messages_to_stderr
 
 # Order is the order of `biotf --help`.
 COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
@@ -42,6 +46,11 @@ def _one_line_warnings(command: str, show_other):
 
 
 def main(argv: list[str] | None = None) -> int:
+    with messages_to_stderr():  # what a command says on stderr never fails it, nor goes to stdout
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -53,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            if getattr(args, "device", None) is not None:  # every command's --device, before any model is read
+                check_device("--device", args.device)
             result = args.run(args)
     except (BiotfError, OSError) as caught:
         error = user_error(caught)

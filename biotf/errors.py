@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
+import reprlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from numbers import Integral, Real
@@ -48,6 +50,16 @@ class ConfigError(BiotfError, ValueError):
         super().__init__(message)
 
 
+class ArgumentError(ConfigError):
+    """A bad argument of a Python call (`biotf.Model`'s methods), named as the caller wrote it: `invalid argument
+    seed=-1 (allowed: an integer from 0 to ...)`, `invalid argument sequences[2]='': an empty sequence ...`."""
+
+    def __init__(self, key: str, value: object, allowed: str | None = None, reason: str | None = None):
+        super().__init__(key, value, allowed, reason)
+        message = f"invalid argument {key}={reprlib.repr(value)}"  # a list of a million sequences stays one line
+        self.args = (message + (f": {reason}" if reason else "") + (f" (allowed: {allowed})" if allowed else ""),)
+
+
 def check_choice(key: str, value: object, allowed: Iterable[str]) -> None:
     """ConfigError unless `value` is one of `allowed` (listed in order, `a | b | c`)."""
     allowed = tuple(allowed)
@@ -55,12 +67,16 @@ def check_choice(key: str, value: object, allowed: Iterable[str]) -> None:
         raise ConfigError(key, value, " | ".join(allowed))
 
 
-def check_int(key: str, value: object, minimum: int = 1, optional: bool = False) -> None:
-    """ConfigError unless `value` is an integer (numpy's too; a bool is not) >= `minimum`, or None where `optional`."""
+def check_int(key: str, value: object, minimum: int = 1, optional: bool = False,
+              maximum: int | None = None) -> None:
+    """ConfigError unless `value` is an integer (numpy's too; a bool is not) >= `minimum` (and <= `maximum`), or None
+    where `optional`."""
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ConfigError(key, value, f"an integer >= {minimum}" + (", or null" if optional else ""))
+    if (isinstance(value, bool) or not isinstance(value, Integral) or value < minimum
+            or (maximum is not None and value > maximum)):
+        bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        raise ConfigError(key, value, f"an integer {bounds}" + (", or null" if optional else ""))
 
 
 def check_number(key: str, value: object, allowed: str, minimum: float = -math.inf, maximum: float = math.inf,
@@ -114,14 +130,28 @@ class DiskError(BiotfError):
         self.errno = errno_
         super().__init__(message)
 
+    def naming(self, target: str | Path) -> DiskError:
+        """The same refusal naming `target` instead: the directory the user asked for, of a file of its staging."""
+        cause, fix = DISK_CAUSES[self.errno]
+        return DiskError(f"cannot write {target}: {cause} ({fix})", self.errno)
+
+
+# How Rust's std::io::Error ends its message ("I/O error: No space left on device (os error 28)"): the errno of a
+# write that a Rust-backed library (safetensors' `save_file`) reports as its own exception type.
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
 
 def _refused_write(error: BaseException) -> OSError | None:
     """The OSError of a full, read-only or forbidden place that is `error` or that it was raised from or while
-    handling: torch's zip writer, cleaning up after the OSError of a full disk, raises "unexpected pos" over it."""
+    handling: torch's zip writer, cleaning up after the OSError of a full disk, raises "unexpected pos" over it; a
+    Rust-backed library's error (safetensors' `SafetensorError`) carries it as Rust's "(os error N)"."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, OSError) and error.errno in DISK_CAUSES:
             return error
+        rust = None if isinstance(error, OSError) else RUST_OS_ERROR.search(str(error))
+        if rust is not None and int(rust.group(1)) in DISK_CAUSES:
+            return OSError(int(rust.group(1)), os.strerror(int(rust.group(1))))
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None

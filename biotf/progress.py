@@ -9,6 +9,12 @@ A single long record reports its own progress through `detail` (windows of its b
 layers one forward has passed, and the query rows of a layer whose attention runs in chunks), so a one-pass record
 of 150 kb says something every interval too. Nothing goes to stdout, which may be a command's data. Training's
 plain lines (`biotf.training.progress`) share the interval and the number and duration forms.
+
+Every entry point runs its job under `messages_to_stderr()`: what it says on stderr (progress, summaries, warnings)
+can never fail the job, nor land in its data. A closed stderr (`2>&-`, where Python's `print(file=sys.stderr)`
+would write to stdout) becomes /dev/null, on file descriptor 2 too, so no file the job opens takes that number; a
+stderr that refuses a write (a reader gone: broken pipe; `/dev/full`) is given up at the first refusal, and the job
+goes on to write its outputs.
 """
 
 from __future__ import annotations
@@ -39,6 +45,68 @@ def line_seconds() -> float:
     if not seconds >= 0:
         raise ConfigError(SECONDS_VARIABLE, text, allowed="a number of seconds >= 0")
     return seconds
+
+
+class _Messages:
+    """sys.stderr while a job runs: `stream`'s writes, where the first one that the system refuses (OSError) silences
+    the stream for good, and, where it is file descriptor 2, points that at /dev/null, so that what it still holds
+    (and Python's flush at exit) goes nowhere instead of failing again."""
+
+    def __init__(self, stream: TextIO):
+        self._stream, self._silent = stream, False
+
+    def _give_up(self) -> None:
+        self._silent = True
+        try:
+            if self._stream.fileno() == 2:
+                _devnull_onto(2)
+        except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): nothing to repoint
+            pass
+
+    def write(self, text: str) -> int:
+        if not self._silent:
+            try:
+                return self._stream.write(text)
+            except OSError:
+                self._give_up()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._silent:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._give_up()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...: the stream's own
+        return getattr(self._stream, name)
+
+
+def _devnull_onto(descriptor: int) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != descriptor:
+        os.dup2(null, descriptor)
+        os.close(null)
+
+
+@contextmanager
+def messages_to_stderr() -> Iterator[None]:
+    """Run a job with `sys.stderr` that cannot fail it (module docstring), and restore it after."""
+    before = sys.stderr
+    stream = before
+    if stream is None:  # Python found file descriptor 2 closed at start
+        try:
+            os.fstat(2)
+        except OSError:
+            _devnull_onto(2)
+        stream = open(os.devnull, "w", encoding="utf-8")
+    sys.stderr = _Messages(stream)
+    try:
+        yield
+    finally:
+        sys.stderr = before
+        if stream is not before:
+            stream.close()
 
 
 def number(value: float) -> str:

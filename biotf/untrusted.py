@@ -13,6 +13,8 @@ they hold, the result is either plain values of the expected shape or one line n
   error class given (CheckpointError by default) naming it, not safetensors' own `SafetensorError`.
 - `check_finite(tensors, source)`: refuses weights holding a NaN or an infinity, naming the file and the first such
   tensor: a model built from them computes NaN everywhere, and generation would "succeed" with empty samples.
+- `contained(directory, name, source, what)`: the file a manifest (modules.json, a search index's index.json, a
+  weights index) names inside its directory, refused where the name leaves it (absolute, or through `..`).
 - `file_crc32(path)`: the CRC-32 of a file's bytes, which writers record so that damaged bytes are refused on read.
 """
 
@@ -40,9 +42,25 @@ def json_kind(value: Any) -> str:
     return JSON_KINDS.get(type(value), type(value).__name__)
 
 
-def _expected(types: type | tuple[type, ...]) -> str:
-    names = dict.fromkeys(JSON_KINDS.get(t, t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
+def _expected(types: tuple[type, ...]) -> str:
+    """The JSON names of `types`; int alone (no float) is "an integer", as a count or a size must be."""
+    names = dict.fromkeys("an integer" if t is int and float not in types else JSON_KINDS.get(t, t.__name__)
+                          for t in types)
     return " or ".join(names)
+
+
+def wrong_types(data: Mapping[str, Any], types: Mapping[str, type | tuple[type, ...]]) -> str | None:
+    """Why the first field of `data` named in `types` does not hold one of its Python type(s) (int excludes bool; a
+    field that may be null lists `type(None)`), or None when all do."""
+    for key, allowed in types.items():
+        if key in data:
+            value = data[key]
+            allowed = allowed if isinstance(allowed, tuple) else (allowed,)
+            if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+                if isinstance(value, float) and int in allowed:  # 32.5, or 32.0: a count is written as an integer
+                    return f"'{key}' is {value!r}, expected {_expected(allowed)}"
+                return f"'{key}' is {json_kind(value)}, expected {_expected(allowed)}"
+    return None
 
 
 def parse_json_object(text: str, source: str, what: str, error: type[BiotfError] = InputError,
@@ -66,13 +84,20 @@ def parse_json_object(text: str, source: str, what: str, error: type[BiotfError]
     missing = [key for key in required if key not in data]
     if missing:
         raise refuse(f"no {', '.join(repr(key) for key in missing)}")
-    for key, allowed in (types or {}).items():
-        if key in data:
-            value = data[key]
-            wrong_bool = isinstance(value, bool) and bool not in (allowed if isinstance(allowed, tuple) else (allowed,))
-            if wrong_bool or not isinstance(value, allowed):
-                raise refuse(f"'{key}' is {json_kind(value)}, expected {_expected(allowed)}")
+    reason = wrong_types(data, types or {})
+    if reason is not None:
+        raise refuse(reason)
     return data
+
+
+def contained(directory: Path, name: str, source: str | Path, what: str,
+              error: type[BiotfError] = InputError) -> Path:
+    """`directory / name` for a file that the manifest `source` names as part of `directory`; `error` naming `source`
+    where `name` is absolute or climbs out through `..` (a manifest lists its own files, and reading one elsewhere
+    would read a file the user never handed biotf, its CRC-32 recorded beside it by whoever wrote the manifest)."""
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise error(f"{source}: {what} {name!r} leaves the directory {directory}; the files it lists lie inside it")
+    return directory / name
 
 
 def read_text(path: str | Path, what: str, error: type[BiotfError] = InputError) -> str:

@@ -42,8 +42,9 @@ def test_unreadable_and_non_utf8_files(tmp_path):
 @pytest.mark.parametrize("value, expected, message", [
     (None, dict, "'field' is null, expected an object"),
     ([1], dict, "'field' is an array, expected an object"),
-    (True, int, "'field' is true or false, expected a number"),  # a bool is an int to Python, not to a config
-    ("7", int, "'field' is a string, expected a number"),
+    (True, int, "'field' is true or false, expected an integer"),  # a bool is an int to Python, not to a config
+    ("7", int, "'field' is a string, expected an integer"),
+    (32.5, int, "'field' is 32.5, expected an integer"),
     (1.5, (str, type(None)), "'field' is a number, expected a string or null"),
 ])
 def test_fields_of_the_wrong_type_are_named(value, expected, message):

@@ -19,6 +19,7 @@ import torch
 
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.io.atomic import atomic_directory, atomic_write
+from biotf.io.outputs import check_new_directory
 from biotf.checkpoint.format import CHECKPOINT_KEY, FORMAT_VERSION, WEIGHTS_FILE
 from biotf.model.hf import CONFIG_FILE, check_hf_writable  # an export's config.json is named as a HF directory's
 from biotf.errors import CheckpointError
@@ -83,10 +84,7 @@ def read_payload(path: str | Path) -> dict[str, Any] | None:
 def check_export_directory(directory: str | Path) -> Path:
     """`directory` if an export may go there (it does not exist, or is an empty directory): an export never
     replaces anything, so it cannot destroy the model it came from. Commands call it before their work starts."""
-    directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise CheckpointError(f"export directory {directory} already exists and is not empty; choose a new one")
-    return directory
+    return check_new_directory(directory, "export directory")
 
 
 def save_pretrained(model: Transformer, tokenizer: Tokenizer, directory: str | Path,

@@ -38,6 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from biotf.errors import BiotfError, ConfigError, user_error
 from biotf.conventions import CONF_DIR
+from biotf.progress import messages_to_stderr
 from biotf.training.config import TrainConfig, check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
 from biotf.training.rundir import (check_resume, check_run_dir, check_writable, checkpoint_run_dir,
@@ -192,8 +193,14 @@ def main(argv: list[str] | None = None, script: str | None = None, prog: str | N
     """Run training with Hydra command-line arguments `argv` (default: sys.argv[1:]).
 
     `script` is the file Lightning re-runs for DDP worker processes (default: the current sys.argv[0]);
-    `prog` names the command in error lines (default: the script's file name).
+    `prog` names the command in error lines (default: the script's file name). What training says on stderr never
+    fails it, nor goes to stdout (`messages_to_stderr`).
     """
+    with messages_to_stderr():
+        return _main(argv, script, prog)
+
+
+def _main(argv: list[str] | None, script: str | None, prog: str | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     script = script or sys.argv[0]
     prog = prog or Path(script).name

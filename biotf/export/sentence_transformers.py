@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from biotf.errors import InputError
-from biotf.untrusted import read_json_object, read_text
+from biotf.untrusted import contained, read_json_object, read_text
 
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
@@ -73,14 +73,13 @@ def _modules(directory: Path) -> list[dict[str, str]]:
         raise InputError(f"cannot read sentence-transformers modules {path}: expected a list of modules, each with "
                          "a 'type' and a 'path'")
     for module in modules:  # biotf reads below the directory only
-        if Path(module.get("path", "")).is_absolute() or ".." in Path(module.get("path", "")).parts:
-            raise InputError(f"{path}: module path {module['path']!r} leaves the directory; a module's path is a "
-                             "subdirectory of it (or \"\")")
+        contained(directory, module.get("path", ""), path, "module path")
     return [{"type": m["type"], "path": m.get("path", "")} for m in modules]
 
 
 def _pooling_mode(path: Path) -> str:
-    config = read_json_object(path, "sentence-transformers pooling config")
+    config = read_json_object(path, "sentence-transformers pooling config",
+                              types={**dict.fromkeys(LEGACY_POOLING_FLAGS, bool), "word_embedding_dimension": int})
     mode: Any = config.get("pooling_mode")
     if mode is None:  # the older flags
         mode = [name for flag, name in LEGACY_POOLING_FLAGS.items() if config.get(flag) is True]
@@ -98,6 +97,9 @@ def _max_length(model: Path) -> int | None:
         raise InputError(f"{model / TRANSFORMER_CONFIG_FILE}: do_lower_case=true (sentence-transformers lowercases "
                          "the text before its tokenizer) is not supported; lowercase the input, or pass --pool")
     length = config.get("max_seq_length")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+        raise InputError(f"{model / TRANSFORMER_CONFIG_FILE}: max_seq_length={length!r} is not a length inputs can "
+                         "be cut to (allowed: an integer >= 1, or null for the tokenizer's model_max_length)")
     if length is None:
         length = _optional(model / TOKENIZER_CONFIG_FILE, "tokenizer config").get("model_max_length")
     if isinstance(length, bool) or not isinstance(length, (int, float)) or not 0 < length < UNSET_MAX_LENGTH:
@@ -111,6 +113,21 @@ def _refuse_default_prompt(directory: Path) -> None:
     if prompt:
         raise InputError(f"{directory / MODEL_CONFIG_FILE}: default_prompt_name={prompt!r} (a prompt put before "
                          "every text) is not supported; pass --pool to embed the texts as they are")
+
+
+def check_pooling_width(directory: Path, width: int) -> None:
+    """Refuse a sentence-transformers directory whose Pooling module says it pools vectors of another width
+    (`word_embedding_dimension`) than its Transformer's (`width`): its files do not belong together."""
+    if not (directory / MODULES_FILE).is_file():
+        return
+    for module in _modules(directory):
+        path = directory / module["path"] / POOLING_CONFIG_FILE
+        if module["type"].endswith("Pooling") and path.is_file():
+            stated = read_json_object(path, "sentence-transformers pooling config",
+                                      types={"word_embedding_dimension": int}).get("word_embedding_dimension")
+            if stated is not None and stated != width:
+                raise InputError(f"{path}: word_embedding_dimension={stated} is not the width of the model's vectors "
+                                 f"({width}); the Pooling module belongs to another model")
 
 
 def _optional(path: Path, what: str) -> dict[str, Any]:

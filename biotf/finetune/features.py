@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biotf.io.atomic import atomic_directory
+from biotf.io.atomic import atomic_directory, save_array
 from biotf.checkpoint.digest import content_crc32
 from biotf.data.collators import content_mask, pad_batch
 from biotf.errors import InputError
@@ -110,8 +110,9 @@ def cached_features(model: TaskModel, tokenizer: Tokenizer, token_ids: list[np.n
         return _load(directory), directory, True
     features = compute_features(model, tokenizer, token_ids)
     with atomic_directory(directory) as staging:
-        np.save(staging / VALUES_FILE, features.values)
-        np.save(staging / OFFSETS_FILE, features.offsets)
+        for name, array in ((VALUES_FILE, features.values), (OFFSETS_FILE, features.offsets)):
+            with open(staging / name, "wb") as handle:
+                save_array(handle, array)
         info = {"format": FORMAT, "per_token": features.per_token, "crc32": _crc(features.values)}
         (staging / INFO_FILE).write_text(json.dumps(info) + "\n", encoding="utf-8")
     return features, directory, False

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import CheckpointError, ConfigError, check_int
 from biotf.inference.fast import DecodingModel
-from biotf.inference.generation import Sampling, TextStreamer, sampling_over
+from biotf.inference.generation import MAX_SEED, Sampling, TextStreamer, sampling_over
 from biotf.inference.pretrained import GenerationDefaults, complete
 from biotf.inference.sampling import sample_sequences, write_samples
 from biotf.progress import reporting
@@ -76,11 +76,12 @@ class GenerateRequest:
     def check(self) -> None:
         """Refuse a bad count, a sampling value out of range, a flag of the other mode (prompts vs --num-samples) or
         --system without --chat, before anything is loaded."""
-        for flag, value, minimum in (("--seed", self.seed, 0), ("--batch-size", self.batch_size, 1),
-                                     ("--num-samples", self.num_samples, 1), ("--max-draws", self.max_draws, 1),
-                                     ("--max-new-tokens", self.max_new_tokens, 1)):
+        for flag, value, minimum in (("--batch-size", self.batch_size, 1), ("--num-samples", self.num_samples, 1),
+                                     ("--max-draws", self.max_draws, 1), ("--max-new-tokens", self.max_new_tokens, 1)):
             if value is not None:
                 check_int(flag, value, minimum)
+        if self.seed is not None:
+            check_int("--seed", self.seed, 0, maximum=MAX_SEED)
         self.sampling(Sampling(), 0.0)  # the flags alone: those not given take valid defaults here
         self._check_mode()
         if self.system is not None and not self.chat:

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 # or 0): a value outside is a typo, refused rather than sampled from. 0 is greedy.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
 MAX_PENALTY = 1e3  # the repetition penalty lies in [1 / MAX_PENALTY, MAX_PENALTY]
+MAX_SEED = 2**63 - 1  # a sampling seed: an integer from 0 to this (a fresh seed is drawn from that range too)
 
 # Called with (row, token id) for every token as it is produced (eos included), e.g. to stream text.
 TokenCallback = Callable[[int, int], None]
@@ -113,9 +114,10 @@ def next_token_scores(logits: torch.Tensor, tokens: torch.Tensor, sampling: Samp
 
 
 def stream_seed(seed: int | None) -> int:
-    """`seed` checked (an integer >= 0), or a fresh one for None, to be said in a summary so a run can be repeated."""
-    seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else seed
-    check_int("seed", seed, minimum=0)
+    """`seed` checked (an integer from 0 to MAX_SEED), or a fresh one for None, to be said in a summary so a run can
+    be repeated."""
+    seed = int(np.random.SeedSequence().entropy % (MAX_SEED + 1)) if seed is None else seed
+    check_int("seed", seed, minimum=0, maximum=MAX_SEED)
     return seed
 
 

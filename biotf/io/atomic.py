@@ -23,7 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from biotf.errors import InputError, disk_errors
+import numpy as np
+
+from biotf.errors import DiskError, InputError, disk_errors
 
 # Outputs the running command claimed without --overwrite: their key (`_key`) -> the one line refusing to publish
 # over a file that appeared meanwhile. Set only by `keep_existing`, for the length of its block.
@@ -115,7 +117,10 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         try:
-            yield staging
+            try:
+                yield staging
+            except DiskError as error:  # a file of the staging directory (`atomic_write` names it): the user's is
+                raise error.naming(directory) from None
             mask = _umask()
             for path in staging.rglob("*"):
                 os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
@@ -133,6 +138,20 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+class _PythonWrites:
+    """A binary file as numpy sees a file-like object that is not a real file: it writes through `write`."""
+
+    def __init__(self, handle: IO[bytes]):
+        self.write = handle.write
+
+
+def save_array(handle: IO[bytes], array: np.ndarray) -> None:
+    """`np.save(handle, array)` through Python's writes: numpy's fast path for a real file (`ndarray.tofile`) reports
+    a full disk as "N requested and M written", an OSError without the errno that says why (`disk_error` could not
+    tell it from a bug), where Python's write raises the system's own (ENOSPC)."""
+    np.save(_PythonWrites(handle), array, allow_pickle=False)
 
 
 def close_quietly(handles: Iterable[IO]) -> None:

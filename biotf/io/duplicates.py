@@ -75,8 +75,8 @@ class DuplicateCounter:
         keys = np.sort(self._keys())
         bounds = np.searchsorted(keys >> np.uint64(56), np.arange(BUCKETS + 1, dtype=np.uint64))
         for bucket in np.flatnonzero(np.diff(bounds)):
-            with open(self.spilled / f"{bucket:03d}.bin", "ab") as handle:
-                keys[bounds[bucket]:bounds[bucket + 1]].tofile(handle)
+            with open(self.spilled / f"{bucket:03d}.bin", "ab") as handle:  # not `tofile`: `save_array` says why
+                handle.write(keys[bounds[bucket]:bounds[bucket + 1]])
 
 
 def repeats(keys: np.ndarray) -> int:

@@ -8,7 +8,14 @@ evaluate --output`, `search query --output`, `tokens --output/--plot`), checked 
 - an existing output is refused unless `overwrite` (`--overwrite`); the new file still replaces it
   only when complete (temporary name, then rename), so a failed run keeps the old one;
 - a picture (`image=True`) must be named `.png` and never replaces a file that is not a PNG, even
-  with `--overwrite`.
+  with `--overwrite`;
+- a symbolic link as the output: biotf never writes through a link, it puts its new file under the name itself (the
+  rename of a finished output replaces a link, never its target). So a link to an existing file is an existing
+  output (the rule above; `--overwrite` replaces the link, its target is left as it is), and a link that resolves
+  to nothing (its target missing, or a loop of links) is refused: its owner meant something by it.
+A new output directory (`search build --output`, `export-model`, `contacts fit --output`: `check_new_directory`)
+must not exist or be an empty directory, and must not be a symbolic link at all: the finished directory is renamed
+into place, which would replace the link.
 
 For the whole run the command holds its outputs (`claim_output`): an exclusive advisory `flock` on the empty
 `.<name>.lock` beside each, so a second biotf run over the same output is refused at once in one line (or, where
@@ -74,10 +81,38 @@ def output_format(path: str | Path, allowed: Sequence[str], flag: str = "output"
     return suffix
 
 
+def _check_link(path: Path, flag: str) -> None:
+    """Refuse `path` where it is a symbolic link that resolves to nothing: a missing target, or a loop of links."""
+    if not path.is_symlink():
+        return
+    try:
+        path.resolve(strict=True)
+    except FileNotFoundError:
+        raise InputError(f"{flag} {path} is a symbolic link to {os.readlink(path)}, which does not exist; biotf never "
+                         "writes through a link: remove the link, or choose another name") from None
+    except (OSError, RuntimeError):  # ELOOP; Python < 3.13 raises RuntimeError for a loop
+        raise InputError(f"{flag} {path} is a symbolic link that never resolves (a loop of links); remove it, or "
+                         "choose another name") from None
+
+
+def check_new_directory(path: str | Path, flag: str = "--output") -> Path:
+    """`path` if a command may create its output directory there (the rule above): it does not exist, or is an empty
+    directory that is no symbolic link; else an InputError naming `flag` and the fix."""
+    path = Path(path)
+    _check_link(path, flag)
+    if path.is_symlink():
+        raise InputError(f"{flag} {path} is a symbolic link; the finished directory would replace the link: give "
+                         "the directory it points to, or a new name")
+    if _exists(path) and (not path.is_dir() or any(path.iterdir())):
+        raise InputError(f"{flag} {path} already exists and is not empty; choose a new one")
+    return path
+
+
 def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
                  image: bool = False, flag: str = "--output") -> Path:
     """`path` if the rule above lets a command write it; else an InputError naming `flag` and the fix."""
     path = Path(path)
+    _check_link(path, flag)
     if image and path.suffix.lower() != ".png":
         raise InputError(f"{flag} {path}: a map is a PNG picture, so its name must end in .png")
     for source in inputs:

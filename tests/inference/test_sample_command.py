@@ -68,7 +68,8 @@ def test_valid_only_counts_the_invalid_draws(smiles_dir, tmp_path, capsys):
     (["--num-samples", "2", "--output", "x.txt", "--chat"], "--num-samples draws from one start"),
     (["--num-samples", "2", "--output", "x.txt", "--max-draws", "9"], "only --valid-only draws more"),
     (["--num-samples", "0", "--output", "x.txt"], r"invalid --num-samples=0 \(allowed: an integer >= 1\)"),
-    (["--num-samples", "2", "--output", "x.txt", "--seed", "-1"], r"invalid --seed=-1 \(allowed: an integer >= 0"),
+    (["--num-samples", "2", "--output", "x.txt", "--seed", "-1"],
+     r"invalid --seed=-1 \(allowed: an integer from 0 to "),
     ([], "--prompt is required: give --prompt, --prompt-file, or --num-samples N --output FILE"),
 ])
 def test_refusals_are_one_line(smiles_dir, tmp_path, monkeypatch, capsys, args, message):

@@ -468,10 +468,12 @@ def edit_config(directory: Path, **changes) -> None:
     (dict(n_embd=10**9), "config.json does not describe a gpt2 model biotf can build: n_embd=1000000000 (biotf's "
                          "d_model): with d_model=1000000000 its matrix would hold 3e+18 numbers"),
     (dict(vocab_size=10**15), "vocab_size=1000000000000000 (biotf's vocab_size)"),
-    # Reported as a tokenizer error: transformers' AutoTokenizer reads config.json too, and ran first.
-    (dict(n_embd=32.5), "config.json: GPT-2 config n_embd=32.5 is not supported"),
-    (dict(n_embd=1e9), "n_embd=1000000000.0 (biotf's d_model): allowed: an integer >= 1"),
-    (dict(n_layer="2"), "n_layer='2' (biotf's n_layers): allowed: an integer >= 1"),
+    # Every family's fields are of one JSON type each (`CONFIG_FIELD_TYPES`), checked before its reader runs.
+    (dict(n_embd=32.5), "does not describe a gpt2 model biotf can build: 'n_embd' is 32.5, expected an integer"),
+    (dict(n_embd=1e9), "'n_embd' is 1000000000.0, expected an integer"),
+    (dict(n_layer="2"), "'n_layer' is a string, expected an integer"),
+    (dict(n_embd="32"), "'n_embd' is a string, expected an integer"),  # was Python's string-formatting error
+    (dict(initializer_range="0.02"), "'initializer_range' is a string, expected a number"),
 ])
 def test_a_bad_hf_config_value_is_a_config_error_naming_the_field(capsys, tmp_path, gpt2_dir, changes, fragment):
     model = copy_of(gpt2_dir, tmp_path / "model")

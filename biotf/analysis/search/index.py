@@ -39,12 +39,12 @@ import numpy as np
 
 from biotf.analysis.search import KINDS, METRICS
 from biotf.analysis.search.neighbours import exact_search, prepare
-from biotf.io.atomic import atomic_directory, atomic_write, atomic_write_text
+from biotf.io.atomic import atomic_directory, atomic_write, atomic_write_text, save_array
 from biotf.errors import ConfigError, InputError
-from biotf.io.outputs import hold
+from biotf.io.outputs import check_new_directory, hold
 from biotf.io.embeddings import EmbeddingTable, read_embeddings
 from biotf.progress import reporting
-from biotf.untrusted import file_crc32, read_json_object, read_text
+from biotf.untrusted import contained, file_crc32, read_json_object, read_text
 
 FORMAT = 1
 INDEX_FILE = "index.json"
@@ -109,7 +109,7 @@ class SearchIndex:
     def _read(cls, directory: Path, meta: dict[str, Any]) -> SearchIndex:
         crcs = meta["crc32"]
         for name in dict.fromkeys([*index_files(directory, meta), *crcs]):
-            path = directory / name
+            path = contained(directory, name, directory / INDEX_FILE, "file")
             if not path.is_file():
                 raise InputError(f"search index {directory}: {name} is missing")
             if name not in crcs:
@@ -251,7 +251,7 @@ def _write_shard(directory: Path, number: int, vectors: np.ndarray, ids: list[st
 
     def save(temporary: Path) -> None:
         with open(temporary, "wb") as handle:  # a handle: np.save would add ".npy" to the temporary's name
-            np.save(handle, vectors)
+            save_array(handle, vectors)
 
     atomic_write(directory / shard["vectors"], save)
     atomic_write_text(directory / shard["ids"], json.dumps(ids, ensure_ascii=False))
@@ -292,8 +292,7 @@ def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str]
 
 def _build(directory: Path, vectors: np.ndarray, ids: list[str], info: dict[str, Any], kind: str, metric: str,
            array: str, sources: Sequence[str], progress: bool) -> dict[str, Any]:
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise InputError(f"--output {directory} exists and is not an empty directory; choose a new directory")
+    check_new_directory(directory)
     prepared = _approx_rows(vectors, metric, ids)  # refuses zero / non-finite rows for either kind
     with atomic_directory(directory) as staging:  # a failed build (a full disk) leaves no partial index
         meta: dict[str, Any] = {"biotf_search_index": FORMAT, "kind": kind, "metric": metric,

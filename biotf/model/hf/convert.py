@@ -16,6 +16,8 @@ from biotf.errors import CheckpointError, ConfigError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.fair_esm import FAIR_ESM_SUFFIX, is_fair_esm_file, read_fair_esm
 from biotf.model.hf.families import FAMILIES, WRITABLE_FAMILIES
+from biotf.model.hf.family import CONFIG_FIELD_TYPES
+from biotf.untrusted import wrong_types
 from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
                                    read_weights)
 
@@ -89,6 +91,10 @@ def hf_model_config(directory: Path | None, hf_config: Mapping[str, Any]) -> Tra
     model_type = hf_config.get("model_type")
     if model_type not in FAMILIES:
         raise CheckpointError(f"model_type {model_type!r} is not supported (supported: {', '.join(FAMILIES)})")
+    wrong = wrong_types(hf_config, CONFIG_FIELD_TYPES)
+    if wrong is not None:
+        where = "config" if directory is None else directory / CONFIG_FILE
+        raise CheckpointError(f"{where} does not describe a {model_type} model biotf can build: {wrong}")
     try:
         return FAMILIES[model_type].config(hf_config)
     except CheckpointError as error:  # a family's refusal of a field ("GPT-2 config n_embd=32.5 is not supported")

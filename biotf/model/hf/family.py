@@ -13,6 +13,25 @@ from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 
 ConfigReader = Callable[[Mapping[str, Any]], TransformerConfig]
+
+_NULL = type(None)
+# The JSON type of every config.json field a family reads, checked for all of them before a family's reader does
+# arithmetic on one (`hf_model_config`): `n_embd: "32"` is one line naming the field, not Python's string-formatting
+# error. A size or id is an integer, a rate or epsilon a number, a switch true or false; null where a family reads
+# the field with a fallback (`hf.get(key) or ...`).
+CONFIG_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(("vocab_size", "n_embd", "n_embed", "n_head", "n_layer", "n_positions", "num_hidden_layers",
+                     "num_attention_heads", "intermediate_size", "type_vocab_size"), int),
+    **dict.fromkeys(("hidden_size", "n_inner", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                     "sliding_window", "pad_token_id", "mask_token_id"), (int, _NULL)),
+    **dict.fromkeys(("initializer_range", "rope_theta", "layer_norm_epsilon", "rms_norm_eps", "resid_pdrop",
+                     "hidden_dropout", "attention_dropout"), (int, float)),
+    **dict.fromkeys(("layer_norm_eps", "hidden_dropout_prob"), (int, float, _NULL)),
+    **dict.fromkeys(("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                     "add_cross_attention", "is_decoder", "token_dropout", "mlp_bias", "attention_bias",
+                     "use_sliding_window", "emb_layer_norm_before", "apply_residual_connection_post_layernorm"),
+                    (bool, _NULL)),
+}
 TensorMap = Callable[[Mapping[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]
 
 

@@ -22,7 +22,7 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
-from biotf.untrusted import check_finite, load_tensors, open_safetensors, read_json_object
+from biotf.untrusted import check_finite, contained, load_tensors, open_safetensors, read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -92,7 +92,7 @@ def read_weights(directory: Path, dtype: torch.dtype | None = None) -> Mapping[s
                                   "tensor names to shard file names")
         files: dict[str, Path] = {}
         for shard in sorted(set(index.get("weight_map", {}).values())):
-            if not (directory / shard).is_file():
+            if not contained(directory, shard, directory / INDEX_FILE, "shard", CheckpointError).is_file():
                 raise CheckpointError(f"{directory / INDEX_FILE} lists shard {shard}, which is missing")
             files.update(dict.fromkeys(names(directory / shard), directory / shard))
         missing = sorted(set(index.get("weight_map", {})) - set(files))
