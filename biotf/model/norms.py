@@ -15,11 +15,11 @@ if TYPE_CHECKING:  # config.py imports this registry to know the allowed `norm` 
 class LayerNorm(nn.Module):
     """Mean-and-variance normalisation with a gain, and a bias when `config.bias` (GPT-2, ESM-2 have one)."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, width: int | None = None):
         super().__init__()
         self.eps = config.norm_eps
-        self.weight = nn.Parameter(torch.ones(config.d_model))
-        self.bias = nn.Parameter(torch.zeros(config.d_model)) if config.bias else None
+        self.weight = nn.Parameter(torch.ones(width or config.d_model))
+        self.bias = nn.Parameter(torch.zeros(width or config.d_model)) if config.bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
@@ -54,10 +54,10 @@ class _RMSNormFunction(torch.autograd.Function):
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back before the gain, as HF Qwen2RMSNorm."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, width: int | None = None):
         super().__init__()
         self.eps = config.norm_eps
-        self.weight = nn.Parameter(torch.ones(config.d_model))
+        self.weight = nn.Parameter(torch.ones(width or config.d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
@@ -72,5 +72,6 @@ class RMSNorm(nn.Module):
 NORM_CLASSES: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
 
 
-def build_norm(config: TransformerConfig) -> nn.Module:
-    return NORM_CLASSES[config.norm](config)
+def build_norm(config: TransformerConfig, width: int | None = None) -> nn.Module:
+    """The config's norm over `width` features (default d_model; ALBERT's embedding norm: d_embed)."""
+    return NORM_CLASSES[config.norm](config, width)

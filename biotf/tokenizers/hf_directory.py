@@ -5,8 +5,9 @@
 - `vocab.txt` + `tokenizer_config.json` (WordPiece: BERT, `do_lower_case`, ProtBert, DNABERT) and `vocab.json` +
   `merges.txt` (byte-level BPE: GPT-2, ProtGPT2, RoBERTa, ChemBERTa), which `transformers` converts into a
   `tokenizers` pipeline without network;
-- a lone `tokenizer.model` (SentencePiece), converted the same way when `sentencepiece` and `protobuf` are installed,
-  else refused in one line naming them.
+- a lone SentencePiece model, `tokenizer.model` (Llama) or `spiece.model` (T5, ProtT5, Ankh, ALBERT), converted the
+  same way when `sentencepiece` and `protobuf` are installed (`pip install biotf[sentencepiece]`), else refused in one
+  line naming them.
 The pipeline comes from `transformers`, not from tokenizer.json alone, because a tokenizer class may rebuild parts
 of it (transformers 5's `LlamaTokenizer` builds its own Metaspace pre-tokenizer and decoder, and the post-processor
 follows `add_bos_token` / `add_eos_token`). It is copied into a `BPETokenizer` (biotf's wrapper of any
@@ -30,9 +31,9 @@ from biotf.tokenizers.bpe import TOKENIZER_CONFIG_FILE, BPETokenizer, cleans_up_
 from biotf.untrusted import read_json_object
 
 CONFIG_FILE = "config.json"
-SENTENCEPIECE_FILE = "tokenizer.model"
+SENTENCEPIECE_FILES = ("tokenizer.model", "spiece.model")  # Llama's name; T5's and ALBERT's
 # What AutoTokenizer builds a tokenizer from, besides tokenizer.json.
-VOCABULARY_FILES = ("vocab.txt", "vocab.json", SENTENCEPIECE_FILE)
+VOCABULARY_FILES = ("vocab.txt", "vocab.json", *SENTENCEPIECE_FILES)
 SENTENCEPIECE_PACKAGES = {"sentencepiece": "sentencepiece", "google.protobuf": "protobuf"}
 
 
@@ -45,12 +46,13 @@ def read_hf_tokenizer(directory: str | Path) -> BPETokenizer:
         present = [name for name in VOCABULARY_FILES if (directory / name).is_file()]
         if not present:
             raise InputError(f"{directory} has no tokenizer files: biotf reads {TOKENIZER_FILE}, vocab.txt "
-                             f"(WordPiece), vocab.json + merges.txt (byte-level BPE) or {SENTENCEPIECE_FILE}")
-        if present == [SENTENCEPIECE_FILE]:
+                             f"(WordPiece), vocab.json + merges.txt (byte-level BPE) or "
+                             f"{' / '.join(SENTENCEPIECE_FILES)} (SentencePiece)")
+        if set(present) <= set(SENTENCEPIECE_FILES):
             missing = [package for module, package in SENTENCEPIECE_PACKAGES.items()
                        if importlib.util.find_spec(module.split(".")[0]) is None]
             if missing:
-                raise InputError(f"{directory} has only {SENTENCEPIECE_FILE} (SentencePiece): converting it needs "
+                raise InputError(f"{directory} has only {present[0]} (SentencePiece): converting it needs "
                                  f"`pip install {' '.join(missing)}`, or put the checkpoint's {TOKENIZER_FILE} "
                                  "beside it")
     reference = _auto_tokenizer(directory)
