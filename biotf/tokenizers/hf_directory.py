@@ -56,7 +56,23 @@ def read_hf_tokenizer(directory: str | Path) -> BPETokenizer:
                                  f"`pip install {' '.join(missing)}`, or put the checkpoint's {TOKENIZER_FILE} "
                                  "beside it")
     reference = _auto_tokenizer(directory)
+    _refuse_special_tokens_only(directory, reference)
     return from_transformers(reference)
+
+
+def _refuse_special_tokens_only(directory: Path, reference) -> None:
+    """A tokenizer class that finds none of its vocabulary files builds a vocabulary of special tokens alone, and
+    `transformers` reads every input as `<unk>` with it: an ALBERT directory whose vocab.txt is a WordPiece one (the
+    ALBERT classes read spiece.model), as rxnmapper's. Refused, saying how the directory names its class."""
+    if len(reference) > len(set(reference.all_special_tokens)):
+        return
+    present = [name for name in VOCABULARY_FILES if (directory / name).is_file()]
+    hint = (f"; its {present[0]} is not what {type(reference).__name__} reads: name the class that reads it in "
+            f"{TOKENIZER_CONFIG_FILE} (\"tokenizer_class\": \"BertTokenizer\" for a WordPiece vocab.txt)"
+            if present else "")
+    raise InputError(f"{directory}: transformers builds {type(reference).__name__} with its {len(reference)} special "
+                     f"tokens alone (no vocabulary file it reads), which turns every input into {reference.unk_token}"
+                     f"{hint}")
 
 
 def from_transformers(reference) -> BPETokenizer:

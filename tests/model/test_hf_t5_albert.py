@@ -224,6 +224,35 @@ def test_albert_pseudo_log_likelihood_equals_the_transformers_loop(albert):
         assert abs(score.log_likelihood - expected) <= 1e-4
 
 
+def test_an_albert_directory_with_a_wordpiece_vocab_loads_once_its_tokenizer_class_is_named(tmp_path):
+    """rxnmapper's layout: an AlbertForMaskedLM beside a WordPiece vocab.txt and a tokenizer_config.json naming no
+    class. transformers then builds an AlbertTokenizer of its special tokens alone (every input one [UNK]): refused
+    in one line saying what to name; with `"tokenizer_class": "BertTokenizer"` the directory loads with
+    AutoTokenizer's ids and scores (PLL) as the transformers loop does, spaces typed between residues."""
+    import biotf
+    from biotf.errors import InputError
+    from hf_tokenizer_dirs import PROTBERT_VOCAB, write_wordpiece
+
+    torch.manual_seed(5)
+    config = transformers.AlbertConfig(vocab_size=len(PROTBERT_VOCAB), embedding_size=16, hidden_size=32,
+                                       num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                                       max_position_embeddings=64, pad_token_id=0)
+    hf = transformers.AlbertForMaskedLM(config).eval()
+    hf.save_pretrained(tmp_path)
+    write_wordpiece(tmp_path, PROTBERT_VOCAB, do_lower_case=False, model_type="albert")
+    with pytest.raises(InputError, match='special tokens alone.*"tokenizer_class": "BertTokenizer"'):
+        biotf.Model.load(tmp_path)
+    settings = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**settings, "tokenizer_class": "BertTokenizer"}))
+    model = biotf.Model.load(tmp_path)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    text = spaced(PROTEINS[1])
+    ids = reference(text, return_tensors="pt").input_ids
+    assert model.tokenizer.encode(text) == ids[0].tolist()
+    score = model.score([text], method="pll").log_likelihood[0]
+    assert abs(score - one_mask_per_forward_pll(hf, ids, reference.mask_token_id)) <= 1e-4
+
+
 @pytest.mark.parametrize("changes, key", [({"num_hidden_groups": 2}, "num_hidden_groups"),
                                           ({"inner_group_num": 2}, "inner_group_num"),
                                           ({"hidden_act": "mish"}, "hidden_act")])
