@@ -1,5 +1,6 @@
 """T5 encoders (`model_type: t5`) -> biotf: `T5EncoderModel`, and the encoder of `T5ForConditionalGeneration` /
-`T5WithLMHeadModel` / `T5Model` (ProtT5 publishes both layouts; Ankh the second). Read only.
+`T5WithLMHeadModel` / `T5Model` (ProtT5 publishes both layouts; Ankh the second). Written back as a
+`T5EncoderModel`.
 
 What a T5 encoder is in biotf's config: no position added to the embeddings but T5's learned bias of bucketed
 relative distances (`pos: t5`, bidirectional, the table transformers keeps in the first layer and shares with the
@@ -22,33 +23,25 @@ import torch
 
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
-from biotf.model.hf.encoder import Names, read
-from biotf.model.hf.family import Family, refuser
+from biotf.model.hf.encoder import Names, read, write
+from biotf.model.hf.family import Family, check_holds, refuser
 
 T5_ARCHITECTURES = ("T5EncoderModel", "T5ForConditionalGeneration", "T5WithLMHeadModel", "T5Model")
-# feed_forward_proj's activation (as transformers maps it: "gated-gelu" computes gelu_new) -> biotf's mlp, plain and
-# gated.
-T5_ACTIVATIONS = {"relu": ("relu", "reglu"), "gelu": ("gelu", "geglu"), "gelu_new": ("gelu_tanh", "geglu_tanh"),
-                  "gelu_pytorch_tanh": ("gelu_tanh", "geglu_tanh"), "silu": (None, "swiglu")}
+# feed_forward_proj -> biotf's mlp ("gated-gelu" is gelu_new's, as transformers' T5Config maps it: T5 has no gated
+# exact GELU). The first name of each mlp is the one written.
+T5_MLPS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+           "gated-relu": "reglu", "gated-gelu": "geglu_tanh", "gated-gelu_new": "geglu_tanh",
+           "gated-gelu_pytorch_tanh": "geglu_tanh", "gated-silu": "swiglu"}
+WRITTEN_MLPS = {ours: hf for hf, ours in reversed(T5_MLPS.items())}
 DEFAULT_MAX_SEQ_LEN = 512
 
 
 def t5_mlp(feed_forward_proj: Any) -> str:
     """biotf's `mlp` for T5's feed_forward_proj ("relu", "gated-gelu", ...), refused naming the field when biotf has
     no such MLP."""
-    refuse = refuser("T5")
-    if not isinstance(feed_forward_proj, str):
-        raise refuse("feed_forward_proj", feed_forward_proj, "expected a string such as relu or gated-gelu")
-    gated = feed_forward_proj.startswith("gated-")
-    activation = feed_forward_proj.removeprefix("gated-")
-    if gated and activation == "gelu":
-        activation = "gelu_new"  # transformers' T5Config maps gated-gelu to gelu_new
-    mlp = T5_ACTIVATIONS.get(activation, (None, None))[gated]
-    if mlp is None:
-        known = [name for name, (plain, _) in T5_ACTIVATIONS.items() if plain and name != "gelu_new"]
-        known += [f"gated-{name}" for name in T5_ACTIVATIONS if name not in ("gelu_new", "gelu_pytorch_tanh")]
-        raise refuse("feed_forward_proj", feed_forward_proj, f"biotf computes {' | '.join(known)}")
-    return mlp
+    if feed_forward_proj not in T5_MLPS:
+        raise refuser("T5")("feed_forward_proj", feed_forward_proj, f"biotf computes {' | '.join(T5_MLPS)}")
+    return T5_MLPS[feed_forward_proj]
 
 
 def t5_config(hf: Mapping[str, Any]) -> TransformerConfig:
@@ -86,7 +79,7 @@ def tensor_names(config: TransformerConfig, prefix: str, embedding: str) -> Name
                       ours + "attn_norm.weight": hf + "0.layer_norm.weight",
                       ours + "mlp_norm.weight": hf + "1.layer_norm.weight",
                       ours + "mlp.down.weight": feed_forward + "wo.weight"})
-        if config.mlp in ("relu", "gelu", "gelu_tanh"):
+        if config.mlp in ("relu", "gelu", "gelu_tanh"):  # two projections
             names[ours + "mlp.up.weight"] = feed_forward + "wi.weight"
         else:  # gated: wi_0 goes through the activation (biotf's gate, first), wi_1 is the linear half
             fused[ours + "mlp.gate_up.weight"] = (feed_forward + "wi_0.weight", feed_forward + "wi_1.weight")
@@ -106,4 +99,34 @@ def t5_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig) 
     return read(weights, tensor_names(config, prefix, embedding), "T5")
 
 
-FAMILY = Family("t5", architectures=T5_ARCHITECTURES, causal=(), config=t5_config, to_biotf=t5_to_biotf)
+# --- biotf -> T5EncoderModel ---------------------------------------------------------------------------------------
+# Fields a T5 config.json writes (or that mean nothing to it: rope_theta, mask_token_id).
+T5_FREE = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "dropout", "rope_theta", "norm_eps",
+           "tie_embeddings", "mask_token_id", "init_std", "d_head", "relative_buckets", "relative_max_distance")
+
+
+def biotf_to_t5_config(config: TransformerConfig) -> dict[str, Any]:
+    """The config.json of a `T5EncoderModel` that computes what `config` does; what T5 cannot hold is refused naming
+    the field."""
+    shape: dict[str, tuple[Any, ...]] = {
+        "pos": ("t5",), "scale_attention": (False,), "norm": ("rmsnorm",), "norm_position": ("pre",),
+        "mlp": tuple(WRITTEN_MLPS), "n_kv_heads": (config.n_heads,), "causal": (False,), "lm_head": (False,)}
+    check_holds(config, "T5", shape, T5_FREE)
+    return {
+        "architectures": ["T5EncoderModel"], "model_type": "t5", "vocab_size": config.vocab_size,
+        "d_model": config.d_model, "d_kv": config.head_dim, "d_ff": config.d_ff, "num_layers": config.n_layers,
+        "num_heads": config.n_heads, "relative_attention_num_buckets": config.relative_buckets,
+        "relative_attention_max_distance": config.relative_max_distance, "dropout_rate": config.dropout,
+        "layer_norm_epsilon": config.norm_eps, "feed_forward_proj": WRITTEN_MLPS[config.mlp],
+        "n_positions": config.max_seq_len or DEFAULT_MAX_SEQ_LEN, "is_encoder_decoder": False, "is_decoder": False,
+        "use_cache": False, "pad_token_id": 0, "eos_token_id": 1, "torch_dtype": "float32", "dtype": "float32"}
+
+
+def biotf_to_t5(state: Mapping[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+    """T5EncoderModel tensors of a biotf state dict (the inverse of `t5_to_biotf`); the embedding is written once,
+    as `shared.weight`, which transformers ties to `encoder.embed_tokens`."""
+    return write(state, tensor_names(config, "", "shared.weight"))
+
+
+FAMILY = Family("t5", architectures=T5_ARCHITECTURES, causal=(), config=t5_config, to_biotf=t5_to_biotf,
+                export_config=biotf_to_t5_config, from_biotf=biotf_to_t5)
