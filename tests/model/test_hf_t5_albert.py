@@ -8,8 +8,9 @@ per residue, typed with spaces), so the SentencePiece conversion is exercised to
 recipe: the encoder's last hidden state, mean over the residues, the final `</s>` left out.
 
 ALBERT: tiny random `AlbertForMaskedLM` / `AlbertModel` over the ids of biotf's protein tokenizer (its tokenizer side
-is biotf's own): logits, hidden states, mean-pooled embeddings and the pseudo-log-likelihood of the one-mask-per-forward
-`transformers` loop. Compared over real tokens (attention_mask 1).
+is biotf's own): logits, hidden states and mean-pooled embeddings, compared over real tokens (attention_mask 1); the
+pseudo-log-likelihood and fine-tuning are tested with the other encoders (`tests/export/test_hf_encoders.py`), and
+through a directory's own WordPiece tokenizer here.
 """
 
 from __future__ import annotations
@@ -233,19 +234,6 @@ def test_albert_embedding_is_the_last_hidden_state_mean_over_content_tokens(albe
         with torch.no_grad():
             expected = trunk(input_ids=ids).last_hidden_state[0, 1:-1].mean(0).numpy()
         assert np.abs(item.vectors[-1] - expected).max() <= TOLERANCE
-
-
-def test_albert_pseudo_log_likelihood_equals_the_transformers_loop(albert):
-    from biotf.scoring.scorer import Scorer
-
-    hf, model, tokenizer = albert
-    if not model.config.lm_head:
-        pytest.skip("AlbertModel has no masked-LM head to score with")
-    scores = Scorer(model, tokenizer).sequence_scores(PROTEINS[:2], "pll")
-    for sequence, score in zip(PROTEINS, scores):
-        expected = one_mask_per_forward_pll(hf, torch.tensor([tokenizer.encode(sequence)]), tokenizer.mask_id)
-        assert score.scored_tokens == len(sequence)
-        assert abs(score.log_likelihood - expected) <= 1e-4
 
 
 def test_an_albert_directory_with_a_wordpiece_vocab_loads_once_its_tokenizer_class_is_named(tmp_path):
