@@ -117,14 +117,16 @@ def test_t5_encoder_hidden_states_equal_transformers(t5):
 
 def test_t5_embedding_is_the_published_mean_over_residues_without_the_final_eos(t5):
     """ProtT5's recipe: tokenizer(" ".join(sequence)) -> encoder -> last_hidden_state[:len(sequence)].mean(0); biotf's
-    `Model.load` on the directory (SentencePiece-only tokenizer converted as transformers converts it) gives it."""
+    `Model.load` on the directory (SentencePiece-only tokenizer converted as transformers converts it) gives it, a
+    protein longer than T5's training length (512) whole, as its authors embed it."""
     import biotf
 
     encoder, directory = t5
     model = biotf.Model.load(directory)
-    vectors = model.embed([spaced(p) for p in PROTEINS])  # batched: shorter records are padded
+    proteins = [*PROTEINS, "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ" * 20]  # 660 residues
+    vectors = model.embed([spaced(p) for p in proteins])  # batched: shorter records are padded
     reference_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    for vector, sequence in zip(vectors, PROTEINS, strict=True):
+    for vector, sequence in zip(vectors, proteins, strict=True):
         ids = reference_tokenizer(spaced(sequence), return_tensors="pt").input_ids
         assert ids.shape[1] == len(sequence) + 1 and ids[0, -1] == reference_tokenizer.eos_token_id
         assert model.tokenizer.encode(spaced(sequence)) == ids[0].tolist()

@@ -10,8 +10,10 @@ no bias anywhere, and the feed-forward `feed_forward_proj` names: `relu` (ProtT5
 transformers computes it with `gelu_new`, biotf's `geglu_tanh`), and the other `{act}` / `gated-{act}` biotf has.
 
 The decoder and its LM head are not read, so the model has no LM head (`lm_head: false`): embeddings and hidden
-states, no logits or likelihoods. `max_seq_len` is config.json's `n_positions` (512 when absent), informative only:
-the relative bias reads any length, past it with a warning.
+states, no logits or likelihoods. T5 has no position table and ProtT5's authors embed every protein whole, so
+`max_seq_len` (the window `biotf embed` reads by default) is `WHOLE_RECORD_TOKENS`, not config.json's `n_positions`
+(512 in ProtT5's: the length it was trained at, not a limit); attention over longer records runs in chunks of queries,
+so memory grows linearly with length.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ T5_MLPS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorc
            "gated-relu": "reglu", "gated-gelu": "geglu_tanh", "gated-gelu_new": "geglu_tanh",
            "gated-gelu_pytorch_tanh": "geglu_tanh", "gated-silu": "swiglu"}
 WRITTEN_MLPS = {ours: hf for hf, ours in reversed(T5_MLPS.items())}
-DEFAULT_MAX_SEQ_LEN = 512
+WHOLE_RECORD_TOKENS = 65536  # longer than any protein (titin: ~35,000 residues)
 
 
 def t5_mlp(feed_forward_proj: Any) -> str:
@@ -56,7 +58,7 @@ def t5_config(hf: Mapping[str, Any]) -> TransformerConfig:
     return TransformerConfig(
         vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_layers=hf["num_layers"], n_heads=hf["num_heads"],
         n_kv_heads=hf["num_heads"], d_head=hf.get("d_kv", 64), d_ff=hf["d_ff"],
-        max_seq_len=hf.get("n_positions") or DEFAULT_MAX_SEQ_LEN, dropout=float(hf.get("dropout_rate") or 0.0),
+        max_seq_len=WHOLE_RECORD_TOKENS, dropout=float(hf.get("dropout_rate") or 0.0),
         pos="t5", relative_buckets=hf.get("relative_attention_num_buckets", 32),
         relative_max_distance=hf.get("relative_attention_max_distance", 128), scale_attention=False,
         norm="rmsnorm", norm_eps=float(hf.get("layer_norm_epsilon") or 1e-6), norm_position="pre",
@@ -118,7 +120,7 @@ def biotf_to_t5_config(config: TransformerConfig) -> dict[str, Any]:
         "num_heads": config.n_heads, "relative_attention_num_buckets": config.relative_buckets,
         "relative_attention_max_distance": config.relative_max_distance, "dropout_rate": config.dropout,
         "layer_norm_epsilon": config.norm_eps, "feed_forward_proj": WRITTEN_MLPS[config.mlp],
-        "n_positions": config.max_seq_len or DEFAULT_MAX_SEQ_LEN, "is_encoder_decoder": False, "is_decoder": False,
+        "is_encoder_decoder": False, "is_decoder": False,
         "use_cache": False, "pad_token_id": 0, "eos_token_id": 1, "torch_dtype": "float32", "dtype": "float32"}
 
 
