@@ -6,9 +6,9 @@ The directory is what `transformers`' `save_pretrained` writes (or a hub downloa
   `Transformer.from_hf` into a model built on the meta device (`biotf.model.hf`);
 - the tokenizer, by model_type (`TOKENIZER_READERS`): Qwen2's `tokenizer.json` + `tokenizer_config.json`, ESM's
   `vocab.txt` (biotf's protein tokenizer where it is ESM-2's layout, else as `transformers`' EsmTokenizer reads
-  it); GPT-2, BERT, RoBERTa, BLOOM, Llama and Mistral through `read_hf_tokenizer` (the ids of `transformers`'
-  AutoTokenizer on the directory), ESM C too (or, without tokenizer.json, the vocabulary transformers'
-  EsmcTokenizer builds, as AutoTokenizer does).
+  it); GPT-2, BERT, RoBERTa, BLOOM, Llama, Mistral, T5 and ALBERT through `read_hf_tokenizer` (the ids of
+  `transformers`' AutoTokenizer on the directory), ESM C too (or, without tokenizer.json, the vocabulary
+  transformers' EsmcTokenizer builds, as AutoTokenizer does).
 Nothing is downloaded and no code from the directory is run. Generation settings: `biotf.inference.pretrained`.
 """
 
@@ -66,7 +66,8 @@ def read_esmc_tokenizer(directory: Path) -> Tokenizer:
 # The families of #26 read their tokenizer as `transformers`' AutoTokenizer does (tokenizer.json, vocab.txt or
 # vocab.json + merges.txt); Qwen2's tokenizer.json is read as is (its ids equal AutoTokenizer's).
 TOKENIZER_READERS = {"qwen2": read_text_tokenizer, "esm": read_esm_tokenizer, "esmc": read_esmc_tokenizer,
-                     **dict.fromkeys(("gpt2", "bert", "roberta", "bloom", "llama", "mistral"), read_hf_tokenizer)}
+                     **dict.fromkeys(("gpt2", "bert", "roberta", "bloom", "llama", "mistral", "t5", "albert"),
+                                     read_hf_tokenizer)}
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:

@@ -88,9 +88,11 @@ def _check_shapes(config: TransformerConfig, state: dict[str, torch.Tensor], sou
             one_layer.update({f"contact_head.{name}": tensor
                               for name, tensor in ContactHead(config).state_dict().items()})
     layers = {int(match.group(1)) for match in map(LAYER.fullmatch, state) if match}
-    if len(layers) != config.n_layers or (layers and max(layers) != config.n_layers - 1):
-        raise CheckpointError(f"{source}: weights do not fit the stored model config (n_layers={config.n_layers}, "
-                              f"the weights hold {len(layers)} layers)")
+    blocks = 1 if config.share_layers else config.n_layers  # one block serves every layer when shared
+    if len(layers) != blocks or (layers and max(layers) != blocks - 1):
+        shared = ", share_layers: one block" if config.share_layers else ""
+        raise CheckpointError(f"{source}: weights do not fit the stored model config (n_layers={config.n_layers}"
+                              f"{shared}, the weights hold {len(layers)} layers)")
     for name, tensor in state.items():
         match = LAYER.fullmatch(name)
         expected = one_layer.get(f"blocks.0.{match.group(2)}" if match else name)

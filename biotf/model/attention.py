@@ -57,6 +57,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.dropout = config.dropout
+        # None: SDPA's default 1 / sqrt(head_dim); 1.0 for T5's unscaled scores (`scale_attention: false`).
+        self.scale = None if config.scale_attention else 1.0
         self.qkv = nn.Linear(config.d_model, (config.n_heads + 2 * config.n_kv_heads) * config.head_dim,
                              bias=config.qkv_bias)
         self.out = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=config.bias)
@@ -109,7 +111,7 @@ class Attention(nn.Module):
             with torch.autocast("cpu", enabled=False):
                 return self._sdpa(q.float(), k.float(), v.float(), mask, is_causal).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              dropout_p=self.dropout if self.training else 0.0,
+                                              dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
                                               enable_gqa=self.n_kv_heads != self.n_heads)
 
     def _chunked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
@@ -163,7 +165,7 @@ class Attention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.head_dim ** -0.5
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * (self.scale or self.head_dim ** -0.5)
         if is_causal:
             mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
         if mask is not None:

@@ -49,19 +49,21 @@ class TransformerConfig:
     vocab_size      rows of the token embedding (and columns of the LM head).
     d_model         width of the residual stream.
     n_layers        number of blocks.
-    n_heads         query heads; head size is d_model // n_heads.
+    n_heads         query heads; head size is d_model // n_heads (or d_head).
     n_kv_heads      key/value heads: n_heads = multi-head, 1 = multi-query (Shazeer 2019), in between =
                     grouped-query (Ainslie et al. 2023). None means n_heads.
-    d_ff            hidden width of the MLP (for swiglu: of each of the gate and up projections).
+    d_ff            hidden width of the MLP (for the gated ones: of each of the gate and up projections).
     max_seq_len     longest sequence; required by `pos: learned` (table size), informative otherwise.
     dropout         dropout on embeddings, attention probabilities and both residual branches.
-    pos             learned | sinusoidal | rope | alibi | none (see `positions.py`).
+    pos             learned | sinusoidal | rope | alibi | t5 | none (see `positions.py`; t5: T5's learned bias of
+                    bucketed relative distances, one table shared by every layer).
     rope_theta      RoPE base (10,000 in Su et al.; 1,000,000 in Qwen2.5).
     norm            layernorm | rmsnorm; norm_eps is its epsilon.
     norm_position   pre (normalise each branch's input, plus a final norm; GPT-2, Qwen, ESM-2) |
                     post (normalise after each residual add, no final norm; Vaswani et al. 2017).
     mlp             gelu | gelu_tanh | relu (two projections) | swiglu (gate, up, down; Shazeer 2020). gelu is the exact
-                    erf form (BERT, ESM), gelu_tanh its tanh approximation (GPT-2's `gelu_new`, BLOOM).
+                    erf form (BERT, ESM), gelu_tanh its tanh approximation (GPT-2's `gelu_new`, BLOOM). The gate's
+                    activation may also be geglu (exact GELU), geglu_tanh (T5 v1.1's and Ankh's gated-gelu), reglu.
     qkv_bias        bias on the query/key/value projections (Qwen2: yes).
     bias            bias on every other linear layer (attention output, MLP) and on LayerNorm.
     tie_embeddings  the LM head reuses the token embedding matrix.
@@ -76,8 +78,9 @@ class TransformerConfig:
                     `emb_layer_norm_before`, BERT's embedding LayerNorm).
     lm_head         the model has a language-model head; false for an encoder whose checkpoint has none (HF
                     `EsmModel`, `EsmForSequenceClassification`): hidden states and embeddings only, logits refused.
-    lm_head_transform dense (d_model -> d_model) -> lm_head_activation -> norm before the output projection (the
-                    masked-LM head of BERT, RoBERTa and ESM: HF `BertPredictionHeadTransform`, `EsmLMHead`).
+    lm_head_transform dense (d_model -> d_model, or d_embed) -> lm_head_activation -> norm before the output
+                    projection (the masked-LM head of BERT, RoBERTa, ESM and ALBERT: HF `BertPredictionHeadTransform`,
+                    `EsmLMHead`, `AlbertMLMHead`).
     lm_head_bias    a bias vector added to the logits (HF `EsmLMHead.bias`, kept apart from a tied decoder).
     contact_head    a contact-prediction head: a logistic regression over every layer x head's symmetrised,
                     APC-corrected attention map (Rao et al. 2020; ESM-2's `contact_head.regression`,
@@ -110,6 +113,17 @@ class TransformerConfig:
     stem_kernel     width of every stage's convolution, odd (Enformer's first: 15). Null with stem=conv: 15.
     stem_pool       pooling factor of each stage (a list); their product, `stem_factor`, is the bases per bin. Null
                     with stem=conv: [2, 2].
+    d_head          width of each attention head; null: d_model / n_heads. Set, the heads together may be wider or
+                    narrower than d_model (T5's d_kv: ProtT5-XL has 32 heads of 128 over d_model 1,024).
+    scale_attention scores are q.k / sqrt(head size) (Vaswani et al. 2017); false: q.k unscaled (T5, whose
+                    initialisation folds the scale into the query weights).
+    relative_buckets pos=t5: the number of relative-distance buckets of T5's learned attention bias (half per
+                    direction in a bidirectional model; exact distances up to a quarter of them, logarithmic beyond).
+    relative_max_distance pos=t5: distances from this on share the last bucket.
+    d_embed         ALBERT's factorised embedding: tokens (and learned positions, token types, the embedding norm)
+                    live in d_embed dimensions and a linear map (`embed_project`) takes them to d_model; the masked-LM
+                    head's transform maps back to d_embed. Null: no factorisation.
+    share_layers    one block's weights serve all n_layers layers (ALBERT's single layer group).
     """
 
     vocab_size: int = 32
@@ -153,6 +167,13 @@ class TransformerConfig:
     stem_widths: list[int] | None = None
     stem_kernel: int | None = None
     stem_pool: list[int] | None = None
+    # T5 / ALBERT switches (see the field list).
+    d_head: int | None = None
+    scale_attention: bool = True
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    d_embed: int | None = None
+    share_layers: bool = False
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -180,11 +201,13 @@ class TransformerConfig:
         for name in ("type_vocab_size", "position_offset"):
             check_int(name, getattr(self, name), minimum=0)
         check_int("sliding_window", self.sliding_window, optional=True)
+        for name in ("d_head", "d_embed"):
+            check_int(name, getattr(self, name), optional=True)
         for name, allowed in self.choices().items():
             check_choice(name, getattr(self, name), allowed)
         check_choice("lm_head_activation", self.lm_head_activation, ACTIVATIONS)
         for name in ("qkv_bias", "bias", "tie_embeddings", "causal", "scale_embeddings", "token_dropout", "embed_norm",
-                     "lm_head", "lm_head_transform", "lm_head_bias", "contact_head"):
+                     "lm_head", "lm_head_transform", "lm_head_bias", "contact_head", "scale_attention", "share_layers"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "true | false")
         for name in ("dropout", "rope_theta", "norm_eps", "init_std"):
@@ -200,7 +223,7 @@ class TransformerConfig:
         if self.init_std <= 0:
             raise ConfigError("init_std", self.init_std, "a number > 0")
         self._check_sizes()
-        if self.d_model % self.n_heads:
+        if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError("d_model", self.d_model, f"a multiple of n_heads={self.n_heads}",
                               reason=f"d_model must split evenly into n_heads={self.n_heads} heads")
         if self.n_heads % self.n_kv_heads:
@@ -226,6 +249,7 @@ class TransformerConfig:
                 raise ConfigError(name, True, "false", reason="it is part of the LM head, and lm_head is false")
         self._validate_stem()
         self._validate_esmc_switches()
+        self._validate_t5_albert()
         # What the chosen position, norm and MLP classes need of the other fields.
         for cls in (POSITION_CLASSES[self.pos], NORM_CLASSES[self.norm], MLP_CLASSES[self.mlp]):
             check = getattr(cls, "check_config", None)
@@ -293,6 +317,26 @@ class TransformerConfig:
             raise ConfigError("lm_head_transform_bias", self.lm_head_transform_bias, "null",
                               reason="it is part of lm_head_transform, which is false")
 
+    def _validate_t5_albert(self) -> None:
+        """The switches T5 and ALBERT brought: relative buckets only with pos=t5, a factorised embedding only where
+        every stage that reads the embedding width can follow it."""
+        check_int("relative_buckets", self.relative_buckets, minimum=2)
+        check_int("relative_max_distance", self.relative_max_distance, minimum=1)
+        defaults = TransformerConfig.__dataclass_fields__
+        for name in ("relative_buckets", "relative_max_distance"):
+            if self.pos != "t5" and getattr(self, name) != defaults[name].default:
+                raise ConfigError(name, getattr(self, name), str(defaults[name].default),
+                                  reason=f"only T5's relative position bias has buckets, and pos is {self.pos}")
+        if self.d_embed is None:
+            return
+        if self.stem != "none":
+            raise ConfigError("d_embed", self.d_embed, "null", reason="the conv stem reads d_model-wide embeddings; "
+                                                                      "a factorised embedding is for ALBERT-style "
+                                                                      "encoders without a stem")
+        if self.lm_head and not self.lm_head_transform:
+            raise ConfigError("lm_head_transform", False, "true", reason=f"with d_embed={self.d_embed} the LM head's "
+                              "matrix is d_embed wide, and the head transform is what maps d_model back to it")
+
     # --- derived -----------------------------------------------------------------------------
     @property
     def norm_has_bias(self) -> bool:
@@ -309,7 +353,12 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def embed_width(self) -> int:
+        """Width of the token embedding (and of what is added to it before `embed_project`): d_embed or d_model."""
+        return self.d_embed if self.d_embed is not None else self.d_model
 
     @property
     def stem_factor(self) -> int:

@@ -1,6 +1,7 @@
 """The language-model head: an optional masked-LM transform, the output projection and an optional logit bias.
 
-    hidden -> [dense -> act -> norm]    (lm_head_transform: BERT, RoBERTa, ESM's `EsmLMHead`; act: lm_head_activation)
+    hidden -> [dense -> act -> norm]    (lm_head_transform: BERT, RoBERTa, ESM's `EsmLMHead`; act: lm_head_activation;
+                                         with d_embed, ALBERT's, the dense maps d_model to d_embed)
            -> x @ W.T                   (W = the token embedding when tie_embeddings, else `lm_head.weight`)
            -> + bias                    (lm_head_bias: ESM's `lm_head.bias`, a vector of its own even when W is tied)
 
@@ -25,8 +26,8 @@ class HeadTransform(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.head_transform_has_bias)
-        self.norm = build_norm(config, bias=config.head_transform_has_bias)
+        self.dense = nn.Linear(config.d_model, config.embed_width, bias=config.head_transform_has_bias)
+        self.norm = build_norm(config, config.embed_width, bias=config.head_transform_has_bias)
         self.activation = ACTIVATIONS[config.lm_head_activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

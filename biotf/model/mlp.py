@@ -4,7 +4,9 @@
   gelu_tanh the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) of GPT-2 and BLOOM, HF `gelu_new`;
   ReLU is Vaswani et al. 2017).
 - swiglu (Shazeer 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) * up(x)), as Llama and
-  Qwen2. Gate and up are one fused matrix `gate_up` of 2 * d_ff rows (gate first); `hf.py` splits it.
+  Qwen2. Gate and up are one fused matrix `gate_up` of 2 * d_ff rows (gate first); `hf.py` splits it. The same
+  gated form with the paper's other activations: geglu (exact GELU), geglu_tanh (its tanh approximation: T5 v1.1's
+  and Ankh's `gated-gelu`, which transformers computes with `gelu_new`), reglu (ReLU).
 """
 
 from __future__ import annotations
@@ -39,20 +41,28 @@ class FeedForward(nn.Module):
         return self.down(self.activation(self.up(x)))
 
 
+# The gated MLPs (`mlp`) and the activation of their gate.
+GATED_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "swiglu": F.silu, "geglu": ACTIVATIONS["gelu"], "geglu_tanh": ACTIVATIONS["gelu_tanh"], "reglu": F.relu}
+
+
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)) with gate and up fused into one projection."""
+    """down(act(gate(x)) * up(x)) with gate and up fused into one projection; act is silu for swiglu (the others:
+    `GATED_ACTIVATIONS`)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.gate_up = nn.Linear(config.d_model, 2 * config.d_ff, bias=config.bias)
         self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.activation = GATED_ACTIVATIONS[config.mlp]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # two halves of d_ff
-        return self.down(F.silu(gate) * up)
+        return self.down(self.activation(gate) * up)
 
 
-MLP_CLASSES: dict[str, type[nn.Module]] = {**dict.fromkeys(ACTIVATIONS, FeedForward), "swiglu": SwiGLU}
+MLP_CLASSES: dict[str, type[nn.Module]] = {**dict.fromkeys(ACTIVATIONS, FeedForward),
+                                           **dict.fromkeys(GATED_ACTIVATIONS, SwiGLU)}
 
 
 def build_mlp(config: TransformerConfig) -> nn.Module:

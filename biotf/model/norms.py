@@ -76,6 +76,6 @@ NORM_CLASSES: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": R
 
 
 def build_norm(config: TransformerConfig, width: int | None = None, bias: bool | None = None) -> nn.Module:
-    """A `config.norm` over `width` features (default d_model), with a bias where the class has one and `bias`
-    (default: `config.norm_has_bias`, the blocks' and the embedding's) says so."""
+    """A `config.norm` over `width` features (default d_model; ALBERT's embedding norm: d_embed), with a bias where
+    the class has one and `bias` (default: `config.norm_has_bias`, the blocks' and the embedding's) says so."""
     return NORM_CLASSES[config.norm](config, width, bias)

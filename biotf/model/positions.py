@@ -90,7 +90,7 @@ class LearnedPositions(PositionEncoding):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         rows = -(-config.max_seq_len // config.stem_factor)
-        self.table = nn.Embedding(rows + config.position_offset, config.d_model)
+        self.table = nn.Embedding(rows + config.position_offset, config.embed_width)
         self.offset = config.position_offset
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -140,13 +140,14 @@ class SinusoidalPositions(PositionEncoding):
 
     @classmethod
     def check_config(cls, config: TransformerConfig) -> None:
-        if config.d_model % 2:
-            raise ConfigError("d_model", config.d_model, "an even number",
+        if config.embed_width % 2:
+            key = "d_model" if config.d_embed is None else "d_embed"
+            raise ConfigError(key, config.embed_width, "an even number",
                               reason="sinusoidal positions pair a sine and a cosine per frequency")
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
-        self.d_model = config.d_model
+        self.d_model = config.embed_width
         self._table = torch.empty(0)  # cached rows 0..n-1, grown on demand; not a buffer (not saved)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -293,5 +294,59 @@ class AlibiPositions(PositionEncoding):
         return distance[:, None] * slopes[None, :, None, None]
 
 
-# Registered last, so that it closes the list of allowed values (learned | sinusoidal | rope | alibi | none).
+def t5_buckets(relative: torch.Tensor, bidirectional: bool, buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucket of each relative position (key - query), as transformers' `T5Attention._relative_position_bucket`
+    and Mesh TensorFlow compute it: a bidirectional model gives each direction half the buckets (keys after the
+    query in the upper half), a causal one sees only keys at or before the query; within a direction the first half
+    of the buckets are exact distances and the rest logarithmically wider bins up to `max_distance`, beyond which all
+    distances share the last bucket."""
+    if bidirectional:
+        buckets //= 2
+        bucket = (relative > 0).long() * buckets
+        distance = relative.abs()
+    else:
+        bucket = torch.zeros_like(relative)
+        distance = (-relative).clamp(min=0)
+    exact = buckets // 2
+    # clamp(min=1): the log of distances below `exact` is never used (they are exact), but must not be log(0)
+    wide = exact + (torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+                    * (buckets - exact)).long()
+    return bucket + torch.where(distance < exact, distance, wide.clamp(max=buckets - 1))
+
+
+@register_position("t5")
+class T5RelativePositions(PositionEncoding):
+    """T5's relative position bias (Raffel et al. 2020, section 2.1): a learned scalar per head and bucket of the
+    distance key - query (`t5_buckets`), added to the attention scores of every layer; one table, which transformers
+    keeps in the first layer and hands to the others. Distances are those of the position ids, which count real
+    tokens: transformers counts every index, the same on every real token of right-padded batches."""
+
+    biases_attention = True
+
+    @classmethod
+    def check_config(cls, config: TransformerConfig) -> None:
+        smallest = 2 if config.causal else 4
+        if config.relative_buckets < smallest:
+            raise ConfigError("relative_buckets", config.relative_buckets, f"an integer >= {smallest}",
+                              reason="the buckets of each direction are half exact distances, half logarithmic bins")
+        exact = config.relative_buckets // (2 if config.causal else 4)
+        if config.relative_max_distance <= exact:
+            raise ConfigError("relative_max_distance", config.relative_max_distance, f"an integer > {exact}",
+                              reason=f"the first {exact} distances have exact buckets; the logarithmic ones span "
+                                     "from there to relative_max_distance")
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.buckets, self.max_distance = config.relative_buckets, config.relative_max_distance
+        self.relative_bias = nn.Embedding(config.relative_buckets, config.n_heads)
+
+    def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
+                       causal: bool) -> torch.Tensor:
+        """Float32 bias of shape (batch or 1, n_heads, query_length, key_length)."""
+        relative = key_positions.long()[:, None, :] - query_positions.long()[:, :, None]
+        bucket = t5_buckets(relative, not causal, self.buckets, self.max_distance)
+        return self.relative_bias(bucket).permute(0, 3, 1, 2).float()
+
+
+# Registered last, so that it closes the list of allowed values (learned | sinusoidal | rope | alibi | t5 | none).
 register_position("none")(PositionEncoding)

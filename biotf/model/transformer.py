@@ -4,8 +4,9 @@
       vector if type_vocab_size)
       -> conv stem (if stem=conv: tokens -> bins, `stem.py`; everything below until the LM head runs over bins)
       -> positions (learned / sinusoidal added here; rope rotates q, k; alibi biases scores; none)
-      -> embedding norm (if embed_norm) -> dropout -> n_layers x Block (attention + MLP, norms per norm_position;
-         attention causal, or bidirectional, and limited to the last sliding_window positions if set)
+      -> embedding norm (if embed_norm) -> dropout -> projection to d_model (if d_embed: ALBERT's factorised
+         embedding) -> n_layers x Block (attention + MLP, norms per norm_position; attention causal, or
+         bidirectional, and limited to the last sliding_window positions if set; one block for all if share_layers)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
       -> upsampling to one vector per token (if stem=conv; `token_states`)
       -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
@@ -155,21 +156,26 @@ class Transformer(nn.Module):
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"Transformer needs a TransformerConfig, got {type(config).__name__}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed = nn.Embedding(config.vocab_size, config.embed_width)
         self.stem = Stem(config) if config.stem == "conv" else None
         self.positions = build_positions(config)
         # Optional stages are None when absent (not Identity): decoding one token runs this forward hundreds of
         # times, and each skipped module call saves a few microseconds of Python.
-        self.token_type_embed = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
-        self.embed_norm = build_norm(config) if config.embed_norm else None
+        self.token_type_embed = (nn.Embedding(config.type_vocab_size, config.embed_width) if config.type_vocab_size
+                                 else None)
+        self.embed_norm = build_norm(config, config.embed_width) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.embed_project = (nn.Linear(config.d_embed, config.d_model, bias=config.bias) if config.d_embed is not None
+                              else None)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(1 if config.share_layers else config.n_layers))
+        # The block each layer runs: its own, or with share_layers the one block every time.
+        self.layer_blocks = tuple(self.blocks) * config.n_layers if config.share_layers else tuple(self.blocks)
         # How many keys a query may see: the sliding window, or unbounded (one integer comparison per forward).
         self.window_span = config.sliding_window or sys.maxsize
         self.final_norm = build_norm(config, bias=config.final_norm_has_bias) if config.norm_position == "pre" else None
         self.head_transform = HeadTransform(config) if config.lm_head_transform else None
         own_head = config.lm_head and not config.tie_embeddings
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False) if own_head else None
+        self.lm_head = nn.Linear(config.embed_width, config.vocab_size, bias=False) if own_head else None
         self.lm_head_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.lm_head_bias else None
         self.contact_head = ContactHead(config) if config.contact_head else None
         self.reset_parameters()
@@ -239,7 +245,7 @@ class Transformer(nn.Module):
         attentions: list[torch.Tensor] | None = [] if output_attentions else None
         recompute = (self.gradient_checkpointing and self.training and torch.is_grad_enabled() and inputs.cache is None
                      and attentions is None)
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self.layer_blocks):
             if recompute:
                 x = checkpoint(block, x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer,
                                use_reentrant=False)
@@ -269,11 +275,11 @@ class Transformer(nn.Module):
         (batch x heads x T x T), never n_layers' (what contact prediction on long proteins needs)."""
         inputs = self.block_inputs(input_ids, attention_mask)
         x = inputs.hidden
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self.layer_blocks):
             attentions: list[torch.Tensor] = []
             x = block.attend(x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer, attentions)
             yield attentions.pop()
-            if layer + 1 < len(self.blocks):
+            if layer + 1 < len(self.layer_blocks):
                 x = block.feed_forward(x)
 
     def block_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -330,6 +336,8 @@ class Transformer(nn.Module):
             x = self.embed_norm(x)
         if self.dropout is not None:
             x = self.dropout(x)
+        if self.embed_project is not None:
+            x = self.embed_project(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, batch, segment_ids)
         return BlockInputs(x, rotary, mask, is_causal, cache, bins)

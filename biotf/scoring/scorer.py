@@ -119,6 +119,9 @@ class Scorer:
         allowed = METHODS if variants is not None else SEQUENCE_METHODS
         if method not in allowed:
             raise ConfigError("method", method, allowed=", ".join(allowed))
+        if not self.model.config.lm_head:  # before the tokenizer's lack of a mask, which would follow from it
+            raise ConfigError("method", method, reason="the model has no language-model head (an encoder read without "
+                              "one: T5's, EsmModel, AlbertModel, a classifier's): it embeds, it does not score")
         causal = self.model.config.causal
         if method == "auto":
             if causal:

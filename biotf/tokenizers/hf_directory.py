@@ -7,8 +7,9 @@
   `hf.esm_vocabulary_tokenizer` builds with its ids) and `vocab.json` +
   `merges.txt` (byte-level BPE: GPT-2, ProtGPT2, RoBERTa, ChemBERTa), which `transformers` converts into a
   `tokenizers` pipeline without network;
-- a lone `tokenizer.model` (SentencePiece), converted the same way when `sentencepiece` and `protobuf` are installed,
-  else refused in one line naming them.
+- a lone SentencePiece model, `tokenizer.model` (Llama) or `spiece.model` (T5, ProtT5, Ankh, ALBERT), converted the
+  same way when `sentencepiece` and `protobuf` are installed (`pip install biotf[sentencepiece]`), else refused in one
+  line naming them.
 The pipeline comes from `transformers`, not from tokenizer.json alone, because a tokenizer class may rebuild parts
 of it (transformers 5's `LlamaTokenizer` builds its own Metaspace pre-tokenizer and decoder, and the post-processor
 follows `add_bos_token` / `add_eos_token`). It is copied into a `BPETokenizer` (biotf's wrapper of any
@@ -35,9 +36,9 @@ from biotf.tokenizers.hf import esm_vocabulary_tokenizer
 from biotf.untrusted import read_json_object
 
 CONFIG_FILE = "config.json"
-SENTENCEPIECE_FILE = "tokenizer.model"
+SENTENCEPIECE_FILES = ("tokenizer.model", "spiece.model")  # Llama's name; T5's and ALBERT's
 # What AutoTokenizer builds a tokenizer from, besides tokenizer.json.
-VOCABULARY_FILES = ("vocab.txt", "vocab.json", SENTENCEPIECE_FILE)
+VOCABULARY_FILES = ("vocab.txt", "vocab.json", *SENTENCEPIECE_FILES)
 SENTENCEPIECE_PACKAGES = {"sentencepiece": "sentencepiece", "google.protobuf": "protobuf"}
 MODEL_CARD_FILE = "README.md"
 MODEL_CARD_LIMIT = 1_000_000  # characters of a model card read: the usage examples come early
@@ -54,15 +55,17 @@ def read_hf_tokenizer(directory: str | Path) -> BPETokenizer:
         present = [name for name in VOCABULARY_FILES if (directory / name).is_file()]
         if not present:
             raise InputError(f"{directory} has no tokenizer files: biotf reads {TOKENIZER_FILE}, vocab.txt "
-                             f"(WordPiece), vocab.json + merges.txt (byte-level BPE) or {SENTENCEPIECE_FILE}")
-        if present == [SENTENCEPIECE_FILE]:
+                             f"(WordPiece), vocab.json + merges.txt (byte-level BPE) or "
+                             f"{' / '.join(SENTENCEPIECE_FILES)} (SentencePiece)")
+        if set(present) <= set(SENTENCEPIECE_FILES):
             missing = [package for module, package in SENTENCEPIECE_PACKAGES.items()
                        if importlib.util.find_spec(module.split(".")[0]) is None]
             if missing:
-                raise InputError(f"{directory} has only {SENTENCEPIECE_FILE} (SentencePiece): converting it needs "
+                raise InputError(f"{directory} has only {present[0]} (SentencePiece): converting it needs "
                                  f"`pip install {' '.join(missing)}`, or put the checkpoint's {TOKENIZER_FILE} "
                                  "beside it")
     reference = _auto_tokenizer(directory)
+    _refuse_special_tokens_only(directory, reference)
     return from_transformers(reference, **model_card_convention(directory))
 
 
@@ -77,6 +80,21 @@ def model_card_convention(directory: Path) -> dict[str, str]:
         text = handle.read(MODEL_CARD_LIMIT)
     found = RARE_TO_X.search(text)
     return {"rare_residues": "to_x"} if found and set(found.group(1)) == set("UZOB") else {}
+
+
+def _refuse_special_tokens_only(directory: Path, reference) -> None:
+    """A tokenizer class that finds none of its vocabulary files builds a vocabulary of special tokens alone, and
+    `transformers` reads every input as `<unk>` with it: an ALBERT directory whose vocab.txt is a WordPiece one (the
+    ALBERT classes read spiece.model), as rxnmapper's. Refused, saying how the directory names its class."""
+    if len(reference) > len(set(reference.all_special_tokens)):
+        return
+    present = [name for name in VOCABULARY_FILES if (directory / name).is_file()]
+    hint = (f"; its {present[0]} is not what {type(reference).__name__} reads: name the class that reads it in "
+            f"{TOKENIZER_CONFIG_FILE} (\"tokenizer_class\": \"BertTokenizer\" for a WordPiece vocab.txt)"
+            if present else "")
+    raise InputError(f"{directory}: transformers builds {type(reference).__name__} with its {len(reference)} special "
+                     f"tokens alone (no vocabulary file it reads), which turns every input into {reference.unk_token}"
+                     f"{hint}")
 
 
 def from_transformers(reference, **convention: str) -> BPETokenizer:

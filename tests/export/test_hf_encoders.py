@@ -1,6 +1,6 @@
-"""The encoder families read from Hugging Face directories (BERT, RoBERTa, ESM-1b with absolute positions) serve
-biotf's encoder tools: `biotf embed`'s Embedder gives HF's last hidden state mean-pooled over each record's content
-tokens, the Scorer's pseudo-log-likelihood equals HF's one-mask-per-forward loop, and fine-tuning trains them
+"""The encoder families read from Hugging Face directories (BERT, RoBERTa, ESM-1b with absolute positions, ALBERT)
+serve biotf's encoder tools: `biotf embed`'s Embedder gives HF's last hidden state mean-pooled over each record's
+content tokens, the Scorer's pseudo-log-likelihood equals HF's one-mask-per-forward loop, and fine-tuning trains them
 (through biotf's export format: the family's switches survive save_pretrained / load_pretrained).
 
 The models are tiny random `transformers` models over the ids of biotf's protein tokenizer (ESM's vocabulary), so that
@@ -26,7 +26,7 @@ from protein_batches import one_mask_per_forward_pll
 transformers = pytest.importorskip("transformers")
 
 PROTEINS = ["MKTAYIAKQRQISFVKSHFSRQ", "GAVLIPF", "MKWVTFISLLFLFSSAYS", "MEEPQSDPSV"]
-FAMILIES = ("bert", "roberta", "esm-absolute")
+FAMILIES = ("bert", "roberta", "esm-absolute", "albert")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -34,6 +34,11 @@ def encoder(request, tmp_path_factory, random_esm, random_encoder):
     """(family, HF model, biotf model loaded from its saved directory, tokenizer)."""
     if request.param == "esm-absolute":
         hf = random_esm(token_dropout=False, position="absolute", embed_norm=True, seed=21)
+    elif request.param == "albert":  # factorised embeddings (16 under 32), one layer shared by three
+        torch.manual_seed(21)
+        hf = transformers.AlbertForMaskedLM(transformers.AlbertConfig(
+            vocab_size=AminoAcidTokenizer().vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+            num_attention_heads=4, intermediate_size=48, max_position_embeddings=64)).eval()
     else:
         hf = random_encoder(request.param, seed=21, max_positions=64)
     directory = tmp_path_factory.mktemp(request.param)

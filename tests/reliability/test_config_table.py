@@ -49,10 +49,10 @@ TABLE = [
     (["optim.warmup_steps=-1"], "optim.warmup_steps", ">= 0"),
     (["optim.min_lr_ratio=2"], "optim.min_lr_ratio", "0 <= ratio <= 1"),
     # model
-    (["model.pos=xpos"], "model.pos", "learned | sinusoidal | rope | alibi | none"),
+    (["model.pos=xpos"], "model.pos", "learned | sinusoidal | rope | alibi | t5 | none"),
     (["model.norm=batchnorm"], "model.norm", "layernorm | rmsnorm"),
     (["model.norm_position=sandwich"], "model.norm_position", "pre | post"),
-    (["model.mlp=mish"], "model.mlp", "gelu | gelu_tanh | relu | swiglu"),
+    (["model.mlp=mish"], "model.mlp", "gelu | gelu_tanh | relu | swiglu | geglu | geglu_tanh | reglu"),
     (["model.d_model=100", "model.n_heads=3"], "model.d_model", "a multiple of n_heads=3"),
     (["model.n_kv_heads=3"], "model.n_kv_heads", "a divisor of n_heads"),
     (["model.dropout=1.0"], "model.dropout", "0 <= dropout < 1"),

@@ -32,7 +32,7 @@ def test_default_is_the_protein_run():
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("model.pos=foo", "model.pos='foo' (allowed: learned | sinusoidal | rope | alibi | none)"),
+    ("model.pos=foo", "model.pos='foo' (allowed: learned | sinusoidal | rope | alibi | t5 | none)"),
     ("trainer.max_steps=0", "trainer.max_steps=0 (allowed: an integer >= 1)"),
     ("experiment=nope", "experiment='nope': no such option (allowed: dna_mlm, "),
     ("trainer.precision=16", "trainer.precision='16' (allowed: 32 | 32-true | bf16-mixed)"),

@@ -44,7 +44,7 @@ class DecodingModel(nn.Module):
         model = self.model
         inputs = model.block_inputs(input_ids, attention_mask, past_key_values)
         x = inputs.hidden
-        *leading, last = model.blocks
+        *leading, last = model.layer_blocks
         for layer, block in enumerate(leading):
             x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer)
         x = last.attend(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, len(leading))

@@ -11,6 +11,8 @@ Families (one module per recipe, registered in `families.FAMILIES` by config.jso
 - `bert`, `roberta` (`bert.py`, one mapping with a layout parameter): the masked LMs and the encoders without LM head,
   read; `BertForMaskedLM` / `BertModel`, `RobertaForMaskedLM` / `RobertaModel` written. The tensor names the three
   encoder families share are one table (`encoder.py`).
+- `t5`: the encoder of `T5EncoderModel` / `T5ForConditionalGeneration` (ProtT5, Ankh), read; `T5EncoderModel` written;
+- `albert`: `AlbertForMaskedLM` and the ALBERT encoders without LM head, read only.
 Other model types are refused with a `CheckpointError`; a model with a convolutional stem (`stem: conv`) is refused
 for writing with a `ConfigError` naming model.stem (no family has one). A model is read from a `transformers` model object or from a
 directory of config.json + model.safetensors (or shards listed in model.safetensors.index.json, or a
