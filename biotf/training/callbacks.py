@@ -116,6 +116,7 @@ class RunControl:
         self.next_save = math.inf
         self.sigterm = False
         self.save_agreed = self.stop_agreed = False
+        self.stop_at_once: RunInterrupted | None = None  # raised by SIGTERM after training (`run.stoppable`)
 
     @property
     def started(self) -> bool:

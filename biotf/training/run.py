@@ -145,7 +145,8 @@ def write_run_files(run_dir: Path, run_config: dict[str, Any], tokenizer: Tokeni
 @contextmanager
 def sigterm_stops(control: RunControl) -> Iterator[None]:
     """SIGTERM before training starts stops at once (nothing to save); during training `LastCheckpoint` saves
-    at the end of the optimizer step and stops; after the last step the run just finishes (seconds)."""
+    at the end of the optimizer step and stops; after the last step the run finishes its final validation (seconds)
+    and stops before or during its final checks (`stoppable`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -154,12 +155,28 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
         control.on_sigterm(signum, frame)
         if not control.started:
             raise RunInterrupted(None)
+        if control.stop_at_once is not None:
+            raise control.stop_at_once
 
     previous = signal.signal(signal.SIGTERM, before_training)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def stoppable(control: RunControl, stop: RunInterrupted) -> Iterator[None]:
+    """Raise `stop` on SIGTERM while the block measures the trained model (1,000 SMILES samples take minutes), or
+    at once when SIGTERM came since training ended: last.ckpt holds the final step, so a resume from it trains no
+    further and measures again."""
+    if control.sigterm:
+        raise stop
+    control.stop_at_once = stop
+    try:
+        yield
+    finally:
+        control.stop_at_once = None
 
 
 def read_resumed(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
@@ -232,7 +249,9 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequ
         final_val_acc=float(final["val/acc"]), best_val_loss=float(best_score) if best_score is not None else None,
         unigram_baseline=prepared.unigram_baseline("validation"), data=prepared.summary())
     if trainer.is_global_zero:
-        summary.checks = [check(task.model, tokenizer) for check in checks]
+        if checks:
+            with stoppable(control, RunInterrupted(run_dir / CHECKPOINT_DIR / "last.ckpt", trainer.global_step)):
+                summary.checks = [check(task.model, tokenizer) for check in checks]
         summary.write(run_dir)
         print(summary.text())
         print(next_steps(run_dir, config.data.path, config.data.column, config.data.id_column))

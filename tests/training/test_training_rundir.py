@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -149,6 +150,43 @@ def test_sigterm_saves_stops_and_resumes_in_place_exactly(common, tmp_path):
     summary, reference_summary = (json.loads((d / "summary.json").read_text()) for d in (run_dir, reference_dir))
     assert summary["steps"] == STEPS and summary["tokens_seen"] == reference_summary["tokens_seen"]
     assert summary["final_val_loss"] == reference_summary["final_val_loss"]
+
+
+def test_sigterm_during_the_final_sample_check_saves_and_stops(tmp_path, cache_dir, monkeypatch):
+    """smiles_clm ends by drawing molecules (1,000 in the preset, minutes): SIGTERM then stops with status 143 and the
+    resume command, last.ckpt holding the final step; the resume trains no further and draws them again."""
+    pytest.importorskip("rdkit")
+    import gzip
+
+    from biotf.conventions import SAMPLES_DIR
+    from biotf.inference import validity
+
+    monkeypatch.chdir(tmp_path)
+    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
+        (tmp_path / "slice.csv").write_text("".join(next(handle) for _ in range(201)))
+    run_dir = tmp_path / "run"
+    args = ["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=2", "trainer.validity_samples=4",
+            f"data.path={tmp_path / 'slice.csv'}", f"data.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"]
+
+    def run() -> int:
+        def slow_sampling(*_args, **_kwargs):  # SIGTERM as the sampling begins, then minutes of drawing
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(200):
+                time.sleep(0.05)
+            return validity.SampleValidity(4, 0, 0, 10.0)
+        validity.sample_validity = slow_sampling
+        return entry.main(args, script=str(REPO / "train.py"))
+
+    stopped = run_forked(run)
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    assert stopped.returncode == 143, stopped.stderr[-3000:]  # not 0 once the drawing ends
+    message = stopped.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"train: stopped by SIGTERM at step 2; saved {checkpoint}; resume with: python ")
+    assert last(run_dir)["global_step"] == 2 and not (run_dir / "summary.json").exists()
+    assert not (run_dir / "run.lock").exists()
+    assert entry.main([*args, f"ckpt_path={checkpoint}"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2 and [check["name"] for check in summary["checks"]] == ["sample_validity"]
 
 
 def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp_path, recwarn):
