@@ -192,7 +192,8 @@ def read_resumed(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
 
 
 def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None) -> None:
-    """A resume in place keeps metrics.csv's rows before the resumed step: the rows after it are logged again."""
+    """A resume in place keeps metrics.csv's rows up to the resumed step (`trim_metrics`): those after it are logged
+    again."""
     if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and is_launch_rank_zero():
         trim_metrics(run_dir, resumed["global_step"])
 

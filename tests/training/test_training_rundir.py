@@ -204,6 +204,20 @@ def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp
     assert callbacks_state[key]["best_model_score"] <= best_score[key]["best_model_score"]  # carried over, not reset
 
 
+def test_a_resume_in_place_keeps_every_metrics_row_up_to_its_checkpoint(common, tmp_path):
+    """The final validation of a run that ended at the resumed step is logged at that step: kept (it was dropped)."""
+    run_dir = tmp_path / "run"
+    assert entry.main([*common, "optim=muon", "trainer.max_steps=4", f"hydra.run.dir={run_dir}"]) == 0
+    before = (run_dir / "metrics.csv").read_bytes()
+    assert before.splitlines()[-1].startswith(b"1,4,,,,,,")  # the final validation, at step 4
+    assert entry.main([*common, "optim=muon", "trainer.max_steps=6",
+                       f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={run_dir}"]) == 0
+    after = (run_dir / "metrics.csv").read_bytes()
+    assert after.startswith(before) and metric_steps(run_dir) == list(range(6)), after.decode()
+    # appended: training rows 4 and 5, the validation after step 5 (logged at 4) and the final one (at 6)
+    assert [line.split(b",")[1] for line in after.splitlines()[len(before.splitlines()):]] == [b"4", b"4", b"5", b"6"]
+
+
 def test_resume_into_another_directory_keeps_the_best_checkpoint(common, tmp_path, recwarn):
     """Lightning drops the best score when the directory changes ("best_model_score won't be reloaded"): the
     resumed run's best.ckpt and best validation loss are then only those since the resume."""
