@@ -37,6 +37,7 @@ from biotf.training.callbacks import (CarryBest, LastCheckpoint, RunControl, Run
 from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
+from biotf.training.resumable import check_resumable
 from biotf.training.module import LanguageModelTask
 from biotf.training.progress import progress_callbacks, quiet_lightning
 from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
@@ -179,22 +180,25 @@ def stoppable(control: RunControl, stop: RunInterrupted) -> Iterator[None]:
         control.stop_at_once = None
 
 
-def read_resumed(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
+def read_resumed(config: TrainConfig) -> dict[str, Any] | None:
     """The checkpoint `ckpt_path` names (None when the run does not resume), read and checked against its CRC-32
-    before any data work, so that a damaged checkpoint fails in seconds; its best checkpoint is put into the run's
-    checkpoints/ when it is not there (`carry_best`: a resume from another directory keeps the run's best)."""
-    if config.ckpt_path is None:
-        return None
-    resumed = read_checkpoint(config.ckpt_path)
-    if is_launch_rank_zero():
-        carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
-    return resumed
+    before any data work, so that a damaged checkpoint fails in seconds."""
+    return None if config.ckpt_path is None else read_checkpoint(config.ckpt_path)
 
 
-def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None) -> None:
-    """A resume in place keeps metrics.csv's rows up to the resumed step (`trim_metrics`): those after it are logged
-    again."""
-    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and is_launch_rank_zero():
+def continue_run(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None, module: L.LightningModule,
+                 trainer: L.Trainer) -> None:
+    """Before a resume writes anything into `run_dir`: its checkpoint checked against the module and Trainer about to
+    load it (`check_resumable`); then its best checkpoint put into the run's checkpoints/ when it is not there
+    (`carry_best`: a resume from another directory keeps the run's best), and, in place, metrics.csv's rows up to the
+    resumed step kept (`trim_metrics`: those after it are logged again)."""
+    if resumed is None:
+        return
+    check_resumable(resumed, module, trainer, str(config.ckpt_path))
+    if not is_launch_rank_zero():
+        return
+    carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
+    if checkpoint_run_dir(config.ckpt_path) == run_dir.resolve():
         trim_metrics(run_dir, resumed["global_step"])
 
 
@@ -222,7 +226,7 @@ def train(config: TrainConfig, run_dir: str | Path, checks: Sequence[FinalCheckR
 
 def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequence[FinalCheckRun]) -> RunSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
-    resumed = read_resumed(config, run_dir)
+    resumed = read_resumed(config)
     tokenizer = build_run_tokenizer(config, resumed)
     prepared = prepare_data(config, tokenizer)
     model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
@@ -233,7 +237,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequ
     task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir, control)
-    continue_metrics(config, run_dir, resumed)
+    continue_run(config, run_dir, resumed, task, trainer)
     del resumed
     write_run_files(run_dir, to_plain(config), tokenizer)
 

@@ -279,6 +279,50 @@ def test_fsdp_on_a_cpu_is_one_line_naming_the_key(capsys, monkeypatch, tmp_path)
     assert not (tmp_path / "outputs").exists()
 
 
+def drop_adamw_state(checkpoint: dict) -> None:
+    checkpoint["optimizer_states"][0]["members"].pop()
+
+
+def lengthen_schedule(checkpoint: dict) -> None:
+    checkpoint["lr_schedulers"][0]["base_lrs"].append(1e-3)
+
+
+def drop_best_score(checkpoint: dict) -> None:
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("ModelCheckpoint")]
+    del checkpoint["callbacks"][key]["best_model_score"]
+
+
+def files_of(run_dir) -> dict:
+    """Every file's bytes, but Hydra's .hydra/ (Hydra rewrites it as any job starts, before the job can check)."""
+    return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*")
+            if p.is_file() and ".hydra" not in p.relative_to(run_dir).parts}
+
+
+@pytest.mark.parametrize("edit, named", [(drop_adamw_state, "optimizer state does not fit this run's optimizer"),
+                                         (lengthen_schedule, "learning-rate schedule is not one of"),
+                                         (drop_best_score, "state of ModelCheckpoint does not fit")])
+def test_a_checkpoint_that_cannot_be_resumed_is_refused_before_the_run_changes(common, tmp_path, capsys, edit, named):
+    """A checkpoint edited by a tool (its CRC-32 recomputed): one line, and the run directory as it was (config.yaml
+    was rewritten and metrics.csv cut to its header before Lightning's traceback)."""
+    from biotf.checkpoint import read_checkpoint, save_checkpoint
+
+    run_dir = tmp_path / "run"
+    muon = [*common, "optim=muon", f"hydra.run.dir={run_dir}"]
+    assert entry.main([*muon, "trainer.max_steps=6"]) == 0
+    checkpoint_path = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = read_checkpoint(checkpoint_path)
+    checkpoint.pop("biotf_crc32", None)
+    edit(checkpoint)
+    save_checkpoint(checkpoint, checkpoint_path)
+    before = files_of(run_dir)
+    capsys.readouterr()
+    assert entry.main([*muon, "trainer.max_steps=8", f"ckpt_path={checkpoint_path}"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {checkpoint_path} cannot be resumed by this run: " in err and named in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert files_of(run_dir) == before
+
+
 def test_optim_muon_trains_and_resumes(common, tmp_path, capsys):
     """`train.py optim=muon`: the checkpoint holds both optimizers' state, a resume under the other optimizer is refused
     by the run-config check naming the key, and one under Muon continues the run (that a restored Muon takes exactly
