@@ -195,6 +195,7 @@ def continue_run(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | N
     if resumed is None:
         return
     check_resumable(resumed, module, trainer, str(config.ckpt_path))
+    trainer.strategy.checkpoint_io.hand_over(config.ckpt_path, resumed)  # fit loads what was checked, not a newer file
     if not is_launch_rank_zero():
         return
     carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)

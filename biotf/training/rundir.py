@@ -138,7 +138,8 @@ def _lock_owner(run_dir: Path) -> dict | None:
 
 
 def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
-    """Refuse a run directory that another process trains in, or that holds a run this one does not resume."""
+    """Refuse a run directory that another process trains in, or that holds a run this one does not resume, and a
+    resume into another directory of a checkpoint whose own run directory another process trains in."""
     run_dir = Path(run_dir)
     owner = _lock_owner(run_dir)
     if owner is not None and not (owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()):
@@ -146,7 +147,13 @@ def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
                                 f"(lock file {run_dir / LOCK_FILE}; delete it if that process is gone); "
                                 "choose another hydra.run.dir")
     used = [name for name in RUN_FILES if (run_dir / name).exists()]
-    resumes_it = ckpt_path is not None and checkpoint_run_dir(ckpt_path) == run_dir.resolve()
+    origin = checkpoint_run_dir(ckpt_path) if ckpt_path is not None else None
+    resumes_it = origin == run_dir.resolve()
+    training_origin = _lock_owner(origin) if origin is not None and not resumes_it else None
+    if training_origin is not None:
+        raise RunDirectoryError(f"{ckpt_path} belongs to run directory {origin}, which process {training_origin['pid']} "
+                                f"on {training_origin['host']} is training in (it rewrites that checkpoint as it "
+                                "goes); resume from it once that run has stopped")
     if resumes_it and (run_dir / FINETUNED_MODEL_DIR).exists():
         raise RunDirectoryError(f"run directory {run_dir} already holds a finished fine-tuning run "
                                 f"({FINETUNED_MODEL_DIR}/); choose a new hydra.run.dir")

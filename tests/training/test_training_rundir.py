@@ -21,7 +21,7 @@ from biotf.training import callbacks
 from biotf.training import run as run_module
 from biotf.training.module import LanguageModelTask
 from biotf.conventions import CONF_DIR
-from forked_process import run_forked
+from forked_process import Forked, run_forked
 from training_helpers import REPO, TINY, write_proteins
 
 STEPS = 12
@@ -234,6 +234,87 @@ def test_resume_into_another_directory_keeps_the_best_checkpoint(common, tmp_pat
     assert last(other)["callbacks"][key]["best_model_path"] == str((other / "checkpoints" / "best.ckpt").resolve())
     score = float(best["callbacks"][key]["best_model_score"])
     assert json.loads((other / "summary.json").read_text())["best_val_loss"] == score
+
+
+# --- two resumes of one checkpoint at once ----------------------------------------------------------
+def wait_for(path, process: Forked, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.01)  # the outcome never depends on this delay, only how soon the test notices
+
+
+def paused(function, *args, where, ready, go):
+    """`function(*args)` in a forked process that creates `ready` and waits for `go` at `where` (a callable run_module
+    or LanguageModelTask attribute, patched in the child only)."""
+    owner, name = where
+
+    def run() -> int:
+        original = getattr(owner, name)
+
+        def waiting(*call_args, **call_kwargs):
+            ready.touch()
+            while not go.exists():
+                time.sleep(0.01)
+            return original(*call_args, **call_kwargs)
+        setattr(owner, name, waiting)
+        return function(*args)
+    return Forked(run)
+
+
+def test_a_resume_elsewhere_of_a_run_being_resumed_in_place_is_refused(common, tmp_path, capsys):
+    """Before: both exit 0, and the other directory held a run that had trained nothing from its checkpoint."""
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    in_place = paused(entry.main, [*common, "trainer.max_steps=9", f"ckpt_path={checkpoint}"], str(REPO / "train.py"),
+                      where=(LanguageModelTask, "on_train_batch_start"), ready=ready, go=go)
+    try:
+        wait_for(ready, in_place)
+        capsys.readouterr()
+        assert entry.main([*common, "trainer.max_steps=9", f"ckpt_path={checkpoint}", f"hydra.run.dir={other}"]) == 2
+    finally:
+        go.touch()
+    err = capsys.readouterr().err
+    assert f"{checkpoint} belongs to run directory {run_dir}, which process {in_place.pid} on " in err, err
+    assert len(err.strip().splitlines()) == 1 and not other.exists()
+    _, in_place_err = in_place.communicate(240)
+    assert in_place.returncode == 0, in_place_err[-3000:]
+    assert last(run_dir)["global_step"] == 9 and metric_steps(run_dir) == list(range(9))
+
+
+@pytest.mark.parametrize("steps", [9, 11])
+def test_a_resume_elsewhere_trains_from_the_checkpoint_it_read_while_the_run_goes_on(common, tmp_path, capsys, steps):
+    """A resume into another directory reads the checkpoint, then its run is resumed in place and replaces it: the
+    first trains on from what it read (it trained nothing from the newer file before), to the same weights; unless the
+    run found a better best.ckpt meanwhile (validated at 10), which the first would copy as its own: refused."""
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0  # validated at 5
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    best = (run_dir / "checkpoints" / "best.ckpt").read_bytes()
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    elsewhere = paused(entry.main, [*common, f"trainer.max_steps={steps}", f"ckpt_path={checkpoint}",
+                                    f"hydra.run.dir={other}"], str(REPO / "train.py"),
+                       where=(run_module, "prepare_data"), ready=ready, go=go)
+    try:
+        wait_for(ready, elsewhere)  # it has read last.ckpt (step 6)
+        assert entry.main([*common, f"trainer.max_steps={steps}", f"ckpt_path={checkpoint}"]) == 0
+    finally:
+        go.touch()
+    _, err = elsewhere.communicate(240)
+    assert metric_steps(run_dir) == list(range(steps))
+    if steps == 11:
+        assert (run_dir / "checkpoints" / "best.ckpt").read_bytes() != best  # the run's new best, at step 10
+        assert elsewhere.returncode == 2 and len(err.strip().splitlines()) == 1, err[-3000:]
+        assert f"{run_dir / 'checkpoints' / 'best.ckpt'} is no longer the best checkpoint {checkpoint} records" in err
+        assert sorted(p.name for p in other.iterdir()) == [".hydra"]  # nothing of a run written
+        return
+    assert elsewhere.returncode == 0, err[-3000:]
+    assert metric_steps(other) == [6, 7, 8]
+    assert (other / "checkpoints" / "best.ckpt").read_bytes() == best
+    for name, value in last(run_dir)["state_dict"].items():
+        assert torch.equal(last(other)["state_dict"][name], value), name
 
 
 # --- when last.ckpt is written ---------------------------------------------------------------------
