@@ -8,9 +8,8 @@
 The run directory, last.ckpt (by steps, by wall time, at the end, on SIGTERM: exit 143 with the resume command)
 and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (`run.build_trainer`, `run.held_run`),
 a resume checked against the module before anything is written and, into another directory, keeping the run's best
-checkpoint (`run.continue_run`). Settings that only make
-sense for some models are checked against init_from's as soon as it is loaded, before any data is read
-(`check_against_model`).
+checkpoint (`run.continue_run`). Settings that only make sense for some models are checked against init_from's as
+soon as it is loaded, before any data is read (`check_against_model`).
 """
 
 from __future__ import annotations
