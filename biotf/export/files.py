@@ -81,8 +81,8 @@ class EmbedRun:
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        keys = ("precision", "model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
-                "long", "overlap", "packing", "pool_specials", "normalize")
+        keys = ("precision", "model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers",
+                "max_length", "long", "overlap", "packing", "pool_specials", "normalize")
         return {"command": "embed", **{key: self.info[key] for key in keys}}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:
