@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, CONFIG_FILE, FINETUNED_MODEL_DIR, STATE_PREFIX,
                               TASK_FILE, ensure_same_tokenizer, payload_fingerprint, read_checkpoint, read_exported,
                               tokenizer_from_payload)
+from biotf.checkpoint.digest import model_fingerprint
 from biotf.checkpoint.task_export import TaskInfo, read_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
@@ -267,6 +268,23 @@ class LoadedModel:
     task: TaskModel | None = None
     task_info: TaskInfo | None = None
     tokenizer_options: dict[str, Any] = field(default_factory=dict)  # the policies changed at load (`with_options`)
+
+
+def inference_precision(loaded: LoadedModel) -> str:
+    """What `loaded`'s network computes in (fp32 | bf16 | int8 | fp16): the precision `biotf.Model.load` converted it
+    to (a `biotf.Model` carries that choice as `precision`), else its weights' dtype (a model loaded in bfloat16)."""
+    choice = getattr(loaded, "precision", None)
+    if choice is not None and choice.precision != "fp32":
+        return choice.precision
+    dtype = next(loaded.network.parameters()).dtype
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
+def model_identity(model: torch.nn.Module, loaded: LoadedModel) -> dict[str, str]:
+    """What every output records of the model that made it (embedding info, sharded manifests): the precision it
+    computed in and the fingerprint of `model` (`loaded`'s network, or a fine-tuned one's task model). A change of
+    precision changes the fingerprint too; the precision is what names it."""
+    return {"precision": inference_precision(loaded), "model_fingerprint": model_fingerprint(model)}
 
 
 def as_loaded(model: str | Path | LoadedModel, device: str | torch.device | None = None,

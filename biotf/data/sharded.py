@@ -210,6 +210,10 @@ def _changes(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """What differs between the manifest's identity and this run's, worded for the refusal."""
     changed = []
     for key in wanted:
+        if key == "precision" and key not in stored:
+            continue  # parts made before outputs recorded it: the model's fingerprint still tells a change
+        if key == "model_fingerprint" and "precision" in stored and stored["precision"] != wanted.get("precision"):
+            continue  # another precision computes with other weights: the precision, listed, says why
         if stored.get(key) != wanted[key]:
             if key == "input":
                 old, new = stored.get(key) or {}, wanted[key]

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from biotf.io.readers import ReaderOptions, Record, read_records
-from biotf.checkpoint.digest import model_fingerprint
 from biotf.errors import disk_errors
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.io.embeddings import EMBEDDING_FORMATS, EmbeddingWriter
 from biotf.io.outputs import output_format
-from biotf.checkpoint.loading import LoadedModel, as_loaded
+from biotf.checkpoint.loading import LoadedModel, as_loaded, model_identity
 from biotf.progress import reporting
 from biotf.tokenizers.base import PolicyStats
 
@@ -35,7 +34,7 @@ def open_embedder(model: str | Path | LoadedModel, options: EmbedOptions = Embed
     model, tokenizer = loaded.network, loaded.tokenizer
     embedder = Embedder(model, tokenizer, options)
     info: dict[str, Any] = {
-        "biotf_embeddings": 1, "model": loaded.source, "model_fingerprint": model_fingerprint(model),
+        "biotf_embeddings": 1, "model": loaded.source, **model_identity(model, loaded),
         "tokenizer": tokenizer.kind, "tokenizer_fingerprint": tokenizer.fingerprint,
         "tokenizer_options": loaded.tokenizer_options, "pool": options.pool,
         "layers": embedder.layers, "max_length": embedder.max_length, "long": options.long,
@@ -84,8 +83,8 @@ class EmbedRun:
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        keys = ("model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers", "max_length",
-                "long", "overlap", "packing", "pool_specials", "normalize")
+        keys = ("precision", "model_fingerprint", "tokenizer_fingerprint", "tokenizer_options", "pool", "layers",
+                "max_length", "long", "overlap", "packing", "pool_specials", "normalize")
         return {"command": "embed", **{key: self.info[key] for key in keys}}
 
     def write_part(self, records: Iterator[Record], directory: Path) -> dict[str, Any]:

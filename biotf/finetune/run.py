@@ -7,9 +7,9 @@
 
 The run directory, last.ckpt (by steps, by wall time, at the end, on SIGTERM: exit 143 with the resume command)
 and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (`run.build_trainer`, `run.held_run`),
-a resume into another directory keeping the run's best checkpoint (`run.read_resumed`). Settings that only make
-sense for some models are checked against init_from's as soon as it is loaded, before any data is read
-(`check_against_model`).
+a resume checked against the module before anything is written and, into another directory, keeping the run's best
+checkpoint (`run.continue_run`). Settings that only make sense for some models are checked against init_from's as
+soon as it is loaded, before any data is read (`check_against_model`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from biotf.model.modes import Mode, build_mode
 from biotf.finetune.module import TaskModule, build_task_model, evaluate
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
 from biotf.training.hints import command_line, reader_words
-from biotf.training.run import build_trainer, continue_metrics, held_run, read_resumed, write_run_files
+from biotf.training.run import build_trainer, continue_run, held_run, read_resumed, write_run_files
 from biotf.training.rundir import checkpoint_run_dir
 
 INVALID_SMILES_LEFT_OUT = "SMILES RDKit cannot parse (data.invalid_smiles=skip)"  # a reason records are left out
@@ -89,7 +89,7 @@ def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Toke
 
 def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> FinetuneSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
-    resumed = read_resumed(config, run_dir)
+    resumed = read_resumed(config)
     tokenizer_options = {key: value for key, value in config.finetune.tokenizer_options.items() if value is not None}
     with option_errors(tokenizer_options, "finetune.tokenizer_options.{}"):
         trunk, tokenizer = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
@@ -109,7 +109,6 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     origin = checkpoint_run_dir(config.ckpt_path) if config.ckpt_path is not None else None
     if origin is not None:  # a resume trains on the split its run began with (a loose .ckpt has no split.tsv)
         check_same_split(origin / SPLIT_FILE, data.ids, sides)
-    write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
 
     n_outputs = 1 if config.task == "regression" else len(data.classes)
     model, trainable = build_task_model(config, trunk, n_outputs, mode)
@@ -119,18 +118,19 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     # As configured (data.max_length null stays null: a resume composes it so); the model and tokenizer init_from's.
     run_config = to_plain(dataclasses.replace(config, model=trunk.config))
     run_config["tokenizer"] = tokenizer.to_config() if hasattr(tokenizer, "to_config") else run_config["tokenizer"]
-    write_run_files(run_dir, run_config, tokenizer)
 
     monitor = config.finetune.monitor
     trainer = build_trainer(config.trainer, run_dir, control, monitor=f"val/{monitor}",
                             mode="min" if monitor in LOWER_IS_BETTER else "max", patience=config.finetune.patience,
                             distributed=False)
-    continue_metrics(config, run_dir, resumed)
+    module = TaskModule(model, config, mode, config.trainer.max_steps, n_outputs, control)
+    continue_run(config, run_dir, resumed, module, trainer)  # checks the resume before anything is written
     del resumed
+    write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
+    write_run_files(run_dir, run_config, tokenizer)
     collate = _collator(config, mode, model, tokenizer, data)
     loaders = {name: task_loader(data, rows[name], collate, config.data.batch_size,
                                  trainer if name == "train" else None, config.seed) for name in rows}
-    module = TaskModule(model, config, mode, config.trainer.max_steps, n_outputs, control)
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
     trainer.fit(module, train_dataloaders=loaders["train"], val_dataloaders=loaders["validation"],
                 ckpt_path=config.ckpt_path, weights_only=True)

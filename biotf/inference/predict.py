@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from biotf.checkpoint.loading import LoadedModel, as_loaded
+from biotf.checkpoint.loading import LoadedModel, as_loaded, model_identity
 from biotf.checkpoint.task_model import TaskInfo, load_task_model
 from biotf.data.collators import content_mask
 from biotf.data.labels import label_text
@@ -170,7 +170,7 @@ class PredictRun:
         self.output, self.batch_size, self.input_path, self.packing = output, batch_size, input_path, packing
         self.progress = progress  # records predicted, on stderr (`biotf.progress`)
         loaded = loaded_task_model(model, tokenizer_options)
-        self.model, self.tokenizer, self.info = loaded.task, loaded.tokenizer, loaded.task_info
+        self.model, self.tokenizer, self.info, self.loaded = loaded.task, loaded.tokenizer, loaded.task_info, loaded
         self.tokenizer_options = loaded.tokenizer_options
         check_packable(packing, self.model.trunk.config)
         self.header = prediction_header(self.info)
@@ -189,9 +189,7 @@ class PredictRun:
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        from biotf.checkpoint.digest import model_fingerprint
-
-        return {"command": "predict", "model_fingerprint": model_fingerprint(self.model),
+        return {"command": "predict", **model_identity(self.model, self.loaded),
                 "tokenizer_fingerprint": self.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options,
                 "packing": self.packing}
 

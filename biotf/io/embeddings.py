@@ -9,8 +9,9 @@ the end, so memory stays bounded and a failed run leaves nothing under the outpu
 Layout, every format (N records, D dimensions):
 - ids, the input sequences and every metadata column, as strings exactly as read;
 - `embeddings` (N, D): the requested layer; with `--layer all` the last, and `layer_<i>` for the others;
-- `info`: JSON with the model and its fingerprint (`checkpoint.digest.model_fingerprint`; files written before it
-  lack the key), the tokenizer and its fingerprint, pooling, layer and the counts of chunked / truncated records.
+- `info`: JSON with the model, the precision it computed in and its fingerprint (`checkpoint.loading.model_identity`;
+  files written before them lack the keys), the tokenizer and its fingerprint, pooling, layer and the counts of
+  chunked / truncated records.
   .npz: `embeddings`, `layer_<i>`, `info` (a JSON string), and each text column (`ids`, `sequences`,
   `metadata/<column>`) as numpy's own fixed-width string array (`data["ids"]`) when that is compact: when its
   longest string is at most 4 x the column's mean length + 16 characters (ids, labels, equal-length DNA windows).

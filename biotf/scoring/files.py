@@ -19,7 +19,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from biotf.checkpoint.loading import LoadedModel, as_loaded
+from biotf.checkpoint.loading import LoadedModel, as_loaded, model_identity
 from biotf.io.outputs import output_format
 from biotf.io.readers import Record, ReaderOptions, read_records, with_source
 from biotf.io.tables import TABLE_FORMATS, write_table
@@ -103,7 +103,7 @@ class ScoreRun:
                  progress: bool = False, tokenizer_options: Mapping[str, Any] | None = None):
         output_format(output_path, TABLE_FORMATS)
         self.input_path, self.output_path, self.progress = input_path, output_path, progress
-        loaded = as_loaded(model, device, tokenizer_options)
+        self.loaded = loaded = as_loaded(model, device, tokenizer_options)
         self.tokenizer_options = loaded.tokenizer_options
         self.scorer = Scorer(loaded.network, loaded.tokenizer, options)
         self.method = self.scorer.resolve(method)
@@ -115,9 +115,7 @@ class ScoreRun:
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        from biotf.checkpoint.digest import model_fingerprint
-
-        return {"command": "score", "model_fingerprint": model_fingerprint(self.scorer.model),
+        return {"command": "score", **model_identity(self.scorer.model, self.loaded),
                 "tokenizer_fingerprint": self.scorer.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options,
                 "method": self.method, "max_length": self.scorer.max_length, "overlap": self.scorer.options.overlap,
                 "packing": self.scorer.options.packing}

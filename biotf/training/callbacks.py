@@ -38,13 +38,26 @@ PROGRESS_KEY = "biotf_progress"  # training seconds so far (and tokens seen): a 
 
 
 class VerifiedCheckpointIO(TorchCheckpointIO):
-    """Checkpoints written atomically with their content CRC-32 (`biotf.checkpoint`), checked when resumed."""
+    """Checkpoints written atomically with their content CRC-32 (`biotf.checkpoint`), checked when resumed.
+
+    A resume hands over the checkpoint it read and checked (`hand_over`): Lightning then loads that one, not the
+    file again, which another process (the run it was read from, resumed in place) may have replaced meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handed_over: tuple[Path, dict[str, Any]] | None = None
+
+    def hand_over(self, path: str | Path, checkpoint: dict[str, Any]) -> None:
+        self._handed_over = (Path(path).resolve(), checkpoint)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
         save_checkpoint(checkpoint, path)
 
     def load_checkpoint(self, path: str | Path, map_location: Any | None = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
+        handed_over, self._handed_over = self._handed_over, None
+        if handed_over is not None and handed_over[0] == Path(path).resolve():
+            return handed_over[1]
         return read_checkpoint(path, map_location=map_location or "cpu")  # always weights_only
 
 
@@ -116,6 +129,7 @@ class RunControl:
         self.next_save = math.inf
         self.sigterm = False
         self.save_agreed = self.stop_agreed = False
+        self.stop_at_once: RunInterrupted | None = None  # raised by SIGTERM after training (`run.stoppable`)
 
     @property
     def started(self) -> bool:
@@ -213,7 +227,8 @@ def _best_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
 def carry_best(resumed: dict[str, Any], ckpt_path: str | Path, directory: Path) -> None:
     """Put the best checkpoint `resumed` (read from `ckpt_path`) records into `directory` (the run's checkpoints/)
     under its name, unless it is there: from beside `ckpt_path` (a resume from another directory, or of a moved
-    one), else from the path it records. A best that is nowhere is refused: the run would export a worse one."""
+    one), else from the path it records. A best that is nowhere is refused: the run would export a worse one; so is
+    one that is no longer the recorded best (its run, resumed in place meanwhile, found a better one)."""
     state = _best_state(resumed)
     if state is None or not state.get("best_model_path") or state.get("best_model_score") is None:
         return
@@ -226,7 +241,18 @@ def carry_best(resumed: dict[str, Any], ckpt_path: str | Path, directory: Path) 
         raise CheckpointError(f"{ckpt_path} records the best checkpoint {recorded} (score "
                               f"{float(state['best_model_score']):.6g}), which is gone; put it beside {ckpt_path} to "
                               "resume, or start a new run")
+    created = not directory.exists()
     atomic_write(target, lambda temporary: shutil.copyfile(source, temporary))
+    copied = read_checkpoint(target)  # what was copied, in case the source was replaced while it was read
+    copied_state = _best_state(copied) or {}
+    if copied.get("global_step", 0) > resumed.get("global_step", 0) \
+            or float(copied_state.get("best_model_score", math.nan)) != float(state["best_model_score"]):
+        target.unlink()
+        if created:  # the run directory as it was: a checkpoints/ folder would mark it as used
+            directory.rmdir()
+        raise CheckpointError(f"{source} is no longer the best checkpoint {ckpt_path} records (score "
+                              f"{float(state['best_model_score']):.6g}): the run that wrote it went on training "
+                              "meanwhile; resume from its newer checkpoint, or start a new run")
 
 
 class CarryBest(L.Callback):

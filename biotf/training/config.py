@@ -272,6 +272,23 @@ def check_keys(values: dict[str, Any], schema: type, prefix: str = "") -> None:
             check_keys(value, fields[key], f"{name}.")
 
 
+def check_strategy(trainer: TrainerConfig) -> None:
+    """Refuse trainer.strategy=fsdp where it cannot run, naming what runs where: FSDP shards the model over CUDA GPUs,
+    and Lightning accepts it only with trainer.accelerator=gpu (or cuda) named."""
+    if trainer.strategy != "fsdp":
+        return
+    import torch  # a CUDA query; composing a config needs no torch otherwise
+
+    if not torch.cuda.is_available():
+        where = "this machine has no CUDA GPU, so training runs on the CPU"
+    elif trainer.accelerator not in ("gpu", "cuda"):
+        where = f"trainer.accelerator={trainer.accelerator} does not name the GPUs (set trainer.accelerator=gpu)"
+    else:
+        return
+    raise ConfigError("trainer.strategy", "fsdp", "auto | ddp" if where.startswith("this") else None,
+                      reason=f"FSDP shards the model over CUDA GPUs, and {where}")
+
+
 def validate(cfg: DictConfig) -> TrainConfig:
     """The composed config as validated dataclasses; raises ConfigError/InputError before any data is read."""
     values = OmegaConf.to_container(cfg, resolve=False)
@@ -284,6 +301,7 @@ def validate(cfg: DictConfig) -> TrainConfig:
                          task=cfg.task, init_from=cfg.init_from, **sections)
     if not 0 <= config.seed < 2**32:
         raise ConfigError("seed", config.seed, "an integer from 0 to 4294967295")
+    check_strategy(config.trainer)
     check_finetune(config.task, config.init_from, config.data.label_column, config.finetune, config.trainer.nonfinite)
     model, data = config.model, config.data
     # A fine-tuning run's model is init_from's, checked when it is loaded (`finetune.check_against_model`).

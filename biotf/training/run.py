@@ -37,6 +37,7 @@ from biotf.training.callbacks import (CarryBest, LastCheckpoint, RunControl, Run
 from biotf.training.config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
+from biotf.training.resumable import check_resumable
 from biotf.training.module import LanguageModelTask
 from biotf.training.progress import progress_callbacks, quiet_lightning
 from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
@@ -145,7 +146,8 @@ def write_run_files(run_dir: Path, run_config: dict[str, Any], tokenizer: Tokeni
 @contextmanager
 def sigterm_stops(control: RunControl) -> Iterator[None]:
     """SIGTERM before training starts stops at once (nothing to save); during training `LastCheckpoint` saves
-    at the end of the optimizer step and stops; after the last step the run just finishes (seconds)."""
+    at the end of the optimizer step and stops; after the last step the run finishes its final validation (seconds)
+    and stops before or during its final checks (`stoppable`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -154,6 +156,8 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
         control.on_sigterm(signum, frame)
         if not control.started:
             raise RunInterrupted(None)
+        if control.stop_at_once is not None:
+            raise control.stop_at_once
 
     previous = signal.signal(signal.SIGTERM, before_training)
     try:
@@ -162,21 +166,40 @@ def sigterm_stops(control: RunControl) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def read_resumed(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
+@contextmanager
+def stoppable(control: RunControl, stop: RunInterrupted) -> Iterator[None]:
+    """Raise `stop` on SIGTERM while the block measures the trained model (1,000 SMILES samples take minutes), or
+    at once when SIGTERM came since training ended: last.ckpt holds the final step, so a resume from it trains no
+    further and measures again."""
+    if control.sigterm:
+        raise stop
+    control.stop_at_once = stop
+    try:
+        yield
+    finally:
+        control.stop_at_once = None
+
+
+def read_resumed(config: TrainConfig) -> dict[str, Any] | None:
     """The checkpoint `ckpt_path` names (None when the run does not resume), read and checked against its CRC-32
-    before any data work, so that a damaged checkpoint fails in seconds; its best checkpoint is put into the run's
-    checkpoints/ when it is not there (`carry_best`: a resume from another directory keeps the run's best)."""
-    if config.ckpt_path is None:
-        return None
-    resumed = read_checkpoint(config.ckpt_path)
-    if is_launch_rank_zero():
-        carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
-    return resumed
+    before any data work, so that a damaged checkpoint fails in seconds."""
+    return None if config.ckpt_path is None else read_checkpoint(config.ckpt_path)
 
 
-def continue_metrics(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None) -> None:
-    """A resume in place keeps metrics.csv's rows before the resumed step: the rows after it are logged again."""
-    if resumed is not None and checkpoint_run_dir(config.ckpt_path) == run_dir.resolve() and is_launch_rank_zero():
+def continue_run(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None, module: L.LightningModule,
+                 trainer: L.Trainer) -> None:
+    """Before a resume writes anything into `run_dir`: its checkpoint checked against the module and Trainer about to
+    load it (`check_resumable`); then its best checkpoint put into the run's checkpoints/ when it is not there
+    (`carry_best`: a resume from another directory keeps the run's best), and, in place, metrics.csv's rows up to the
+    resumed step kept (`trim_metrics`: those after it are logged again)."""
+    if resumed is None:
+        return
+    check_resumable(resumed, module, trainer, str(config.ckpt_path))
+    trainer.strategy.checkpoint_io.hand_over(config.ckpt_path, resumed)  # fit loads what was checked, not a newer file
+    if not is_launch_rank_zero():
+        return
+    carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
+    if checkpoint_run_dir(config.ckpt_path) == run_dir.resolve():
         trim_metrics(run_dir, resumed["global_step"])
 
 
@@ -204,7 +227,7 @@ def train(config: TrainConfig, run_dir: str | Path, checks: Sequence[FinalCheckR
 
 def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequence[FinalCheckRun]) -> RunSummary:
     L.seed_everything(config.seed, workers=True, verbose=False)
-    resumed = read_resumed(config, run_dir)
+    resumed = read_resumed(config)
     tokenizer = build_run_tokenizer(config, resumed)
     prepared = prepare_data(config, tokenizer)
     model_config = config.model.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)
@@ -215,7 +238,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequ
     task.model.gradient_checkpointing = config.trainer.gradient_checkpointing
     datamodule = SequenceDataModule(prepared, tokenizer, config.data, config.seed)
     trainer = build_trainer(config.trainer, run_dir, control)
-    continue_metrics(config, run_dir, resumed)
+    continue_run(config, run_dir, resumed, task, trainer)
     del resumed
     write_run_files(run_dir, to_plain(config), tokenizer)
 
@@ -232,7 +255,9 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequ
         final_val_acc=float(final["val/acc"]), best_val_loss=float(best_score) if best_score is not None else None,
         unigram_baseline=prepared.unigram_baseline("validation"), data=prepared.summary())
     if trainer.is_global_zero:
-        summary.checks = [check(task.model, tokenizer) for check in checks]
+        if checks:
+            with stoppable(control, RunInterrupted(run_dir / CHECKPOINT_DIR / "last.ckpt", trainer.global_step)):
+                summary.checks = [check(task.model, tokenizer) for check in checks]
         summary.write(run_dir)
         print(summary.text())
         print(next_steps(run_dir, config.data.path, config.data.column, config.data.id_column))

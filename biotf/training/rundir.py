@@ -6,8 +6,8 @@ Layout: config.yaml (resolved config), tokenizer.json, metrics.csv (or tensorboa
   metrics.csv, checkpoints/ ...) is refused unless the run resumes a checkpoint of that directory;
 - one process at a time: `run.lock` records the training process's pid and host; a second run is
   refused while that process lives, and a lock left by a dead process (SIGKILL, power loss) is taken over;
-- a resume continues the directory: metrics.csv keeps the rows before the resumed step (the rows after
-  it are logged again, identically, by the exact resume) and gains the new ones (`metrics_log`);
+- a resume continues the directory: metrics.csv keeps the rows up to the resumed step (the rows after it are
+  logged again, identically, by the exact resume; `trim_metrics`) and gains the new ones (`metrics_log`);
 - a resume trains what its run trained: settings that differ from the config.yaml of the checkpoint's run are
   refused, naming them, except those in `RESUMABLE` (`check_resume`); a finished fine-tuning run (model/) is not
   resumed over its export.
@@ -138,7 +138,8 @@ def _lock_owner(run_dir: Path) -> dict | None:
 
 
 def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
-    """Refuse a run directory that another process trains in, or that holds a run this one does not resume."""
+    """Refuse a run directory that another process trains in, or that holds a run this one does not resume, and a
+    resume into another directory of a checkpoint whose own run directory another process trains in."""
     run_dir = Path(run_dir)
     owner = _lock_owner(run_dir)
     if owner is not None and not (owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()):
@@ -146,7 +147,13 @@ def check_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> None:
                                 f"(lock file {run_dir / LOCK_FILE}; delete it if that process is gone); "
                                 "choose another hydra.run.dir")
     used = [name for name in RUN_FILES if (run_dir / name).exists()]
-    resumes_it = ckpt_path is not None and checkpoint_run_dir(ckpt_path) == run_dir.resolve()
+    origin = checkpoint_run_dir(ckpt_path) if ckpt_path is not None else None
+    resumes_it = origin == run_dir.resolve()
+    training_origin = _lock_owner(origin) if origin is not None and not resumes_it else None
+    if training_origin is not None:
+        raise RunDirectoryError(f"{ckpt_path} belongs to run directory {origin}, which process {training_origin['pid']} "
+                                f"on {training_origin['host']} is training in (it rewrites that checkpoint as it "
+                                "goes); resume from it once that run has stopped")
     if resumes_it and (run_dir / FINETUNED_MODEL_DIR).exists():
         raise RunDirectoryError(f"run directory {run_dir} already holds a finished fine-tuning run "
                                 f"({FINETUNED_MODEL_DIR}/); choose a new hydra.run.dir")
@@ -193,15 +200,26 @@ def claim_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> Iterator
         lock.unlink(missing_ok=True)
 
 
-def trim_metrics(run_dir: str | Path, before_step: int) -> int:
-    """Keep metrics.csv's rows logged before `before_step` (the resumed step); returns how many were dropped."""
+def trim_metrics(run_dir: str | Path, resumed_step: int) -> int:
+    """Keep metrics.csv's rows up to `resumed_step` (a resume's checkpoint), in the order they were logged, until the
+    first row the resume logs again: a training row of that step or later (a training row of step k is logged by
+    optimizer step k+1), or any row past it. The final validation of a run that ended at the checkpoint is logged at
+    its step and kept; the resume does not repeat it. Returns how many rows were dropped."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return 0
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         fields, rows = reader.fieldnames or [], list(reader)
-    kept = [row for row in rows if row.get("step") and float(row["step"]) < before_step]
+
+    def logged_again(row: dict[str, str]) -> bool:
+        if not row.get("step"):
+            return False  # no step to place it by: kept
+        step = float(row["step"])
+        trained = any(value for name, value in row.items() if name and name.startswith("train/"))
+        return step > resumed_step or (step == resumed_step and trained)
+
+    kept = next((rows[:index] for index, row in enumerate(rows) if logged_again(row)), rows)
     if len(kept) < len(rows):
         write_rows(path, fields, ([row[name] for name in fields] for row in kept), ",")
     return len(rows) - len(kept)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 
 import numpy as np
@@ -189,6 +190,27 @@ def test_a_changed_input_model_or_setting_refuses_to_resume_naming_it(capsys, tm
     assert not out.exists()
     status, err = run(capsys, *embed_args(model_dir, fasta, out, "--part-records", "3", "--overwrite"))
     assert status == 0 and "2 parts: 0 kept from an earlier run, 2 done now" in err
+
+
+@pytest.mark.parametrize("command,suffix", [("embed", ".npz"), ("score", ".csv"), ("predict", ".tsv")])
+def test_outputs_record_the_precision_and_a_resume_under_another_is_refused_naming_it(
+        capsys, tmp_path, model_dir, fasta, one_rank, monkeypatch, command, suffix):
+    """Before: nothing recorded it, and the refusal said only that the model's fingerprint changed."""
+    model = task_model(tmp_path / "task") if command == "predict" else model_dir
+    out = tmp_path / f"out{suffix}"
+    args = (command, "--model", str(model), "--input", str(fasta), "--output", str(out), "--part-records", "2")
+    stopped_after_first_part(capsys, monkeypatch, *args)
+    manifest = (work_folder(out) / "manifest.json").read_bytes()
+    assert '"precision": "fp32"' in manifest.decode()
+    status, err = run(capsys, *args, "--precision", "bf16")
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "holds parts of another run: precision ('fp32' -> 'bf16') changed" in err and "fingerprint" not in err, err
+    assert (work_folder(out) / "manifest.json").read_bytes() == manifest
+    if command == "embed":
+        other = tmp_path / "bf16.npz"
+        status, err = run(capsys, *embed_args(model, fasta, other, "--precision", "bf16"))
+        assert status == 0, err
+        assert json.loads(str(np.load(other)["info"]))["precision"] == "bf16"
 
 
 @pytest.mark.parametrize("command,suffix", [("embed", ".npz"), ("score", ".csv"), ("predict", ".tsv")])

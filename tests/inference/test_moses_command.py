@@ -133,14 +133,10 @@ def test_the_reference_statistics_are_cached_and_a_damaged_entry_is_computed_aga
 
 def damage_entry(entry: Path, kind: str) -> None:
     data = entry.read_bytes()
-    if kind == "a directory":
-        entry.unlink()
-        (entry / "something").mkdir(parents=True)
-    else:
-        entry.write_bytes({"empty": b"", "half": data[: len(data) // 2], "its end cut": data[:-10]}[kind])
+    entry.write_bytes({"empty": b"", "half": data[: len(data) // 2], "its end cut": data[:-10]}[kind])
 
 
-@pytest.mark.parametrize("kind", ["empty", "half", "its end cut", "a directory"])
+@pytest.mark.parametrize("kind", ["empty", "half", "its end cut"])
 def test_every_damage_of_a_cache_entry_is_computed_again_and_said_so_in_one_line(capsys, files, tmp_path, kind):
     """Before: BadZipFile or EOFError (a truncated entry) and IsADirectoryError (a directory) tracebacks."""
     argv = ["generate", "evaluate", "--input", str(files["generated"]), "--train", str(files["train"]),
@@ -154,8 +150,31 @@ def test_every_damage_of_a_cache_entry_is_computed_again_and_said_so_in_one_line
     said = [line for line in captured.err.splitlines() if line.startswith("reference train:")]
     assert captured.out == first and len(said) == 1 and "Traceback" not in captured.err, captured.err
     assert f"cached in {entry} (the entry there was not used: " in said[0]
-    assert ("a directory is in its place" if kind == "a directory" else "unreadable (") in said[0]
+    assert "unreadable (" in said[0]
     assert entry.is_file() and main(argv) == 0 and "read from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_users_directory_at_a_cache_entrys_name_is_refused_and_kept(capsys, files, tmp_path, link):
+    """Before: deleted with its files (or the link replaced), exit 0."""
+    argv = ["generate", "evaluate", "--input", str(files["generated"]), "--train", str(files["train"]),
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    (entry,) = (tmp_path / "cache").iterdir()
+    entry.unlink()
+    folder = tmp_path / "mine" if link else entry
+    (folder / "notes").mkdir(parents=True)
+    (folder / "notes" / "a.txt").write_bytes(b"mine\n")
+    if link:
+        entry.symlink_to(folder, target_is_directory=True)
+    before = {p.relative_to(tmp_path): (p.is_symlink(), p.read_bytes() if p.is_file() else None)
+              for p in tmp_path.rglob("*")}
+    capsys.readouterr()
+    status = main(argv)
+    one_line(status, capsys.readouterr().err, f"invalid --cache-dir='{tmp_path / 'cache'}': {entry} is a directory",
+             "left as it is")
+    assert {p.relative_to(tmp_path): (p.is_symlink(), p.read_bytes() if p.is_file() else None)
+            for p in tmp_path.rglob("*")} == before
 
 
 def test_a_cache_dir_that_is_a_file_is_one_line_naming_the_flag(capsys, files, tmp_path):

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from biotf.training import callbacks
 from biotf.training import run as run_module
 from biotf.training.module import LanguageModelTask
 from biotf.conventions import CONF_DIR
-from forked_process import run_forked
+from forked_process import Forked, run_forked
 from training_helpers import REPO, TINY, write_proteins
 
 STEPS = 12
@@ -151,6 +152,43 @@ def test_sigterm_saves_stops_and_resumes_in_place_exactly(common, tmp_path):
     assert summary["final_val_loss"] == reference_summary["final_val_loss"]
 
 
+def test_sigterm_during_the_final_sample_check_saves_and_stops(tmp_path, cache_dir, monkeypatch):
+    """smiles_clm ends by drawing molecules (1,000 in the preset, minutes): SIGTERM then stops with status 143 and the
+    resume command, last.ckpt holding the final step; the resume trains no further and draws them again."""
+    pytest.importorskip("rdkit")
+    import gzip
+
+    from biotf.conventions import SAMPLES_DIR
+    from biotf.inference import validity
+
+    monkeypatch.chdir(tmp_path)
+    with gzip.open(SAMPLES_DIR / "moses_train_head20k.csv.gz", "rt") as handle:
+        (tmp_path / "slice.csv").write_text("".join(next(handle) for _ in range(201)))
+    run_dir = tmp_path / "run"
+    args = ["experiment=smiles_clm", *TINY, "model.causal=true", "trainer.max_steps=2", "trainer.validity_samples=4",
+            f"data.path={tmp_path / 'slice.csv'}", f"data.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"]
+
+    def run() -> int:
+        def slow_sampling(*_args, **_kwargs):  # SIGTERM as the sampling begins, then minutes of drawing
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(200):
+                time.sleep(0.05)
+            return validity.SampleValidity(4, 0, 0, 10.0)
+        validity.sample_validity = slow_sampling
+        return entry.main(args, script=str(REPO / "train.py"))
+
+    stopped = run_forked(run)
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    assert stopped.returncode == 143, stopped.stderr[-3000:]  # not 0 once the drawing ends
+    message = stopped.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"train: stopped by SIGTERM at step 2; saved {checkpoint}; resume with: python ")
+    assert last(run_dir)["global_step"] == 2 and not (run_dir / "summary.json").exists()
+    assert not (run_dir / "run.lock").exists()
+    assert entry.main([*args, f"ckpt_path={checkpoint}"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2 and [check["name"] for check in summary["checks"]] == ["sample_validity"]
+
+
 def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp_path, recwarn):
     run_dir = tmp_path / "run"
     assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0
@@ -164,6 +202,20 @@ def test_resume_in_place_keeps_the_best_checkpoint_and_warns_nothing(common, tmp
     callbacks_state = last(run_dir)["callbacks"]
     (key,) = [k for k in callbacks_state if k.startswith("ModelCheckpoint")]
     assert callbacks_state[key]["best_model_score"] <= best_score[key]["best_model_score"]  # carried over, not reset
+
+
+def test_a_resume_in_place_keeps_every_metrics_row_up_to_its_checkpoint(common, tmp_path):
+    """The final validation of a run that ended at the resumed step is logged at that step: kept (it was dropped)."""
+    run_dir = tmp_path / "run"
+    assert entry.main([*common, "optim=muon", "trainer.max_steps=4", f"hydra.run.dir={run_dir}"]) == 0
+    before = (run_dir / "metrics.csv").read_bytes()
+    assert before.splitlines()[-1].startswith(b"1,4,,,,,,")  # the final validation, at step 4
+    assert entry.main([*common, "optim=muon", "trainer.max_steps=6",
+                       f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={run_dir}"]) == 0
+    after = (run_dir / "metrics.csv").read_bytes()
+    assert after.startswith(before) and metric_steps(run_dir) == list(range(6)), after.decode()
+    # appended: training rows 4 and 5, the validation after step 5 (logged at 4) and the final one (at 6)
+    assert [line.split(b",")[1] for line in after.splitlines()[len(before.splitlines()):]] == [b"4", b"4", b"5", b"6"]
 
 
 def test_resume_into_another_directory_keeps_the_best_checkpoint(common, tmp_path, recwarn):
@@ -182,6 +234,87 @@ def test_resume_into_another_directory_keeps_the_best_checkpoint(common, tmp_pat
     assert last(other)["callbacks"][key]["best_model_path"] == str((other / "checkpoints" / "best.ckpt").resolve())
     score = float(best["callbacks"][key]["best_model_score"])
     assert json.loads((other / "summary.json").read_text())["best_val_loss"] == score
+
+
+# --- two resumes of one checkpoint at once ----------------------------------------------------------
+def wait_for(path, process: Forked, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.01)  # the outcome never depends on this delay, only how soon the test notices
+
+
+def paused(function, *args, where, ready, go):
+    """`function(*args)` in a forked process that creates `ready` and waits for `go` at `where` (a callable run_module
+    or LanguageModelTask attribute, patched in the child only)."""
+    owner, name = where
+
+    def run() -> int:
+        original = getattr(owner, name)
+
+        def waiting(*call_args, **call_kwargs):
+            ready.touch()
+            while not go.exists():
+                time.sleep(0.01)
+            return original(*call_args, **call_kwargs)
+        setattr(owner, name, waiting)
+        return function(*args)
+    return Forked(run)
+
+
+def test_a_resume_elsewhere_of_a_run_being_resumed_in_place_is_refused(common, tmp_path, capsys):
+    """Before: both exit 0, and the other directory held a run that had trained nothing from its checkpoint."""
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    in_place = paused(entry.main, [*common, "trainer.max_steps=9", f"ckpt_path={checkpoint}"], str(REPO / "train.py"),
+                      where=(LanguageModelTask, "on_train_batch_start"), ready=ready, go=go)
+    try:
+        wait_for(ready, in_place)
+        capsys.readouterr()
+        assert entry.main([*common, "trainer.max_steps=9", f"ckpt_path={checkpoint}", f"hydra.run.dir={other}"]) == 2
+    finally:
+        go.touch()
+    err = capsys.readouterr().err
+    assert f"{checkpoint} belongs to run directory {run_dir}, which process {in_place.pid} on " in err, err
+    assert len(err.strip().splitlines()) == 1 and not other.exists()
+    _, in_place_err = in_place.communicate(240)
+    assert in_place.returncode == 0, in_place_err[-3000:]
+    assert last(run_dir)["global_step"] == 9 and metric_steps(run_dir) == list(range(9))
+
+
+@pytest.mark.parametrize("steps", [9, 11])
+def test_a_resume_elsewhere_trains_from_the_checkpoint_it_read_while_the_run_goes_on(common, tmp_path, capsys, steps):
+    """A resume into another directory reads the checkpoint, then its run is resumed in place and replaces it: the
+    first trains on from what it read (it trained nothing from the newer file before), to the same weights; unless the
+    run found a better best.ckpt meanwhile (validated at 10), which the first would copy as its own: refused."""
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0  # validated at 5
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    best = (run_dir / "checkpoints" / "best.ckpt").read_bytes()
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    elsewhere = paused(entry.main, [*common, f"trainer.max_steps={steps}", f"ckpt_path={checkpoint}",
+                                    f"hydra.run.dir={other}"], str(REPO / "train.py"),
+                       where=(run_module, "prepare_data"), ready=ready, go=go)
+    try:
+        wait_for(ready, elsewhere)  # it has read last.ckpt (step 6)
+        assert entry.main([*common, f"trainer.max_steps={steps}", f"ckpt_path={checkpoint}"]) == 0
+    finally:
+        go.touch()
+    _, err = elsewhere.communicate(240)
+    assert metric_steps(run_dir) == list(range(steps))
+    if steps == 11:
+        assert (run_dir / "checkpoints" / "best.ckpt").read_bytes() != best  # the run's new best, at step 10
+        assert elsewhere.returncode == 2 and len(err.strip().splitlines()) == 1, err[-3000:]
+        assert f"{run_dir / 'checkpoints' / 'best.ckpt'} is no longer the best checkpoint {checkpoint} records" in err
+        assert sorted(p.name for p in other.iterdir()) == [".hydra"]  # nothing of a run written
+        return
+    assert elsewhere.returncode == 0, err[-3000:]
+    assert metric_steps(other) == [6, 7, 8]
+    assert (other / "checkpoints" / "best.ckpt").read_bytes() == best
+    for name, value in last(run_dir)["state_dict"].items():
+        assert torch.equal(last(other)["state_dict"][name], value), name
 
 
 # --- when last.ckpt is written ---------------------------------------------------------------------
@@ -215,6 +348,60 @@ def test_config_mistakes_are_one_line_before_any_data_is_read(override, expected
     assert expected in err and len(err.strip().splitlines()) == 1, err
     assert "CHOICES" not in err and "+model" not in err and "Traceback" not in err
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of FSDP on a machine without CUDA")
+def test_fsdp_on_a_cpu_is_one_line_naming_the_key(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert entry.main(["experiment=quickstart", "trainer.strategy=fsdp"]) == 2
+    err = capsys.readouterr().err
+    assert err.split(": error: ")[1] == ("invalid config trainer.strategy='fsdp': FSDP shards the model over CUDA GPUs, "
+                   "and this machine has no CUDA GPU, so training runs on the CPU (allowed: auto | ddp)\n"), err
+    assert not (tmp_path / "outputs").exists()
+
+
+def drop_adamw_state(checkpoint: dict) -> None:
+    checkpoint["optimizer_states"][0]["members"].pop()
+
+
+def lengthen_schedule(checkpoint: dict) -> None:
+    checkpoint["lr_schedulers"][0]["base_lrs"].append(1e-3)
+
+
+def drop_best_score(checkpoint: dict) -> None:
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("ModelCheckpoint")]
+    del checkpoint["callbacks"][key]["best_model_score"]
+
+
+def files_of(run_dir) -> dict:
+    """Every file's bytes, but Hydra's .hydra/ (Hydra rewrites it as any job starts, before the job can check)."""
+    return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*")
+            if p.is_file() and ".hydra" not in p.relative_to(run_dir).parts}
+
+
+@pytest.mark.parametrize("edit, named", [(drop_adamw_state, "optimizer state does not fit this run's optimizer"),
+                                         (lengthen_schedule, "learning-rate schedule is not one of"),
+                                         (drop_best_score, "state of ModelCheckpoint does not fit")])
+def test_a_checkpoint_that_cannot_be_resumed_is_refused_before_the_run_changes(common, tmp_path, capsys, edit, named):
+    """A checkpoint edited by a tool (its CRC-32 recomputed): one line, and the run directory as it was (config.yaml
+    was rewritten and metrics.csv cut to its header before Lightning's traceback)."""
+    from biotf.checkpoint import read_checkpoint, save_checkpoint
+
+    run_dir = tmp_path / "run"
+    muon = [*common, "optim=muon", f"hydra.run.dir={run_dir}"]
+    assert entry.main([*muon, "trainer.max_steps=6"]) == 0
+    checkpoint_path = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = read_checkpoint(checkpoint_path)
+    checkpoint.pop("biotf_crc32", None)
+    edit(checkpoint)
+    save_checkpoint(checkpoint, checkpoint_path)
+    before = files_of(run_dir)
+    capsys.readouterr()
+    assert entry.main([*muon, "trainer.max_steps=8", f"ckpt_path={checkpoint_path}"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {checkpoint_path} cannot be resumed by this run: " in err and named in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert files_of(run_dir) == before
 
 
 def test_optim_muon_trains_and_resumes(common, tmp_path, capsys):

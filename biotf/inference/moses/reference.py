@@ -7,14 +7,13 @@ Scaf). A training set's are the hashes of its canonical SMILES (novelty). Each i
 a JSON text for the counts and the key; read with allow_pickle=False) in the cache directory under the file's
 CRC-32: `<cache>/<test|train>-<crc32>.npz`. The key holds the CRC, the file's size, the column read, the
 statistics' version and RDKit's version (canonical SMILES and fingerprints may change with it): a cache entry whose
-key differs, or that cannot be read (truncated, not an .npz, a directory in its place), is computed again and
-replaced, and the caller is told which happened.
+key differs, or that cannot be read (truncated, not an .npz), is computed again and replaced, and the caller is told
+which happened. A directory in an entry's place is not biotf's to delete: it is refused in one line, left as it was.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import numpy as np
 
 from biotf.io.atomic import atomic_write
 from biotf.io.readers import ReaderOptions, read_records
-from biotf.errors import InputError
+from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.progress import counting, reporting
 from biotf.tokenizers.base import PolicyStats
@@ -155,16 +154,17 @@ def _save(target: Path, key: dict, statistics: ReferenceStatistics | TrainingSta
         with open(temporary, "wb") as handle:
             np.savez(handle, meta=np.array(json.dumps(meta)), **arrays)
 
-    if target.is_dir() and not target.is_symlink():  # `_load` said so; biotf alone names files so in its cache
-        shutil.rmtree(target)
     atomic_write(target, write)
 
 
 def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | TrainingStatistics | str:
-    """The cached statistics, or why they cannot be used: any damage (truncated, not an .npz, other content, a
-    directory in its place) is a reason to compute them again, never an error."""
+    """The cached statistics, or why they cannot be used: any damage (truncated, not an .npz, other content) is a
+    reason to compute them again, never an error. A directory in the entry's place (a link to one too) is refused:
+    the cache deletes nothing it did not write."""
     if target.is_dir():
-        return "a directory is in its place (replaced)"
+        raise ConfigError("--cache-dir", str(target.parent),
+                          reason=f"{target} is a directory, where the cache keeps a file; it is left as it is: move it "
+                                 "away or give another --cache-dir")
     if not target.exists():
         return "absent"
     try:
