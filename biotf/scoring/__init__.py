@@ -11,7 +11,7 @@
 from biotf.lazy import lazy_exports
 
 # The values `biotf score` offers, here so that the command's parser lists them without torch.
-METHODS = ("auto", "causal", "pll", "masked-marginal", "wt-marginal")
+METHODS = ("auto", "causal", "pll", "masked-marginal", "masked-marginal-joint", "wt-marginal")
 SEQUENCE_METHODS = ("auto", "causal", "pll")  # the methods that score whole records (the others score variants)
 
 # name -> submodule; each is imported when first used (see biotf/lazy.py), so the command's parser loads no torch.

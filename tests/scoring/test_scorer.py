@@ -91,7 +91,7 @@ def test_windows_score_every_token_once_in_the_window_that_owns_it(protein_mlm):
 VARIANTS = ["A4G", "K2R:I6L", "M1M", "Q33E", "A4G:Y5W:S13T"]
 
 
-@pytest.mark.parametrize("method", ["masked-marginal", "wt-marginal"])
+@pytest.mark.parametrize("method", ["masked-marginal", "masked-marginal-joint", "wt-marginal"])
 def test_marginals_equal_the_direct_implementation(protein_mlm, method):
     model, tokenizer = protein_mlm
     variants = [make_variant(WILD_TYPE, parse_code(code), code) for code in VARIANTS]
@@ -192,7 +192,7 @@ def test_marginal_of_a_reverse_strand_snv(kmer_mlm):
 
 def test_methods_the_model_cannot_do_are_refused(protein_mlm, protein_clm):
     variants = [make_variant(WILD_TYPE, parse_code("A4G"), "v")]
-    with pytest.raises(ConfigError, match="masked .*allowed: pll, masked-marginal, wt-marginal"):
+    with pytest.raises(ConfigError, match="masked .*allowed: pll, masked-marginal, masked-marginal-joint, wt-marginal"):
         Scorer(*protein_mlm).variant_scores(WILD_TYPE, variants, "causal")
     with pytest.raises(ConfigError, match="causal .*allowed: causal"):
         Scorer(*protein_clm).variant_scores(WILD_TYPE, variants, "masked-marginal")
