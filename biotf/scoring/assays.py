@@ -238,7 +238,7 @@ class AssayRun:
     def __init__(self, model: str | Path | LoadedModel, assays: AssaySet, output_path: str | Path,
                  method: str = "auto", options: ScoreOptions = ScoreOptions(), published: PublishedTable | None = None,
                  device: str | None = None, progress: bool = False,
-                 tokenizer_options: Mapping[str, Any] | None = None):
+                 tokenizer_options: Mapping[str, Any] | None = None, summary: AssaySummary | None = None):
         output_format(output_path, TABLE_FORMATS)
         loaded = as_loaded(model, device, tokenizer_options)
         self.tokenizer_options = loaded.tokenizer_options
@@ -246,7 +246,8 @@ class AssayRun:
         if method not in METHODS:
             raise ConfigError("method", method, allowed=", ".join(METHODS))
         self.method, self.assays, self.published, self.progress = method, assays, published, progress
-        self.done = AssaySummary(assays, published=published)
+        self.done = summary if summary is not None else AssaySummary()
+        self.done.assays, self.done.published = assays, published
 
     def rows(self, records: Iterable[Record]) -> Iterator[dict[str, Any]]:
         """The row of each given assay among `records` (rows of the reference file), in order."""
@@ -317,13 +318,14 @@ def score_assays(model: str | Path | LoadedModel, assays: str | Path | Sequence[
 
 
 def assay_table(model: LoadedModel, assays: str | Path | Sequence[str | Path], reference_file: str | Path,
-                method: str = "auto", options: ScoreOptions = ScoreOptions(),
-                published: PublishedTable | None = None) -> tuple[list[dict[str, Any]], AssaySummary]:
-    """The rows `score_assays` writes, in memory (no parts, no resume): what `biotf.Model.score_assays` returns."""
+                method: str = "auto", options: ScoreOptions = ScoreOptions(), published: PublishedTable | None = None,
+                summary: AssaySummary | None = None) -> list[dict[str, Any]]:
+    """The rows `score_assays` writes, in memory (no parts, no resume), what `summary` they make filled in: what
+    `biotf.Model.score_assays` returns."""
     found = find_assays(assays, reference_file)
-    run = AssayRun(model, found, "table.csv", method, options, published)
+    run = AssayRun(model, found, "table.csv", method, options, published, summary=summary)
     rows = list(run.rows(read_records(found.reference_file, REFERENCE_READER)))
     if published is not None:
         run.done.not_published = published.beside(rows)
     run.done.rows, run.done.policies = rows, run.scorer.policies
-    return rows, run.done
+    return rows

@@ -105,7 +105,7 @@ def test_a_killed_run_rerun_equals_an_uninterrupted_one(assays, tmp_path, capsys
     assert set(table.method) == {"masked-marginal"}
 
 
-def test_each_row_holds_the_metrics_of_the_assays_own_scores(assays, tmp_path):
+def test_each_row_holds_the_metrics_of_the_assays_own_scores(assays, tmp_path, capsys):
     """The row of an assay equals the metrics of `score --variants` on that assay alone (same model, same method)."""
     pandas = pytest.importorskip("pandas")
     root, model = assays
@@ -119,6 +119,8 @@ def test_each_row_holds_the_metrics_of_the_assays_own_scores(assays, tmp_path):
                  "--no-progress"]) == 0
     variants = pandas.read_csv(scores)
     expected = fitness_metrics(variants.score, variants.DMS_score, variants.DMS_score_bin)
+    said = ", ".join(f"{name} {value:.3f}" for name, value in expected.items())
+    assert f"ProteinGym metrics: {said}" in capsys.readouterr().err  # score --variants prints them too
     assert row.method == "masked-marginal-joint"
     for name, value in expected.items():
         assert row[name] == pytest.approx(value, abs=1e-12), name
@@ -137,3 +139,20 @@ def test_bad_inputs_are_one_line(assays, tmp_path, capsys):
     assert "ESM3 (huge)" in capsys.readouterr().err
     assert main([*base, "--assays", str(root / "assays"), "--published", "ESM2 (8M)"]) == 2
     assert "--reference-table" in capsys.readouterr().err
+
+
+def test_the_python_api_returns_the_commands_table(assays, tmp_path):
+    pandas = pytest.importorskip("pandas")
+    import biotf
+    from biotf.scoring.assays import AssaySummary
+
+    root, model = assays
+    output = tmp_path / "table.csv"
+    published = ("--reference-table", str(PUBLISHED), "--published", "ESM2 (8M)")
+    assert main(command(root, model, output, *published)) == 0
+    summary = AssaySummary()
+    table = biotf.Model.load(model).score_assays(root / "assays", root / "reference.csv", reference_table=PUBLISHED,
+                                                 published=["ESM2 (8M)"], summary=summary)
+    pandas.testing.assert_frame_equal(table, pandas.read_csv(output), check_exact=False, rtol=0, atol=1e-12)
+    assert [line.split(":")[0] for line in summary.lines()] == [SINGLES, DOUBLES]
+    assert "2 assays of the 3" in summary.summary()
