@@ -156,3 +156,23 @@ def test_the_python_api_returns_the_commands_table(assays, tmp_path):
     pandas.testing.assert_frame_equal(table, pandas.read_csv(output), check_exact=False, rtol=0, atol=1e-12)
     assert [line.split(":")[0] for line in summary.lines()] == [SINGLES, DOUBLES]
     assert "2 assays of the 3" in summary.summary()
+
+
+def test_two_processes_under_torchrun_write_the_one_process_table(assays, tmp_path):
+    """The assays dealt to two ranks (gloo on CPU): the table of one process, byte for byte."""
+    import subprocess
+
+    from torchrun_helpers import free_port, torchrun
+
+    root, model = assays
+    repository = Path(__file__).resolve().parents[2]
+    assert main(command(root, model, tmp_path / "one.csv")) == 0
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    launch = [*torchrun("--nproc-per-node", "2", "--master-port", str(free_port())), "-m", "biotf",
+              *command(root, model, tmp_path / "two.csv")]
+    result = subprocess.run(launch, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**environment, "PYTHONPATH": str(repository), "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
+    assert result.stderr.count("biotf score proteingym: ->") == 1  # rank 0 alone reports
