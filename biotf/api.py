@@ -227,13 +227,13 @@ class Model(LoadedModel):
                      overlap: int | None = None, packing: bool = False,
                      summary: AssaySummary | None = None) -> pandas.DataFrame:
         """ProteinGym assays (a directory or files) scored as `biotf score proteingym` scores them: the same table,
-        one row per assay (DMS_id, variants, multi_mutants, method, Spearman, AUC, MCC, NDCG, Top_recall, and the
-        `published` columns of `reference_table` beside biotf's); `summary` gets its lines (`biotf.scoring.assays`)."""
+        one row per assay (DMS_id, variants, multi_mutants, method, windows, Spearman, AUC, MCC, NDCG, Top_recall, and
+        the `published` columns of `reference_table` beside biotf's); `summary` gets its lines (`biotf.scoring.assays`)."""
         table = None if reference_table is None else PublishedTable(Path(reference_table), tuple(published),
                                                                       reference_metric)
         options = ScoreOptions(batch_tokens, max_length, overlap, packing)
         rows = assay_table(self, assays, reference_file, method, options, table, summary)
-        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", *METRICS))
+        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", "windows", *METRICS))
 
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
                 batch_size: int = 32, packing: bool = False, max_length: int | None = None,

@@ -9,8 +9,9 @@ Inputs, in ProteinGym's layout:
   `DMS_id` its name is (`<DMS_id>.csv[.gz]`). A listed file no row names is refused; a directory's other files,
   and the rows without a file, are counted in the summary, never scored silently or in part.
 Every variant of an assay is scored (`Scorer.variant_scores`) and the metrics computed on all of them
-(`biotf.scoring.metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `Spearman`, `AUC`, `MCC`,
-`NDCG`, `Top_recall`, then for each published column C the user names from a published table (ProteinGym's
+(`biotf.scoring.metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `windows` (a target longer than
+the model is read in `biotf embed`'s windows, each position in the one where it sits most centrally), `Spearman`,
+`AUC`, `MCC`, `NDCG`, `Top_recall`, then for each published column C the user names from a published table (ProteinGym's
 `DMS_substitutions_<metric>_DMS_level.csv`: `DMS ID` or `DMS_id`, then one column per model) `C (published)` and
 `<metric> - C` (biotf's figure minus the published one; empty where the table lacks the assay).
 
@@ -196,7 +197,7 @@ def assay_row(scorer: Scorer, method: str, record: Record, path: Path, progress:
     metrics = fitness_metrics(scores, [m["DMS_score"] for m in metadata], bins, assay=f"{record.id} ({path})")
     multi = sum(len(v.mutations) > 1 for v in variants)
     return {"DMS_id": record.id, "variants": len(variants), "multi_mutants": multi, "method": resolved,
-            **metrics}, multi
+            "windows": scorer.window_count(target), **metrics}, multi
 
 
 @dataclass
@@ -214,8 +215,9 @@ class AssaySummary:
         lines = []
         for row in self.rows:
             metrics = ", ".join(f"{name} {row[name]:.3f}" for name in METRICS)
-            line = f"{row['DMS_id']}: {counted(row['variants'], 'variant')} ({row['multi_mutants']} multi-mutants) " \
-                   f"by {row['method']}: {metrics}"
+            windows = f", target in {row['windows']} windows" if row["windows"] > 1 else ""
+            line = f"{row['DMS_id']}: {counted(row['variants'], 'variant')} ({row['multi_mutants']} multi-mutants" \
+                   f"{windows}) by {row['method']}: {metrics}"
             for name in self.published.columns if self.published else ():
                 line += f"; {name} published {row[f'{name} (published)']:.3f}"
             lines.append(line)

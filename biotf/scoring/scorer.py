@@ -206,6 +206,10 @@ class Scorer:
 
             reverse_complement(reference, name)
 
+    def window_count(self, reference: str) -> int:
+        """How many windows `reference` is read in (1 when it fits the model): what a summary says of long targets."""
+        return len(self._windows(reference, np.asarray(self.tokenizer.encode(reference, add_special_tokens=False))))
+
     def variant_scores(self, reference: str, variants: Sequence[Variant], method: str = "auto",
                        both_strands: bool = False, progress=None) -> list[VariantScore]:
         """Each variant's score against `reference` (mutations checked by `make_variant`); see the module docstring."""
