@@ -77,15 +77,13 @@ def find_assays(assays: str | Path | Sequence[str | Path], reference_file: str |
     reference_file = Path(reference_file)
     names: dict[str, str] = {}
     ids: set[str] = set()
-    rows = 0
     for record in read_records(reference_file, REFERENCE_READER):
         if record.id in ids:
             raise InputError(f"{reference_file}: DMS_id {record.id!r} is listed twice")
         ids.add(record.id)
-        rows += 1
-        names.setdefault(record.metadata.get("DMS_filename", "") or f"{record.id}.csv", record.id)
-        names.setdefault(f"{record.id}.csv", record.id)
-        names.setdefault(f"{record.id}.tsv", record.id)
+        for name in (record.metadata.get("DMS_filename", ""), f"{record.id}.csv", f"{record.id}.tsv"):
+            if name:
+                names.setdefault(name, record.id)
     single = isinstance(assays, (str, Path))
     directory = Path(assays) if single and Path(assays).is_dir() else None
     if directory is not None:
@@ -96,6 +94,8 @@ def find_assays(assays: str | Path | Sequence[str | Path], reference_file: str |
     files: dict[str, Path] = {}
     other = 0
     for path in given:
+        if not path.is_file():
+            raise InputError(f"assay file {path} does not exist")
         dms_id = names.get(_assay_name(path))
         if dms_id is None:
             if directory is not None:
@@ -103,14 +103,12 @@ def find_assays(assays: str | Path | Sequence[str | Path], reference_file: str |
                 continue
             raise InputError(f"assay file {path}: no row of {reference_file} names it (DMS_filename "
                              f"{_assay_name(path)!r} or DMS_id {_assay_name(path).rsplit('.', 1)[0]!r})")
-        if not path.is_file():
-            raise InputError(f"assay file {path} does not exist")
         if dms_id in files:
             raise InputError(f"assay {dms_id}: two files, {files[dms_id]} and {path}")
         files[dms_id] = path
     if not files:
         raise InputError(f"no assay of {reference_file} among {directory or ', '.join(map(str, given))}")
-    return AssaySet(reference_file, files, rows, other)
+    return AssaySet(reference_file, files, len(ids), other)
 
 
 @dataclass(frozen=True)
@@ -169,18 +167,17 @@ def _number(text: str, path: Path, dms_id: str, column: str) -> float:
         raise InputError(f"{path}: {dms_id}, column {column!r}: {text!r} is not a number") from None
 
 
-def assay_row(scorer: Scorer, method: str, record: Record, path: Path, progress: bool = False
-              ) -> tuple[dict[str, Any], int]:
+def assay_row(scorer: Scorer, method: str, record: Record, path: Path, progress: bool = False) -> dict[str, Any]:
     """The row of one assay (reference row `record`, file `path`): every variant scored by `method`, the metrics
-    over all of them; and its number of variants."""
+    over all of them."""
     target = record.sequence.upper()  # compute_fitness.py upper-cases target_seq too
     start = record.metadata.get("start_idx", "").strip() or "1"
     try:
         offset = int(float(start))
     except ValueError:
         raise InputError(f"{record.id}: start_idx {start!r} is not an integer") from None
+    scorer.check_reference(target, record.id)  # a refusal names the DMS_id
     try:
-        scorer.check_reference(target, record.id)
         pairs = read_variants(path, target, offset, ReaderOptions(), "mutant" if "mutant" in
                               table_columns(path, ReaderOptions()) else None, scorer.policies)
     except TokenizationError as error:
@@ -195,9 +192,9 @@ def assay_row(scorer: Scorer, method: str, record: Record, path: Path, progress:
     metadata = [r.metadata for r, _ in pairs]
     bins = [m["DMS_score_bin"] for m in metadata] if "DMS_score_bin" in metadata[0] else None
     metrics = fitness_metrics(scores, [m["DMS_score"] for m in metadata], bins, assay=f"{record.id} ({path})")
-    multi = sum(len(v.mutations) > 1 for v in variants)
-    return {"DMS_id": record.id, "variants": len(variants), "multi_mutants": multi, "method": resolved,
-            "windows": scorer.window_count(target), **metrics}, multi
+    multi_mutants = sum(len(variant.mutations) > 1 for variant in variants)
+    return {"DMS_id": record.id, "variants": len(variants), "multi_mutants": multi_mutants, "method": resolved,
+            "windows": scorer.window_count(target), **metrics}
 
 
 @dataclass
@@ -255,7 +252,7 @@ class AssayRun:
         """The row of each given assay among `records` (rows of the reference file), in order."""
         for record in records:
             if record.id in self.assays.files:
-                yield assay_row(self.scorer, self.method, record, self.assays.files[record.id], self.progress)[0]
+                yield assay_row(self.scorer, self.method, record, self.assays.files[record.id], self.progress)
 
     # --- biotf.data.sharded.PartWork -----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
