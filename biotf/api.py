@@ -224,16 +224,17 @@ class Model(LoadedModel):
     def score_assays(self, assays: str | Path | Sequence[str | Path], reference_file: str | Path, *,
                      method: str = "auto", reference_table: str | Path | None = None, published: Sequence[str] = (),
                      reference_metric: str = "Spearman", batch_tokens: int = 16384, max_length: int | None = None,
-                     overlap: int | None = None, packing: bool = False,
+                     overlap: int | None = None, packing: bool = False, window: str = "centred",
                      summary: AssaySummary | None = None) -> pandas.DataFrame:
         """ProteinGym assays (a directory or files) scored as `biotf score proteingym` scores them: the same table,
-        one row per assay (DMS_id, variants, multi_mutants, method, windows, Spearman, AUC, MCC, NDCG, Top_recall, and
-        the `published` columns of `reference_table` beside biotf's); `summary` gets its lines (`biotf.scoring.assays`)."""
+        one row per assay (DMS_id, variants, multi_mutants, method, windows, window, Spearman, AUC, MCC, NDCG,
+        Top_recall, and the `published` columns of `reference_table` beside biotf's); `summary` gets its lines
+        (`biotf.scoring.assays`); `window`: `ScoreOptions.window`, ProteinGym's "centred" by default."""
         table = None if reference_table is None else PublishedTable(Path(reference_table), tuple(published),
                                                                       reference_metric)
-        options = ScoreOptions(batch_tokens, max_length, overlap, packing)
+        options = ScoreOptions(batch_tokens, max_length, overlap, packing, window)
         rows = assay_table(self, assays, reference_file, method, options, table, summary)
-        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", "windows", *METRICS))
+        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", "windows", "window", *METRICS))
 
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,
                 batch_size: int = 32, packing: bool = False, max_length: int | None = None,

@@ -7,7 +7,7 @@ metrics (`biotf.scoring.assays`); `biotf.commands.score` adds it as the form `pr
 
 --assays: a directory or files in ProteinGym's layout (mutant, DMS_score, DMS_score_bin); --reference-file:
 ProteinGym's reference file (DMS_id, target_seq; DMS_filename and start_idx where given). Each row: DMS_id,
-variants, multi_mutants, method, windows (a target longer than the model is read in windows), Spearman (vs
+variants, multi_mutants, method, windows and window (how a target longer than the model was read), Spearman (vs
 DMS_score), AUC and MCC (vs DMS_score_bin), NDCG and Top_recall (the top 10% by DMS_score), as ProteinGym's
 performance_DMS_benchmarks.py computes them; with --reference-table each --published column C as `C (published)`
 and `<metric> - C`. Masked models default to masked-marginal
@@ -49,6 +49,9 @@ def add_parser(forms: argparse._SubParsersAction, methods: tuple[str, ...]) -> N
     parser.add_argument("--max-length", type=int, metavar="N", help="tokens per window (default: the model's)")
     parser.add_argument("--overlap", type=int, metavar="N", help="tokens shared by consecutive windows")
     parser.add_argument("--packing", action="store_true", help="masked copies share rows (the same scores)")
+    parser.add_argument("--window", choices=("centred", "owned"), default="centred",
+                        help="a target longer than the model, for masked-marginal: centred (default; ProteinGym's "
+                             "window around each masked position) or owned (biotf embed's windows)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu; under torchrun cuda is per rank)")
     add_tokenizer_options(parser, "change a policy of the model's tokenizer (repeatable)")
     add_precision_argument(parser)
@@ -68,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
                           required_with="--reference-table")
     published = None if args.reference_table is None else \
         PublishedTable(args.reference_table, tuple(args.published), args.reference_metric)
-    options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap,
-                           packing=args.packing)
+    options = ScoreOptions(args.batch_tokens, args.max_length, args.overlap, args.packing, args.window)
     inputs = [*args.assays, args.reference_file, *([args.reference_table] if args.reference_table else [])]
     with claim_outputs(args, {"--output": args.output}, inputs):
         launched = launch()

@@ -9,8 +9,10 @@ Inputs, in ProteinGym's layout:
   `DMS_id` its name is (`<DMS_id>.csv[.gz]`). A listed file no row names is refused; a directory's other files,
   and the rows without a file, are counted in the summary, never scored silently or in part.
 Every variant of an assay is scored (`Scorer.variant_scores`) and the metrics computed on all of them
-(`biotf.scoring.metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `windows` (a target longer than
-the model is read in `biotf embed`'s windows, each position in the one where it sits most centrally), `Spearman`,
+(`biotf.scoring.metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `windows` (1 where the target fits
+the model; else the number of `biotf embed` windows it spans) and `window` (how it was read: `whole`, `centred` for
+masked-marginal with `ScoreOptions.window="centred"`, ProteinGym's window around each masked position, the default
+here, or `owned`: each position in the `biotf embed` window that owns it), `Spearman`,
 `AUC`, `MCC`, `NDCG`, `Top_recall`, then for each published column C the user names from a published table (ProteinGym's
 `DMS_substitutions_<metric>_DMS_level.csv`: `DMS ID` or `DMS_id`, then one column per model) `C (published)` and
 `<metric> - C` (biotf's figure minus the published one; empty where the table lacks the assay).
@@ -194,7 +196,14 @@ def assay_row(scorer: Scorer, method: str, record: Record, path: Path, progress:
     metrics = fitness_metrics(scores, [m["DMS_score"] for m in metadata], bins, assay=f"{record.id} ({path})")
     multi_mutants = sum(len(variant.mutations) > 1 for variant in variants)
     return {"DMS_id": record.id, "variants": len(variants), "multi_mutants": multi_mutants, "method": resolved,
-            "windows": scorer.window_count(target), **metrics}
+            **_windows(scorer, resolved, target), **metrics}
+
+
+def _windows(scorer: Scorer, method: str, target: str) -> dict[str, Any]:
+    """`windows` and `window` of an assay's row (the module docstring)."""
+    count = scorer.window_count(target)
+    centred = method == "masked-marginal" and scorer.options.window == "centred"
+    return {"windows": count, "window": "whole" if count == 1 else "centred" if centred else "owned"}
 
 
 @dataclass
@@ -212,7 +221,7 @@ class AssaySummary:
         lines = []
         for row in self.rows:
             metrics = ", ".join(f"{name} {row[name]:.3f}" for name in METRICS)
-            windows = f", target in {row['windows']} windows" if row["windows"] > 1 else ""
+            windows = "" if row["windows"] == 1 else f", target longer than the model: {row['window']} windows"
             line = f"{row['DMS_id']}: {counted(row['variants'], 'variant')} ({row['multi_mutants']} multi-mutants" \
                    f"{windows}) by {row['method']}: {metrics}"
             for name in self.published.columns if self.published else ():
@@ -262,7 +271,7 @@ class AssayRun:
         return {"command": "score proteingym", "model_fingerprint": model_fingerprint(self.scorer.model),
                 "tokenizer_fingerprint": self.scorer.tokenizer.fingerprint, "tokenizer_options": self.tokenizer_options,
                 "method": self.method, "max_length": self.scorer.max_length, "overlap": self.scorer.options.overlap,
-                "packing": self.scorer.options.packing,
+                "packing": self.scorer.options.packing, "window": self.scorer.options.window,
                 "assays": {dms_id: [path.stat().st_size, file_crc32(path)]
                            for dms_id, path in sorted(self.assays.files.items())}}
 
@@ -301,7 +310,7 @@ def _run_of(folder: Path) -> str:
 
 def score_assays(model: str | Path | LoadedModel, assays: str | Path | Sequence[str | Path],
                  reference_file: str | Path, output_path: str | Path, method: str = "auto",
-                 options: ScoreOptions = ScoreOptions(), published: PublishedTable | None = None,
+                 options: ScoreOptions = ScoreOptions(window="centred"), published: PublishedTable | None = None,
                  device: str | None = None, progress: bool = False, overwrite: bool = False,
                  tokenizer_options: Mapping[str, Any] | None = None, launch: Any = None) -> AssaySummary | None:
     """Score `assays` into the table `output_path` (one row per assay, in the order of the reference file),
@@ -317,8 +326,8 @@ def score_assays(model: str | Path | LoadedModel, assays: str | Path | Sequence[
 
 
 def assay_table(model: LoadedModel, assays: str | Path | Sequence[str | Path], reference_file: str | Path,
-                method: str = "auto", options: ScoreOptions = ScoreOptions(), published: PublishedTable | None = None,
-                summary: AssaySummary | None = None) -> list[dict[str, Any]]:
+                method: str = "auto", options: ScoreOptions = ScoreOptions(window="centred"),
+                published: PublishedTable | None = None, summary: AssaySummary | None = None) -> list[dict[str, Any]]:
     """The rows `score_assays` writes, in memory (no parts, no resume), what `summary` they make filled in: what
     `biotf.Model.score_assays` returns."""
     found = find_assays(assays, reference_file)

@@ -46,6 +46,7 @@ from biotf.scoring.mutations import Mutation, Variant, apply, reverse_strand
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
 MARGINAL_METHODS = ("masked-marginal", "masked-marginal-joint", "wt-marginal")
+WINDOWS = ("owned", "centred")
 # Tokenizer kinds whose alphabet is not nucleotides: a reverse strand means nothing to their models.
 NOT_DNA_TOKENIZERS = ("protein", "smiles")
 
@@ -55,12 +56,16 @@ class ScoreOptions:
     """`batch_tokens`: padded tokens per forward. `max_length`: tokens per window, special tokens included
     (default the model's max_seq_len). `overlap`: tokens shared by consecutive windows (default a quarter).
     `packing`: several rows (masked copies, windows) share one row of the model, each alone in its segment, as
-    `EmbedOptions.packing` (`biotf.scoring.batching`): the same scores, fewer pad tokens."""
+    `EmbedOptions.packing` (`biotf.scoring.batching`): the same scores, fewer pad tokens. `window`: how masked-marginal
+    reads a reference longer than `max_length`: "owned" (the windows above, each position in the one that owns it)
+    or "centred" (ProteinGym's `get_optimal_window`: the `max_length` tokens of the framed reference centred on the
+    masked token, clamped at the ends, special tokens only where the slice reaches them); other methods use "owned"."""
 
     batch_tokens: int = 16384
     max_length: int | None = None
     overlap: int | None = None
     packing: bool = False
+    window: str = "owned"
 
     def __post_init__(self) -> None:
         for key in ("batch_tokens", "max_length"):
@@ -70,6 +75,8 @@ class ScoreOptions:
         if self.overlap is not None and (isinstance(self.overlap, bool) or not isinstance(self.overlap, int)
                                          or self.overlap < 0):
             raise ConfigError("overlap", self.overlap, allowed="an integer >= 0")
+        if self.window not in WINDOWS:
+            raise ConfigError("window", self.window, allowed=", ".join(WINDOWS))
         check_packable(self.packing)
 
 
@@ -252,8 +259,13 @@ class Scorer:
         groups = sorted({_masked_set(v, m, method) for v in variants for m in v.mutations} if masked else {()})
         rows: list[Row] = []
         keys: list[tuple[tuple[int, ...], np.ndarray]] = []
+        centred = method == "masked-marginal" and self.options.window == "centred" and len(plan) > 1
         for group in groups:
             positions = np.array(group, np.int64)
+            if centred:
+                rows.append(self._centred_row(content, int(positions[0])))
+                keys.append((group, positions))
+                continue
             for window in plan:
                 if masked:
                     owned = positions[(positions >= window.own_start) & (positions < window.own_end)]
@@ -279,6 +291,21 @@ class Scorer:
                 total += vector[residue_ids[m.alt]] - vector[residue_ids[m.ref]]
             scores.append(float(total))
         return scores
+
+    def _centred_row(self, content: np.ndarray, position: int) -> Row:
+        """The reference framed by its special tokens, `position` masked, cut to the `max_length` tokens centred on
+        it as ProteinGym's `get_optimal_window` cuts them (half a window either side, clamped at the ends)."""
+        framed = self._framed(content)
+        at, half = position + len(self._prefix), self.max_length // 2
+        if at < half:
+            start, end = 0, self.max_length
+        elif at >= len(framed) - half:
+            start, end = len(framed) - self.max_length, len(framed)
+        else:
+            start, end = at - half, at + half
+        ids = framed[start:end].copy()
+        ids[at - start] = self.tokenizer.mask_id
+        return Row(ids, np.array([at - start]))
 
     def _residue_ids(self, residues: set[str], variants: Sequence[Variant]) -> dict[str, int]:
         """The one token id of each residue letter; a letter the tokenizer splits or refuses names its variant."""

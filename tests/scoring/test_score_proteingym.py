@@ -94,15 +94,15 @@ def test_a_killed_run_rerun_equals_an_uninterrupted_one(assays, tmp_path, capsys
 
     table = pandas.read_csv(whole)
     assert list(table.DMS_id) == [SINGLES, DOUBLES]
-    assert list(table.columns) == ["DMS_id", "variants", "multi_mutants", "method", "windows", "Spearman", "AUC", "MCC", "NDCG",
-                                   "Top_recall", "ESM2 (8M) (published)", "Spearman - ESM2 (8M)",
+    assert list(table.columns) == ["DMS_id", "variants", "multi_mutants", "method", "windows", "window", "Spearman",
+                                   "AUC", "MCC", "NDCG", "Top_recall", "ESM2 (8M) (published)", "Spearman - ESM2 (8M)",
                                    "Site-Independent (published)", "Spearman - Site-Independent"]
     singles, doubles = table.iloc[0], table.iloc[1]
     assert singles["ESM2 (8M) (published)"] == 0.362 and singles["Site-Independent (published)"] == 0.456
     assert singles["Spearman - ESM2 (8M)"] == pytest.approx(singles.Spearman - 0.362, abs=1e-12)
     assert math.isnan(doubles["ESM2 (8M) (published)"]) and math.isnan(doubles["Spearman - ESM2 (8M)"])
     assert doubles.multi_mutants == doubles.variants > 0 and singles.multi_mutants == 0
-    assert set(table.method) == {"masked-marginal"} and set(table.windows) == {1}
+    assert set(table.method) == {"masked-marginal"} and set(table.windows) == {1} and set(table.window) == {"whole"}
 
 
 def test_each_row_holds_the_metrics_of_the_assays_own_scores(assays, tmp_path, capsys):
@@ -179,13 +179,17 @@ def test_two_processes_under_torchrun_write_the_one_process_table(assays, tmp_pa
 
 
 def test_a_target_longer_than_the_window_is_windowed_and_said(assays, tmp_path, capsys):
-    """Every variant is scored, in the window of its position; the row and the summary count the windows."""
+    """Every variant is scored, by default in ProteinGym's window centred on its position (`--window owned`: the
+    window that owns it); the row and the summary say how, and the scores differ between the two."""
     pandas = pytest.importorskip("pandas")
     root, model = assays
-    output = tmp_path / "table.csv"
-    assert main(command(root, model, output, "--max-length", "128")) == 0
-    table = pandas.read_csv(output)
-    windows = table.windows.iloc[0]
-    assert windows > 1 and set(table.windows) == {windows}
-    assert list(table.variants) == [len(pandas.read_csv(root / "assays" / f"{name}.csv")) for name in table.DMS_id]
-    assert f"target in {windows} windows" in capsys.readouterr().err
+    tables = {}
+    for window in ("centred", "owned"):
+        output = tmp_path / f"{window}.csv"
+        assert main(command(root, model, output, "--max-length", "128", "--window", window)) == 0
+        tables[window] = table = pandas.read_csv(output)
+        windows = table.windows.iloc[0]
+        assert windows > 1 and set(table.windows) == {windows} and set(table.window) == {window}
+        assert list(table.variants) == [len(pandas.read_csv(root / "assays" / f"{name}.csv")) for name in table.DMS_id]
+        assert f"target longer than the model: {window} windows" in capsys.readouterr().err
+    assert (tables["centred"].Spearman - tables["owned"].Spearman).abs().max() > 1e-6
