@@ -5,6 +5,7 @@
     model = biotf.Model.load("outputs/protein_mlm/<run>")      # a run, a .ckpt, an export, a Hugging Face dir
     vectors = model.embed(["MKTAYIAKQR", "MSLEQKKGAD"])          # (2, d_model) float32, mean-pooled
     table = model.score(["MKTAYIAKQR"])                         # a pandas DataFrame: log_likelihood, perplexity ...
+    assays = model.score_assays("DMS_dir/", "DMS_substitutions.csv")  # ProteinGym's metrics, one row per assay
     maps = model.contacts(["MKTAYIAKQR"])                       # one (L, L) contact probability map a sequence
     texts = model.generate(["The ribosome"], max_new_tokens=20)  # a causal model's completions
     labels = biotf.Model.load("outputs/finetune/<run>").predict(["MKTAYIAKQR"])  # a fine-tuned model's predictions
@@ -47,7 +48,9 @@ from biotf.model.positions import reading_length
 from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
 from biotf.conventions import PRECISIONS
 from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
+from biotf.scoring.assays import AssaySummary, PublishedTable, assay_table
 from biotf.scoring.files import ScoreSummary, sequence_rows
+from biotf.scoring.metrics import METRICS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contact_files import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
 from biotf.tokenizers.base import Tokenizer
@@ -218,6 +221,22 @@ class Model(LoadedModel):
         summary.method, summary.packing = method, packing
         rows = sequence_rows(scorer, method, as_records(sequences, ids), summary)
         return _frame(rows, ("id", "sequence", "method", "log_likelihood"))
+
+    @checked_arguments
+    def score_assays(self, assays: str | Path | Sequence[str | Path], reference_file: str | Path, *,
+                     method: str = "auto", reference_table: str | Path | None = None, published: Sequence[str] = (),
+                     reference_metric: str = "Spearman", batch_tokens: int = 16384, max_length: int | None = None,
+                     overlap: int | None = None, packing: bool = False, window: str = "centred",
+                     summary: AssaySummary | None = None) -> pandas.DataFrame:
+        """ProteinGym assays (a directory or files) scored as `biotf score proteingym` scores them: the same table,
+        one row per assay (DMS_id, variants, multi_mutants, method, windows, window, Spearman, AUC, MCC, NDCG,
+        Top_recall, and the `published` columns of `reference_table` beside biotf's); `summary` gets its lines
+        (`biotf.scoring.assays`); `window`: `ScoreOptions.window`, ProteinGym's "centred" by default."""
+        table = None if reference_table is None else PublishedTable(Path(reference_table), tuple(published),
+                                                                      reference_metric)
+        options = ScoreOptions(batch_tokens, max_length, overlap, packing, window)
+        rows = assay_table(self, assays, reference_file, method, options, table, summary)
+        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", "windows", "window", *METRICS))
 
     @checked_arguments
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,

@@ -101,7 +101,7 @@ def _device(name: str, value: Any) -> Any:
 
 # Parameter name -> its check, for every `biotf.Model` method that has one of these parameters.
 ARGUMENT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "source": _path, "directory": _path, "sequences": _sequences, "prompts": _prompts, "ids": _ids,
+    "source": _path, "directory": _path, "reference_file": _path, "sequences": _sequences, "prompts": _prompts, "ids": _ids,
     "device": _device, "seed": _integer(0, optional=True, maximum=MAX_SEED),
     **dict.fromkeys(("batch_tokens", "batch_size", "batch_pairs"), _integer(1)),
     **dict.fromkeys(("max_length", "max_new_tokens"), _integer(1, optional=True)),

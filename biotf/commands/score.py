@@ -3,6 +3,7 @@
     biotf score --model outputs/protein_mlm/<run> --input proteins.fasta --output scores.csv
     biotf score --model run/ --variants dms.csv --reference wt.fasta --offset 24 --output effects.parquet
     biotf score --model dna_run/ --variants snvs.tsv --reference locus.fa --both-strands --output snvs.csv
+    biotf score proteingym --model esm2_t6_8M_UR50D --assays DIR --reference-file ref.csv --output t.csv  # --help
 
 --input: per record, the log-likelihood (exact for causal models; the pseudo-log-likelihood, each token
 masked once, for masked models), its means per token and per residue, and the perplexity.
@@ -10,12 +11,10 @@ masked once, for masked models), its means per token and per residue, and the pe
 A42G:K50R (a CSV column `mutant`, ProteinGym / fair-esm layout, or one per line), `pos ref alt` rows (DNA
 SNVs and indels), or whole variant sequences (FASTA). Positions count from --offset (the number of the
 reference's first residue, default 1). A mutation whose reference residue does not match is refused.
---reference: a file with one record, or the sequence itself; an argument with a '/' or an extension (wt.fa)
-is a file name and must exist. The summary says which was taken.
-Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal, wt-marginal.
---output follows the output rule of every command (biotf.io.outputs): never one of the inputs, an
-existing file only with --overwrite, checked before the model loads; written whole or not at all.
---option KEY=VALUE changes a policy of the model's tokenizer (e.g. stop=strip_terminal, unknown=to_unk).
+With ProteinGym's DMS_score (and DMS_score_bin) columns the summary gives its five metrics.
+--reference: a file with one record, or the sequence itself (an argument with a '/' or an extension is a file).
+Methods (biotf.scoring.scorer): auto, causal, pll, masked-marginal (each mutated position masked on its own,
+ProteinGym's convention), masked-marginal-joint (all of a variant's positions masked together), wt-marginal.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from biotf.commands.input_options import (add_input_arguments, add_precision_arg
                                          as_option_errors, load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 from biotf.commands.parts import add_part_arguments, launch, run_file
+from biotf.commands import score_proteingym
 from biotf.errors import ConfigError
 
 
@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser("score", help="sequence likelihoods and variant effects (zero-shot)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, metavar="PATH",
+    parser.add_argument("--model", metavar="PATH",
                         help="run directory, .ckpt, exported directory or any source biotf.load_pretrained reads")
     add_input_arguments(parser, required=False)
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(default: mutant, mutation, mutations or variant)")
     parser.add_argument("--both-strands", action="store_true",
                         help="DNA: average each variant's score with its score on the reverse complement")
-    parser.add_argument("--output", required=True, type=Path, metavar="OUT", help=f"one of {', '.join(TABLE_FORMATS)}")
+    parser.add_argument("--output", type=Path, metavar="OUT", help=f"one of {', '.join(TABLE_FORMATS)}")
     add_overwrite_argument(parser)
     parser.add_argument("--method", choices=METHODS, default="auto",
                         help="auto (default): causal for decoders; masked-marginal for masked models with one token "
@@ -70,7 +70,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_precision_argument(parser)
     add_progress_argument(parser)
     add_part_arguments(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, score_parser=parser)
+    score_proteingym.add_parser(parser.add_subparsers(dest="form", metavar="{proteingym}"), METHODS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     from biotf.io.outputs import output_format
     from biotf.io.tables import TABLE_FORMATS
 
+    missing = [flag for flag, value in {"--model": args.model, "--output": args.output}.items() if value is None]
+    if missing:
+        args.score_parser.error(f"the following arguments are required: {', '.join(missing)}")
     if args.input is None and args.variants is None:
         raise ConfigError("--input or --variants", None, allowed="exactly one of them")
     if args.input is not None and args.variants is not None:
@@ -90,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.reference is None:
         raise ConfigError("--reference", None, reason="the variants are scored against a reference",
                           allowed="a file with one record, or a sequence", required_with="--variants")
-    options = ScoreOptions(batch_tokens=args.batch_tokens, max_length=args.max_length, overlap=args.overlap,
-                           packing=args.packing)
+    options = ScoreOptions(args.batch_tokens, args.max_length, args.overlap, args.packing)
     output_format(args.output, TABLE_FORMATS)
     inputs = [Path(path) for path in (args.input, args.variants, args.reference) if path is not None]
     with claim_outputs(args, {"--output": args.output}, inputs):
@@ -113,6 +116,5 @@ def run(args: argparse.Namespace) -> int:
                                                     progress=progress and launched.rank == 0))
         if summary is None:
             return 0
-        source = args.input if args.input is not None else args.variants
-        print(f"{source} -> {args.output}: {summary.summary()}; {model.precision}", file=sys.stderr)
+        print(f"{args.input or args.variants} -> {args.output}: {summary.summary()}; {model.precision}", file=sys.stderr)
         return 0

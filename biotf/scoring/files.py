@@ -47,13 +47,15 @@ class ScoreSummary:
     reference: Reference | None = None
     policies: PolicyStats = field(default_factory=PolicyStats)
     packing: bool = False
+    metrics: str = ""  # ProteinGym's metrics of scored variants with its DMS_score column (`assay_metrics`)
 
     def summary(self) -> str:
         windows = (f", {counted(self.tokens, 'token')} in {counted(self.windows, 'window')} "
                    f"({counted(self.chunked, 'record')} chunked)") if self.windows else ""
         reference = f"; reference: {self.reference.describe()}" if self.reference is not None else ""
         packed = " (packed rows)" if self.packing else ""
-        return (f"{counted(self.records, 'record')} scored by {self.method}{packed}{windows}{reference}; "
+        metrics = f"; {self.metrics}" if self.metrics else ""
+        return (f"{counted(self.records, 'record')} scored by {self.method}{packed}{windows}{reference}{metrics}; "
                 f"tokenizer policies: {self.policies.summary()}")
 
 
@@ -192,4 +194,20 @@ def score_variants_file(model: str | Path | LoadedModel, variants_path: str | Pa
     summary.records = len(rows)
     summary.policies.update(scorer.policies)
     write_table(output_path, rows)
+    summary.metrics = assay_metrics([record.metadata for record, _ in pairs], [s.score for s in scores])
     return summary
+
+
+def assay_metrics(metadata: list[dict[str, str]], scores: list[float]) -> str:
+    """ProteinGym's five metrics of the scores, for the summary, where the variants carry its `DMS_score` (and
+    `DMS_score_bin`) columns: what a reader compares with its tables; why not, where they cannot be computed."""
+    if not metadata or "DMS_score" not in metadata[0]:
+        return ""
+    from biotf.scoring.metrics import fitness_metrics
+
+    bins = [m["DMS_score_bin"] for m in metadata] if "DMS_score_bin" in metadata[0] else None
+    try:
+        metrics = fitness_metrics(scores, [m["DMS_score"] for m in metadata], bins, "the variants")
+    except InputError as error:
+        return f"ProteinGym metrics not computed: {error}"
+    return "ProteinGym metrics: " + ", ".join(f"{name} {value:.3f}" for name, value in metrics.items())

@@ -9,10 +9,13 @@ Sequence methods (every record of a file):
   ESM models with token dropout see one mask per copy and rescale for it, as HF's `EsmEmbeddings` does.
 
 Variant methods (a reference and its variants; a score of 0 means "as likely as the reference"):
-- "masked-marginal" (Meier et al. 2021, fair-esm examples/variant-prediction/predict.py): sum over mutated
-  positions i of log p(alt_i | x with every mutated position masked) - log p(wt_i | the same). Variants that
-  mutate the same positions share one forward. For single mutants this is fair-esm's score exactly.
-- "wt-marginal": the same read off one forward of the unmasked reference.
+- "masked-marginal" (ProteinGym's masked marginals, `compute_fitness.py`; Meier et al. 2021): sum over mutated
+  positions i of log p(alt_i | x with i alone masked) - log p(wt_i | the same). One forward per distinct mutated
+  position of the reference, shared by every variant that mutates it. For single mutants this is fair-esm's
+  `predict.py` score exactly; for multi-mutants it is ProteinGym's (each mutation read off its own masked copy).
+- "masked-marginal-joint": every mutated position of a variant masked together in one copy, then the same sum
+  (one forward per distinct set of mutated positions). Equal to "masked-marginal" on single mutants.
+- "wt-marginal": the same differences read off one forward of the unmasked reference (ProteinGym's wt-marginals).
 - "causal" / "pll": the difference of the whole-sequence (pseudo-)log-likelihoods of variant and reference,
   each re-tokenized. The only exact choice for multi-token schemes (k-mers, BPE), where one base change
   re-tokenizes its neighbourhood and a residue has no token of its own; also the only one for indels.
@@ -39,10 +42,11 @@ from biotf.model import Transformer
 from biotf.model.positions import reading_length
 from biotf.scoring.batching import Row, row_log_probs
 from biotf.scoring import METHODS, SEQUENCE_METHODS
-from biotf.scoring.mutations import Variant, apply, reverse_strand
+from biotf.scoring.mutations import Mutation, Variant, apply, reverse_strand
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 
-MARGINAL_METHODS = ("masked-marginal", "wt-marginal")
+MARGINAL_METHODS = ("masked-marginal", "masked-marginal-joint", "wt-marginal")
+WINDOWS = ("owned", "centred")
 # Tokenizer kinds whose alphabet is not nucleotides: a reverse strand means nothing to their models.
 NOT_DNA_TOKENIZERS = ("protein", "smiles")
 
@@ -52,12 +56,16 @@ class ScoreOptions:
     """`batch_tokens`: padded tokens per forward. `max_length`: tokens per window, special tokens included
     (default the model's max_seq_len). `overlap`: tokens shared by consecutive windows (default a quarter).
     `packing`: several rows (masked copies, windows) share one row of the model, each alone in its segment, as
-    `EmbedOptions.packing` (`biotf.scoring.batching`): the same scores, fewer pad tokens."""
+    `EmbedOptions.packing` (`biotf.scoring.batching`): the same scores, fewer pad tokens. `window`: how masked-marginal
+    reads a reference longer than `max_length`: "owned" (the windows above, each position in the one that owns it)
+    or "centred" (ProteinGym's `get_optimal_window`: the `max_length` tokens of the framed reference centred on the
+    masked token, clamped at the ends, special tokens only where the slice reaches them); other methods use "owned"."""
 
     batch_tokens: int = 16384
     max_length: int | None = None
     overlap: int | None = None
     packing: bool = False
+    window: str = "owned"
 
     def __post_init__(self) -> None:
         for key in ("batch_tokens", "max_length"):
@@ -67,6 +75,8 @@ class ScoreOptions:
         if self.overlap is not None and (isinstance(self.overlap, bool) or not isinstance(self.overlap, int)
                                          or self.overlap < 0):
             raise ConfigError("overlap", self.overlap, allowed="an integer >= 0")
+        if self.window not in WINDOWS:
+            raise ConfigError("window", self.window, allowed=", ".join(WINDOWS))
         check_packable(self.packing)
 
 
@@ -206,6 +216,10 @@ class Scorer:
 
             reverse_complement(reference, name)
 
+    def window_count(self, reference: str) -> int:
+        """How many windows `reference` is read in (1 when it fits the model): what a summary says of long targets."""
+        return len(self._windows(reference, np.asarray(self.tokenizer.encode(reference, add_special_tokens=False))))
+
     def variant_scores(self, reference: str, variants: Sequence[Variant], method: str = "auto",
                        both_strands: bool = False, progress=None) -> list[VariantScore]:
         """Each variant's score against `reference` (mutations checked by `make_variant`); see the module docstring."""
@@ -221,7 +235,7 @@ class Scorer:
 
     def _variant_scores(self, reference: str, variants: Sequence[Variant], method: str, progress) -> list[float]:
         if method in MARGINAL_METHODS:
-            return self._marginal_scores(reference, variants, method == "masked-marginal", progress)
+            return self._marginal_scores(reference, variants, method, progress)
         sequences = {reference: 0}
         for variant in variants:
             sequences.setdefault(apply(reference, variant), len(sequences))
@@ -232,17 +246,29 @@ class Scorer:
         scores = self.sequence_scores(list(sequences), method, names, progress)
         return [scores[sequences[apply(reference, v)]].log_likelihood - scores[0].log_likelihood for v in variants]
 
-    def _marginal_scores(self, reference: str, variants: Sequence[Variant], masked: bool, progress) -> list[float]:
-        """Masked- or wt-marginal: log p(alt) - log p(wt) summed over each variant's positions."""
+    def _marginal_scores(self, reference: str, variants: Sequence[Variant], method: str, progress) -> list[float]:
+        """Masked- or wt-marginal: log p(alt) - log p(wt) summed over each variant's positions, each read off the
+        copy of the reference that `_masked_set` names (cached: one row per distinct set, whatever the variants)."""
         content = self.tokenizer.encode_batch([reference], False, records=["reference"], stats=self.policies)[0]
         plan = self._windows(reference, content)
         residue_ids = self._residue_ids({m.alt for v in variants for m in v.mutations} | set(reference.upper()),
                                         variants)
-        groups = sorted({tuple(m.start for m in v.mutations) for v in variants} if masked else {()})
+        for residue, token in zip(reference.upper(), content):
+            if residue_ids[residue] != token:  # e.g. WordPiece: "K" alone is not the "##K" inside a word
+                raise ConfigError("method", method, reason=f"the {self.tokenizer.scheme} tokenizer gives residue "
+                                  f"{residue!r} another token inside the reference than alone, so log p(alt) cannot "
+                                  "be read at its position", allowed="pll (re-tokenizes each variant)")
+        masked = method != "wt-marginal"
+        groups = sorted({_masked_set(v, m, method) for v in variants for m in v.mutations} if masked else {()})
         rows: list[Row] = []
         keys: list[tuple[tuple[int, ...], np.ndarray]] = []
+        centred = method == "masked-marginal" and self.options.window == "centred" and len(plan) > 1
         for group in groups:
             positions = np.array(group, np.int64)
+            if centred:
+                rows.append(self._centred_row(content, int(positions[0])))
+                keys.append((group, positions))
+                continue
             for window in plan:
                 if masked:
                     owned = positions[(positions >= window.own_start) & (positions < window.own_end)]
@@ -262,10 +288,27 @@ class Scorer:
             log_probs.update({(group, int(p)): vector for p, vector in zip(owned, block)})
         scores = []
         for variant in variants:
-            group = tuple(m.start for m in variant.mutations) if masked else ()
-            scores.append(float(sum(log_probs[group, m.start][residue_ids[m.alt]]
-                                    - log_probs[group, m.start][residue_ids[m.ref]] for m in variant.mutations)))
+            total = 0.0
+            for m in variant.mutations:
+                vector = log_probs[_masked_set(variant, m, method) if masked else (), m.start]
+                total += vector[residue_ids[m.alt]] - vector[residue_ids[m.ref]]
+            scores.append(float(total))
         return scores
+
+    def _centred_row(self, content: np.ndarray, position: int) -> Row:
+        """The reference framed by its special tokens, `position` masked, cut to the `max_length` tokens centred on
+        it as ProteinGym's `get_optimal_window` cuts them (half a window either side, clamped at the ends)."""
+        framed = self._framed(content)
+        at, half = position + len(self._prefix), self.max_length // 2
+        if at < half:
+            start, end = 0, self.max_length
+        elif at >= len(framed) - half:
+            start, end = len(framed) - self.max_length, len(framed)
+        else:
+            start, end = at - half, at + half
+        ids = framed[start:end].copy()
+        ids[at - start] = self.tokenizer.mask_id
+        return Row(ids, np.array([at - start]))
 
     def _residue_ids(self, residues: set[str], variants: Sequence[Variant]) -> dict[str, int]:
         """The one token id of each residue letter; a letter the tokenizer splits or refuses names its variant."""
@@ -307,3 +350,9 @@ class Scorer:
         if self.max_length - len(self._prefix) - len(self._suffix) < 1:
             raise ConfigError("max_length", self.max_length,
                               allowed=f"at least {len(self._prefix) + len(self._suffix) + 1} (special tokens + 1)")
+
+
+def _masked_set(variant: Variant, mutation: Mutation, method: str) -> tuple[int, ...]:
+    """The reference positions masked in the copy that `mutation` of `variant` is read off: its own position alone
+    ("masked-marginal", ProteinGym's convention), or every position the variant mutates ("masked-marginal-joint")."""
+    return (mutation.start,) if method == "masked-marginal" else tuple(m.start for m in variant.mutations)

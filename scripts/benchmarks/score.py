@@ -12,6 +12,13 @@ DeepLoc proteins (`packing.py`'s sample: /work/shared's test set, else the shipp
 protein-small model (4 x 128, rotary, 512 positions): PLL over proteins shorter than 150 residues (its cost grows
 with the square of the length), causal log-likelihood over the whole length distribution (long ones in windows).
 Both sides are checked to agree (1e-4 nats per record) first; the pad share of each side's forwards is printed.
+
+Variants (issue 48): variants/s of ProteinGym's masked marginals (`Scorer.variant_scores(..., "masked-marginal")`)
+on the real assay BLAT_ECOLX_Jacquier_2013 (989 single mutants of TEM-1, 286 residues; ../shared, `--quick`: those
+at positions <= 80) against the plain loop ProteinGym's `compute_fitness.py` runs, limited to the same work: for each
+distinct mutated position, mask it in the wild type, one `EsmForMaskedLM` forward of batch 1 under `torch.no_grad`,
+log_softmax; then each variant sums log p(alt) - log p(wt) over its mutations. Same ESM-2 8M-shaped checkpoint on
+both sides; the scores are checked to agree (1e-4 nats) first.
 """
 
 from __future__ import annotations
@@ -59,6 +66,50 @@ def hf_pll(model, tokenizer, sequences: list[str]) -> list[float]:
                 total += torch.log_softmax(logits[0, i], -1)[ids[0, i]].item()
             totals.append(total)
     return totals
+
+
+def hf_masked_marginals(model, tokenizer, wild_type: str, mutants: list[str]) -> list[float]:
+    """The plain loop: one masked copy of the wild type per distinct mutated position, batch 1, then label_row."""
+    ids = tokenizer(wild_type, return_tensors="pt")["input_ids"]
+    positions = sorted({int(part[1:-1]) for mutant in mutants for part in mutant.split(":")})
+    table = {}
+    with torch.no_grad():
+        for position in positions:
+            masked = ids.clone()
+            masked[0, position] = tokenizer.mask_token_id  # 1-based residue = token index after <cls>
+            table[position] = torch.log_softmax(model(input_ids=masked).logits[0, position], -1)
+    token = tokenizer.convert_tokens_to_ids
+    return [sum((table[int(p[1:-1])][token(p[-1])] - table[int(p[1:-1])][token(p[0])]).item()
+                for p in mutant.split(":")) for mutant in mutants]
+
+
+def blat_assay(quick: bool) -> tuple[str, list[str]]:
+    """TEM-1's wild type and the mutants of ProteinGym's BLAT_ECOLX_Jacquier_2013 (../shared)."""
+    import gzip
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "shared" / "data" / "proteins" / "proteingym"
+    wild_type = "".join((folder / "BLAT_ECOLX_wt.fasta").read_text().splitlines()[1:])
+    with gzip.open(folder / "BLAT_ECOLX_Jacquier_2013.csv.gz", "rt") as handle:
+        mutants = [line.split(",", 1)[0] for line in handle.read().splitlines()[1:]]
+    return wild_type, [m for m in mutants if not quick or int(m[1:-1]) <= 80]
+
+
+def run_variants(bench, quick: bool, hf, hf_tokenizer, scorer) -> None:
+    from biotf.scoring import make_variant, parse_code
+
+    wild_type, mutants = blat_assay(quick)
+    variants = [make_variant(wild_type, parse_code(code), code) for code in mutants]
+    ours = [s.score for s in scorer.variant_scores(wild_type, variants, "masked-marginal")]
+    theirs = hf_masked_marginals(hf, hf_tokenizer, wild_type, mutants)
+    assert np.allclose(ours, theirs, atol=1e-4), max(abs(a - b) for a, b in zip(ours, theirs))
+    positions = len({v.mutations[0].start for v in variants})
+    bench.compare(f"masked marginals of {len(variants)} BLAT_ECOLX_Jacquier_2013 variants ({positions} positions, "
+                  f"{len(wild_type)} aa), ESM-2 8M shape",
+                  lambda: scorer.variant_scores(wild_type, variants, "masked-marginal"),
+                  lambda: hf_masked_marginals(hf, hf_tokenizer, wild_type, mutants),
+                  anchor_name="HF EsmForMaskedLM loop (one masked position per forward, ProteinGym's)",
+                  unit="variants", work=len(variants), repeats=3, warmup=0)
 
 
 def pad_share(scorer, sequences: list[str], method: str) -> float:
@@ -130,3 +181,4 @@ def run(bench, quick: bool) -> None:
                   lambda: scorer.sequence_scores(sequences, "pll"), lambda: hf_pll(hf, hf_tokenizer, sequences),
                   anchor_name="HF EsmForMaskedLM loop (one masked position per forward)", unit="positions",
                   work=sum(lengths), repeats=3, warmup=0, target=3.0)
+    run_variants(bench, quick, hf, hf_tokenizer, scorer)

@@ -40,8 +40,18 @@ def causal_log_likelihood(model, tokenizer, sequence: str) -> float:
 
 
 def masked_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
-    """Meier et al. 2021: mask every mutated position (0-based residues) at once, sum log p(alt) - log p(wt);
-    token index = residue + 1 for <cls>."""
+    """ProteinGym's masked marginals (`compute_fitness.py`, `label_row`): each mutated position (0-based residues)
+    masked alone in the wild type, log p(alt) - log p(wt) read there, summed; token index = residue + 1 for <cls>."""
+    total = 0.0
+    for wt, position, alt in mutations:
+        ids = tokenizer.encode(wild_type)
+        ids[position + 1] = tokenizer.mask_id
+        total += _log_ratio(log_probs(model, ids), tokenizer, [(wt, position, alt)])
+    return total
+
+
+def masked_marginal_joint(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
+    """Every mutated position masked at once in one copy, then the same sum."""
     ids = tokenizer.encode(wild_type)
     for _, position, _ in mutations:
         ids[position + 1] = tokenizer.mask_id

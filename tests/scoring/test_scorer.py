@@ -91,7 +91,7 @@ def test_windows_score_every_token_once_in_the_window_that_owns_it(protein_mlm):
 VARIANTS = ["A4G", "K2R:I6L", "M1M", "Q33E", "A4G:Y5W:S13T"]
 
 
-@pytest.mark.parametrize("method", ["masked-marginal", "wt-marginal"])
+@pytest.mark.parametrize("method", ["masked-marginal", "masked-marginal-joint", "wt-marginal"])
 def test_marginals_equal_the_direct_implementation(protein_mlm, method):
     model, tokenizer = protein_mlm
     variants = [make_variant(WILD_TYPE, parse_code(code), code) for code in VARIANTS]
@@ -192,7 +192,7 @@ def test_marginal_of_a_reverse_strand_snv(kmer_mlm):
 
 def test_methods_the_model_cannot_do_are_refused(protein_mlm, protein_clm):
     variants = [make_variant(WILD_TYPE, parse_code("A4G"), "v")]
-    with pytest.raises(ConfigError, match="masked .*allowed: pll, masked-marginal, wt-marginal"):
+    with pytest.raises(ConfigError, match="masked .*allowed: pll, masked-marginal, masked-marginal-joint, wt-marginal"):
         Scorer(*protein_mlm).variant_scores(WILD_TYPE, variants, "causal")
     with pytest.raises(ConfigError, match="causal .*allowed: causal"):
         Scorer(*protein_clm).variant_scores(WILD_TYPE, variants, "masked-marginal")
@@ -238,3 +238,42 @@ def test_reading_past_max_seq_len_scores_one_window_as_the_model_runs_it(protein
     score = scorer.sequence_scores([sequence], "causal")[0]
     expected = reference.causal_log_likelihood(model, tokenizer, sequence)
     assert score.windows == 1 and abs(score.log_likelihood - expected) <= TOLERANCE
+
+
+def optimal_window(position: int, length: int, model_window: int) -> tuple[int, int]:
+    """ProteinGym's `get_optimal_window` (proteingym/utils/scoring_utils.py), on token indices of the framed
+    sequence (<cls> ... <eos>)."""
+    half = model_window // 2
+    if length <= model_window:
+        return 0, length
+    if position < half:
+        return 0, model_window
+    if position >= length - half:
+        return length - model_window, length
+    return max(0, position - half), min(length, position + half)
+
+
+@pytest.mark.parametrize("max_length", [12, 13])
+def test_centred_windows_are_proteingyms_optimal_windows(protein_mlm, max_length):
+    """window="centred": each masked position read in the slice of the framed reference ProteinGym's
+    compute_fitness.py takes for a target longer than the model, at the start, the middle and the end."""
+    model, tokenizer = protein_mlm
+    codes = ["K2R", "Q9E:R10K", "H18Y", "E31K:V32A", "A4G:V32A"]
+    variants = [make_variant(WILD_TYPE, parse_code(code), code) for code in codes]
+    scorer = Scorer(model, tokenizer, ScoreOptions(max_length=max_length, window="centred"))
+    scores = scorer.variant_scores(WILD_TYPE, variants, "masked-marginal")
+    framed = tokenizer.encode(WILD_TYPE)
+    token = lambda residue: tokenizer.encode(residue, False)[0]  # noqa: E731
+    for code, score in zip(codes, scores):
+        expected = 0.0
+        for part in code.split(":"):
+            at = int(part[1:-1])  # 1-based residue = token index after <cls>
+            start, end = optimal_window(at, len(framed), max_length)
+            ids = framed[start:end]
+            ids[at - start] = tokenizer.mask_id
+            table = reference.log_probs(model, ids)
+            expected += table[at - start, token(part[-1])].item() - table[at - start, token(part[0])].item()
+        assert abs(score.score - expected) <= TOLERANCE, code
+    owned = Scorer(model, tokenizer, ScoreOptions(max_length=max_length)).variant_scores(WILD_TYPE, variants,
+                                                                                      "masked-marginal")
+    assert max(abs(a.score - b.score) for a, b in zip(scores, owned)) > 10 * TOLERANCE  # the two plans differ
