@@ -41,6 +41,13 @@ def _one_line_warnings(command: str, show_other):
     return show
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """The command as typed, with its form where it has one (`generate evaluate`, `search build`): the name its one
+    line of error or warning starts with."""
+    form = getattr(args, "form", None) or getattr(args, "action", None)
+    return f"{args.command} {form}" if isinstance(form, str) else args.command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -52,16 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*unknown, *args.overrides]
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            warnings.showwarning = _one_line_warnings(command_name(args), warnings.showwarning)
             result = args.run(args)
     except (BiotfError, OSError) as caught:
         error = user_error(caught)
         if error is None:
             raise
-        print(f"biotf {args.command}: error: {error}", file=sys.stderr)
+        print(f"biotf {command_name(args)}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"biotf {args.command}: interrupted", file=sys.stderr)
+        print(f"biotf {command_name(args)}: interrupted", file=sys.stderr)
         return 130
     return int(result or 0)
 
