@@ -21,14 +21,18 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from biotf.analysis.labels import labels
-from biotf.data.labels import numeric
+from biotf.data.labels import numeric, parse_labels
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.io.atomic import atomic_write
 from biotf.io.outputs import check_output
+
+if TYPE_CHECKING:
+    from biotf.io.readers import ReaderOptions
 
 METHODS = ("auto", "pca", "umap")
 UMAP_NEIGHBORS = 15  # umap-learn's default n_neighbors; "auto" draws UMAP only over more records than this
@@ -186,6 +190,22 @@ def plot_contacts(path: str | Path, name: str, probabilities: np.ndarray,
         figure.suptitle(note, fontsize="small")
     figure.tight_layout()
     return save_figure(figure, path)
+
+
+def check_map_colour(input_path: str | Path, reader_options: ReaderOptions, color: str | None,
+                     label_pattern: str | None) -> None:
+    """`embed --plot --color COLUMN [--label-pattern REGEX]`, checked before anything is embedded (the map is drawn
+    after): the column must be one of the input's record columns (its first record's), the pattern a regex."""
+    from biotf.io.readers import read_records
+
+    if label_pattern is not None:
+        parse_labels([], np.array([], dtype=str), label_pattern, color or "id")  # refuses a regex that is not one
+    if color is None or color == "id":
+        return
+    first = next(read_records(input_path, reader_options), None)
+    if first is not None and color not in first.metadata:
+        raise InputError(f"--color: label column {color!r} not found in {input_path} "
+                         f"(columns: {', '.join(['id', *first.metadata])})")
 
 
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",

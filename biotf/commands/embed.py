@@ -88,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
         options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                                overlap=args.overlap, packing=args.packing)
         reader = reader_options(args)
+        if args.plot is not None:  # a colour column the input lacks: refused now, not after the embedding
+            from biotf.analysis.plot import check_map_colour
+
+            check_map_colour(args.input, reader, args.color, args.label_pattern)
         progress = not args.no_progress  # a bar on a terminal, plain lines elsewhere (biotf.progress)
         launched = launch()
         model = load_model(args, args.device if launched is None else launched.device(args.device))

@@ -94,6 +94,20 @@ def test_embed_plot_on_any_number_of_records_names_its_projection(capsys, monkey
     assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_embed_plot_checks_its_colour_before_embedding(capsys, tmp_path, model_dir):
+    """A --color the input lacks, or a --label-pattern that is no regex, is one line before anything is embedded
+    (the map comes after the embedding, which once ran to its end first)."""
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    for extra, message in ((["--color", "nothing"], f"--color: label column 'nothing' not found in {fasta} "
+                                                    "(columns: id, description)"),
+                           (["--color", "description", "--label-pattern", "(["], "--label-pattern")):
+        status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
+                               str(tmp_path / "e.npz"), "--plot", str(tmp_path / "map.png"), *extra)
+        assert status == 2 and len(err.splitlines()) == 1 and message in err, err
+        assert not (tmp_path / "e.npz").exists() and not (tmp_path / "map.png").exists()
+
+
 def test_long_records_truncated_or_refused(capsys, tmp_path, model_dir):
     fasta = tmp_path / "in.fasta"
     fasta.write_text(FASTA)
