@@ -209,11 +209,14 @@ def check_map_colour(input_path: str | Path, reader_options: ReaderOptions, colo
 
 
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
-              label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False) -> str:
+              label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False,
+              progress: bool = False) -> str:
     """Draw the map of an embedding file into `output` (PNG); returns the projection used, with why where "auto"
-    chose (`pca: umap-learn is not installed`), as the picture's title names it.
+    chose (`pca: umap-learn is not installed`), as the picture's title names it. With `progress`, a projection
+    longer than the progress interval (UMAP of thousands of records; its first use compiles) says so on stderr.
     `output` follows `biotf.io.outputs.check_output`: never the input, never a file that is not a PNG."""
     from biotf.io.embeddings import read_embeddings
+    from biotf.progress import waiting
 
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)
@@ -222,8 +225,9 @@ def plot_file(embeddings: str | Path, output: str | Path, color: str | None = No
     colors = labels(table, color, label_pattern) if color is not None else None
     vectors = table.arrays[array]
     _, reason = choose_projection(method, len(vectors))
-    coordinates, used = project(vectors, method)
-    count = f"{len(coordinates)} record{'s' if len(coordinates) != 1 else ''}"
+    count = f"{len(vectors)} record{'s' if len(vectors) != 1 else ''}"
+    with waiting(progress, f"projecting {count} of {Path(embeddings).name}"):
+        coordinates, used = project(vectors, method)
     title = f"{Path(embeddings).name}: {count}, {array}\n{used.upper()}" + (f" ({reason})" if reason else "")
     plot_map(coordinates, colors, output, title, color, used)
     return f"{used}: {reason}" if reason else used

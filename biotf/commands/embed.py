@@ -107,6 +107,6 @@ def run(args: argparse.Namespace) -> int:
             from biotf.analysis.plot import plot_file
 
             method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
-                               overwrite=args.overwrite)
+                               overwrite=args.overwrite, progress=progress)
             print(f"map ({method}) -> {args.plot}", file=sys.stderr)
         return 0

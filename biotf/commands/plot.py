@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", type=Path, metavar="PNG", help="the picture (default: OUT with .png)")
     parser.add_argument("--method", choices=METHODS, default="auto", help="auto: UMAP where umap-learn is installed and there are more than 15 records, else PCA")
     parser.add_argument("--array", default="embeddings", help="which array (embeddings or layer_<i>; default embeddings)")
+    add_progress_argument(parser)
     add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
@@ -34,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or args.embeddings.with_suffix(".png")
     with claim_outputs(args, {"--output": output}, [args.embeddings], images=("--output",)):
         method = plot_file(args.embeddings, output, args.color, args.method, args.label_pattern, args.array,
-                           overwrite=args.overwrite)
+                           overwrite=args.overwrite, progress=not args.no_progress)
         print(f"map ({method}) of {args.embeddings} -> {output}", file=sys.stderr)
         return 0

@@ -251,3 +251,26 @@ def test_waiting_prints_nothing_for_a_quick_step_and_a_line_an_interval_for_a_sl
         time.sleep(0.55)
     lines = stream.getvalue().splitlines()
     assert 2 <= len(lines) <= 6 and all(re.fullmatch(r"slow: 0m0[01]s", line) for line in lines)
+
+
+def test_a_slow_projection_says_so_every_interval_into_a_file(monkeypatch, capsys, tmp_path, one_pass_model):
+    """UMAP of thousands of records takes minutes on its first use (numba compiles it): `plot` and `embed --plot`
+    say they are projecting every interval (here a projection of 1 s, an interval of 0.1 s, stderr a file)."""
+    import sys
+    import time
+
+    import biotf.analysis.plot as plot
+
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
+    run(capsys, "embed", "--no-progress", "--model", one_pass_model, "--input", fasta, "--output", tmp_path / "e.npz")
+    project = plot.project
+    monkeypatch.setattr(plot, "project", lambda *a, **k: (time.sleep(1.0), project(*a, **k))[1])
+    monkeypatch.setenv(SECONDS_VARIABLE, "0.1")
+    log = tmp_path / "err.log"
+    with open(log, "w") as handle:
+        monkeypatch.setattr(sys, "stderr", handle)
+        assert main(["plot", str(tmp_path / "e.npz"), "--output", str(tmp_path / "map.png")]) == 0
+    lines = log.read_text().splitlines()
+    assert len([line for line in lines if re.fullmatch(r"projecting 3 records of e\.npz: 0m0\ds", line)]) >= 3
+    assert lines[-1].startswith("map (pca: 3 records, too few for UMAP's 15 neighbours) of ")
