@@ -165,7 +165,10 @@ def waiting(enabled: bool, description: str, stream: TextIO | None = None,
 
     def beat() -> None:
         while not done.wait(seconds):
-            print(f"{description}: {duration(time.monotonic() - start)}", file=stream, flush=True)
+            try:
+                print(f"{description}: {duration(time.monotonic() - start)}", file=stream, flush=True)
+            except (OSError, ValueError):  # stderr gone (a closed pipe or file): the work goes on, unannounced
+                return
 
     thread = threading.Thread(target=beat, name="biotf-waiting", daemon=True)
     thread.start()

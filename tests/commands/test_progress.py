@@ -274,3 +274,16 @@ def test_a_slow_projection_says_so_every_interval_into_a_file(monkeypatch, capsy
     lines = log.read_text().splitlines()
     assert len([line for line in lines if re.fullmatch(r"projecting 3 records of e\.npz: 0m0\ds", line)]) >= 3
     assert lines[-1].startswith("map (pca: 3 records, too few for UMAP's 15 neighbours) of ")
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the thread must not die of it
+def test_waiting_on_a_closed_stream_stops_announcing_and_lets_the_work_finish():
+    import time
+
+    from biotf.progress import waiting
+
+    stream = io.StringIO()
+    stream.close()
+    with waiting(True, "slow", stream, every_seconds=0.05):
+        time.sleep(0.2)
+    assert stream.closed  # the block ended normally: no exception from the announcing thread reached it
