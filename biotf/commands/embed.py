@@ -59,8 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
     add_progress_argument(parser)
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings (biotf plot's --method auto: "
-                                                               "UMAP or PCA, the summary says which and why)")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also draw a 2-D map of the embeddings (biotf plot's --method auto: UMAP or PCA, the "
+                             "summary says which and why)")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
     add_part_arguments(parser)

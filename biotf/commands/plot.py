@@ -22,7 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the points")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of the column")
     parser.add_argument("--output", type=Path, metavar="PNG", help="the picture (default: OUT with .png)")
-    parser.add_argument("--method", choices=METHODS, default="auto", help="auto: UMAP where umap-learn is installed and there are more than 15 records, else PCA")
+    parser.add_argument("--method", choices=METHODS, default="auto",
+                        help="auto: UMAP where umap-learn is installed and there are more than 15 records, else PCA")
     parser.add_argument("--array", default="embeddings", help="which array (embeddings or layer_<i>; default embeddings)")
     add_progress_argument(parser)
     add_overwrite_argument(parser)

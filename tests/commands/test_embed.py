@@ -82,12 +82,14 @@ def test_embed_plot_on_any_number_of_records_names_its_projection(capsys, monkey
         titles.append(title), draw(coordinates, colors, path, title, *rest))[1])
     fasta = tmp_path / "in.fasta"
     rng = np.random.default_rng(0)
-    fasta.write_text("".join(f">p{i}\n{''.join(rng.choice(list('ACDEFGHIKLMNPQRSTVWY'), 12))}\n" for i in range(records)))
-    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "e.npz"),
-                           "--plot", str(tmp_path / "map.png"))
+    residues = list("ACDEFGHIKLMNPQRSTVWY")
+    fasta.write_text("".join(f">p{i}\n{''.join(rng.choice(residues, 12))}\n" for i in range(records)))
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
+                           str(tmp_path / "e.npz"), "--plot", str(tmp_path / "map.png"))
     assert status == 0, err
-    expected = {(True, True): "umap: umap-learn is installed", (True, False): "pca: umap-learn is not installed"}.get(
-        (records > 15, umap_importable), f"pca: {records} record{'s' if records > 1 else ''}, too few for UMAP's 15 neighbours")
+    few = f"pca: {records} record{'s' if records > 1 else ''}, too few for UMAP's 15 neighbours"
+    expected = {(True, True): "umap: umap-learn is installed",
+                (True, False): "pca: umap-learn is not installed"}.get((records > 15, umap_importable), few)
     assert f"map ({expected}) -> {tmp_path / 'map.png'}" in err
     method, reason = expected.split(": ")
     assert titles == [f"e.npz: {records} record{'s' if records > 1 else ''}, embeddings\n{method.upper()} ({reason})"]
