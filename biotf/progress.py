@@ -165,8 +165,9 @@ def waiting(enabled: bool, description: str, stream: TextIO | None = None,
 
     def beat() -> None:
         while not done.wait(seconds):
-            try:
-                print(f"{description}: {duration(time.monotonic() - start)}", file=stream, flush=True)
+            try:  # one write a line: the main thread's own lines (a warning) never land inside it
+                stream.write(f"{description}: {duration(time.monotonic() - start)}\n")
+                stream.flush()
             except (OSError, ValueError):  # stderr gone (a closed pipe or file): the work goes on, unannounced
                 return
 
