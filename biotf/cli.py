@@ -45,6 +45,13 @@ def _one_line_warnings(command: str, show_other):
     return show
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """The command as typed, with its form where it has one (`generate evaluate`, `search build`): the name its one
+    line of error or warning starts with."""
+    form = getattr(args, "form", None) or getattr(args, "action", None)
+    return f"{args.command} {form}" if isinstance(form, str) else args.command
+
+
 def main(argv: list[str] | None = None) -> int:
     with messages_to_stderr():  # what a command says on stderr never fails it, nor goes to stdout
         return _run(argv)
@@ -61,7 +68,7 @@ def _run(argv: list[str] | None) -> int:
         args.overrides = [*unknown, *args.overrides]
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            warnings.showwarning = _one_line_warnings(command_name(args), warnings.showwarning)
             if getattr(args, "device", None) is not None:  # every command's --device, before any model is read
                 check_device("--device", args.device)
             result = args.run(args)
@@ -69,10 +76,10 @@ def _run(argv: list[str] | None) -> int:
         error = user_error(caught)
         if error is None:
             raise
-        print(f"biotf {args.command}: error: {error}", file=sys.stderr)
+        print(f"biotf {command_name(args)}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"biotf {args.command}: interrupted", file=sys.stderr)
+        print(f"biotf {command_name(args)}: interrupted", file=sys.stderr)
         return 130
     return int(result or 0)
 

@@ -7,7 +7,8 @@ or the environment variable `BIOTF_PROGRESS_SECONDS` for tests and impatient log
 or, where the total is known, `contacts proteins.fasta: 8,112/20,480 residues (39%), 410 residues/s, 19s, ~30s left`.
 A single long record reports its own progress through `detail` (windows of its block) and `layer_notes` (the
 layers one forward has passed, and the query rows of a layer whose attention runs in chunks), so a one-pass record
-of 150 kb says something every interval too. Nothing goes to stdout, which may be a command's data. Training's
+of 150 kb says something every interval too; a step that counts nothing (loading a model's weights) is announced
+every interval by `waiting`. Nothing goes to stdout, which may be a command's data. Training's
 plain lines (`biotf.training.progress`) share the interval and the number and duration forms.
 
 Every entry point runs its job under `messages_to_stderr()`: what it says on stderr (progress, summaries, warnings)
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ from biotf.errors import ConfigError
 
 LINE_SECONDS = 30.0  # a plain line at most this often: a log of a long run stays readable
 SECONDS_VARIABLE = "BIOTF_PROGRESS_SECONDS"
+MIN_WAIT_SECONDS = 0.05  # `waiting`'s thread wakes at most this often, even where lines are asked for at every update
 T = TypeVar("T")
 
 
@@ -158,6 +161,13 @@ class Progress:
             self._bar.update(n)
         self._maybe_print()
 
+    def set_total(self, total: int) -> None:
+        """The total, once it is known (an input read to its end)."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+
     def detail(self, text: str, slot: str = "work") -> None:
         self._details[slot] = text
         if self._bar is not None:
@@ -168,7 +178,7 @@ class Progress:
         elapsed = self.clock() - self._start
         counted = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}/?"
         parts = [f"{counted} {self.unit}" + (f" ({100 * self.done // self.total}%)" if self.total else "")]
-        if elapsed > 0:
+        if elapsed > 0 and self.done:  # nothing counted yet (one long forward): its details say how far it is
             parts.append(f"{number(self.done / elapsed)} {self.unit}/s")
         timing = duration(elapsed)
         if self.total and 0 < self.done < self.total:
@@ -204,6 +214,38 @@ def reporting(enabled: bool, description: str, unit: str, model: Any = None,
         return
     with Progress(description, unit, total) as shown, layer_notes(model, shown):
         yield shown
+
+
+@contextmanager
+def waiting(enabled: bool, description: str, stream: TextIO | None = None,
+            every_seconds: float | None = None) -> Iterator[None]:
+    """While the block runs, `description: 1m00s` on `stream` (default stderr) every `line_seconds()` (at least every
+    `MIN_WAIT_SECONDS`), from a background thread: for one call that counts nothing itself (reading a large model's
+    weights), so that no job is silent for longer than the interval. Nothing when not `enabled`, nor when the block
+    ends within the first interval."""
+    if not enabled:
+        yield
+        return
+    stream = stream or sys.stderr
+    seconds = max(line_seconds() if every_seconds is None else every_seconds, MIN_WAIT_SECONDS)
+    start = time.monotonic()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(seconds):
+            try:  # one write a line: the main thread's own lines (a warning) never land inside it
+                stream.write(f"{description}: {duration(time.monotonic() - start)}\n")
+                stream.flush()
+            except (OSError, ValueError):  # stderr gone (a closed pipe or file): the work goes on, unannounced
+                return
+
+    thread = threading.Thread(target=beat, name="biotf-waiting", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def counting(items: Iterable[T], progress: Progress | None) -> Iterator[T]:

@@ -2,9 +2,11 @@
 over the file it shows nor any file that is not a PNG).
 
 A 2-D map of embeddings coloured by a metadata column (`biotf plot`, `biotf embed --plot`): the picture a
-single-cell biologist expects. UMAP (McInnes et al. 2018) when `umap-learn` is installed, else PCA; "pca" or
-"umap" can be forced. Categorical labels get one colour each (the 19 most frequent, the rest as "other"); numeric
-labels with many distinct values get a colour bar.
+single-cell biologist expects. "auto" draws UMAP (McInnes et al. 2018) where `umap-learn` is installed and there
+are more records than UMAP's neighbourhood, else PCA, and always says which and why (`choose_projection`): the same
+command gives another picture where another library is installed, so the picture's title and the command's summary
+name the projection. "pca" or "umap" can be forced. Categorical labels get one colour each (the 19 most frequent,
+the rest as "other"); numeric labels with many distinct values get a colour bar.
 
 Contact maps (`biotf contacts --plot DIR`, `biotf contacts evaluate --plot DIR`): one PNG a protein. The predicted
 map is drawn as probabilities (0 white to the map's highest at separation >= 6 black, as its colour bar says;
@@ -15,41 +17,77 @@ one over the other.
 from __future__ import annotations
 
 import re
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from biotf.analysis.labels import labels
-from biotf.data.labels import numeric
+from biotf.data.labels import numeric, parse_labels
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.io.atomic import atomic_write
 from biotf.io.outputs import check_output
 
+if TYPE_CHECKING:
+    from biotf.io.readers import ReaderOptions
+
 METHODS = ("auto", "pca", "umap")
+UMAP_NEIGHBORS = 15  # umap-learn's default n_neighbors; "auto" draws UMAP only over more records than this
 MAX_CATEGORIES = 20
 NUMERIC_MIN_DISTINCT = 10
 SCALE_SEPARATION = 6  # the shortest separation `biotf.structure.contact_precision` scores
 
 
-def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
-    """(N, 2) coordinates and the method used."""
+def choose_projection(method: str, records: int) -> tuple[str, str]:
+    """The projection that `method` draws `records` vectors with, and why where "auto" chose ("" where it was asked
+    for); a forced UMAP that cannot be drawn is refused in one line before any work."""
     if method not in METHODS:
         raise ConfigError("--method", method, allowed=", ".join(METHODS))
-    if method in ("auto", "umap"):
-        try:
-            import umap
-        except ImportError:
-            if method == "umap":
-                raise BiotfError("--method umap needs umap-learn: pip install umap-learn (or use --method pca)") from None
-        else:
-            return umap.UMAP(n_components=2, random_state=seed).fit_transform(vectors), "umap"
+    if records < 1:
+        raise InputError("a map needs at least 1 record, got 0")
+    if method == "pca":
+        return "pca", ""
+    if records <= UMAP_NEIGHBORS:
+        if method == "umap":
+            raise InputError(f"--method umap needs more than {UMAP_NEIGHBORS} records (its neighbourhood), got "
+                             f"{records}; use --method pca")
+        return "pca", f"{records} record{'s' if records != 1 else ''}, too few for UMAP's {UMAP_NEIGHBORS} neighbours"
+    installed = umap_installed()
+    if method == "umap":
+        if not installed:
+            raise BiotfError("--method umap needs umap-learn: pip install umap-learn (or use --method pca)")
+        return "umap", ""
+    return ("umap", "umap-learn is installed") if installed else ("pca", "umap-learn is not installed")
+
+
+def umap_installed() -> bool:
+    try:
+        import umap  # noqa: F401  (umap-learn)
+    except ImportError:
+        return False
+    return True
+
+
+def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
+    """(N, 2) coordinates and the projection used (`choose_projection`). PCA of N records has at most N - 1 axes
+    that vary: those missing (one record: both; two: the second) are drawn at 0."""
+    used, _ = choose_projection(method, len(vectors))
+    if used == "umap":
+        import umap
+
+        with warnings.catch_warnings():  # "n_jobs value 1 overridden to 1 by setting random_state": by design
+            warnings.filterwarnings("ignore", message="n_jobs value", category=UserWarning)
+            return umap.UMAP(n_components=2, n_neighbors=UMAP_NEIGHBORS, random_state=seed).fit_transform(vectors), used
     from sklearn.decomposition import PCA
 
-    if len(vectors) < 2:
-        raise BiotfError(f"a map needs at least 2 records, got {len(vectors)}")
-    return PCA(n_components=2, random_state=seed).fit_transform(vectors), "pca"
+    coordinates = np.zeros((len(vectors), 2), dtype=np.float64)
+    axes = min(2, len(vectors) - 1, vectors.shape[1])
+    if axes > 0:
+        coordinates[:, :axes] = PCA(n_components=axes, random_state=seed).fit_transform(vectors)
+    return coordinates, used
 
 
 def pyplot():
@@ -154,18 +192,42 @@ def plot_contacts(path: str | Path, name: str, probabilities: np.ndarray,
     return save_figure(figure, path)
 
 
+def check_map_colour(input_path: str | Path, reader_options: ReaderOptions, color: str | None,
+                     label_pattern: str | None) -> None:
+    """`embed --plot --color COLUMN [--label-pattern REGEX]`, checked before anything is embedded (the map is drawn
+    after): the column must be one of the input's record columns (its first record's), the pattern a regex."""
+    from biotf.io.readers import read_records
+
+    if label_pattern is not None:
+        parse_labels([], np.array([], dtype=str), label_pattern, color or "id")  # refuses a regex that is not one
+    if color is None or color == "id":
+        return
+    first = next(read_records(input_path, reader_options), None)
+    if first is not None and color not in first.metadata:
+        raise InputError(f"--color: label column {color!r} not found in {input_path} "
+                         f"(columns: {', '.join(['id', *first.metadata])})")
+
+
 def plot_file(embeddings: str | Path, output: str | Path, color: str | None = None, method: str = "auto",
-              label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False) -> str:
-    """Draw the map of an embedding file into `output` (PNG); returns the projection method used.
+              label_pattern: str | None = None, array: str = "embeddings", overwrite: bool = False,
+              progress: bool = False) -> str:
+    """Draw the map of an embedding file into `output` (PNG); returns the projection used, with why where "auto"
+    chose (`pca: umap-learn is not installed`), as the picture's title names it. With `progress`, a projection
+    longer than the progress interval (UMAP of thousands of records; its first use compiles) says so on stderr.
     `output` follows `biotf.io.outputs.check_output`: never the input, never a file that is not a PNG."""
     from biotf.io.embeddings import read_embeddings
+    from biotf.progress import waiting
 
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)
     if array not in table.arrays:
         raise ConfigError("--array", array, allowed=", ".join(table.arrays))
     colors = labels(table, color, label_pattern) if color is not None else None
-    coordinates, used = project(table.arrays[array], method)
-    title = f"{Path(embeddings).name}: {len(coordinates)} records, {array}"
+    vectors = table.arrays[array]
+    _, reason = choose_projection(method, len(vectors))
+    count = f"{len(vectors)} record{'s' if len(vectors) != 1 else ''}"
+    with waiting(progress, f"projecting {count} of {Path(embeddings).name}"):
+        coordinates, used = project(vectors, method)
+    title = f"{Path(embeddings).name}: {count}, {array}\n{used.upper()}" + (f" ({reason})" if reason else "")
     plot_map(coordinates, colors, output, title, color, used)
-    return used
+    return f"{used}: {reason}" if reason else used

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.output_options import add_overwrite_argument, claim_outputs
+from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
 def add_plot_argument(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,7 @@ def _add_structures_arguments(parser: argparse.ArgumentParser, list_flag: str) -
     parser.add_argument(list_flag, type=Path, metavar="FILE",
                         help="the structures to use, one file name (or name without extension) a line; default all")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_progress_argument(parser)
 
 
 def add_parsers(forms: argparse._SubParsersAction) -> None:
@@ -56,7 +57,7 @@ def _run_fit(args: argparse.Namespace) -> int:
 
     with hold(args.output):  # a second fit into the same directory meanwhile is refused at once
         stats = fit_file(args.model, args.structures, args.output, _names(args.train_list), args.train_list or "",
-                         args.l1_c, device=args.device)
+                         args.l1_c, device=args.device, progress=not args.no_progress)
     print(f"{args.structures} -> {args.output}: fitted contact head; {stats.summary()}", file=sys.stderr)
     return 0
 
@@ -66,7 +67,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
     with claim_outputs(args, {"--output": args.output}, []):
         evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",
-                                         device=args.device, plot=args.plot, overwrite=args.overwrite)
+                                         device=args.device, plot=args.plot, overwrite=args.overwrite,
+                                         progress=not args.no_progress)
         if args.output is not None:
             write_metrics(args.output, evaluation.rows)
         sys.stdout.write(evaluation.means_table())

@@ -59,7 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
     add_progress_argument(parser)
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw a 2-D map of the embeddings")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also draw a 2-D map of the embeddings (biotf plot's --method auto: UMAP or PCA, the "
+                             "summary says which and why)")
     parser.add_argument("--color", metavar="COLUMN", help="metadata column colouring the --plot map")
     parser.add_argument("--label-pattern", metavar="REGEX", help="colour by this regex's first group of --color")
     add_part_arguments(parser)
@@ -87,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         options = EmbedOptions(**pooling, layer=parse_layer(args.layer), batch_tokens=args.batch_tokens,
                                overlap=args.overlap, packing=args.packing)
         reader = reader_options(args)
+        if args.plot is not None:  # a colour column the input lacks: refused now, not after the embedding
+            from biotf.analysis.plot import check_map_colour
+
+            check_map_colour(args.input, reader, args.color, args.label_pattern)
         progress = not args.no_progress  # a bar on a terminal, plain lines elsewhere (biotf.progress)
         launched = launch()
         model = load_model(args, args.device if launched is None else launched.device(args.device))
@@ -102,6 +108,6 @@ def run(args: argparse.Namespace) -> int:
             from biotf.analysis.plot import plot_file
 
             method = plot_file(args.output, args.plot, args.color, label_pattern=args.label_pattern,
-                               overwrite=args.overwrite)
+                               overwrite=args.overwrite, progress=progress)
             print(f"map ({method}) -> {args.plot}", file=sys.stderr)
         return 0

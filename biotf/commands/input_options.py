@@ -47,11 +47,13 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
 def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
     """`--model`, loaded through `biotf.Model.load` on `device` with the policies `--option` sets where the command
     has it (a tokenizer's refusal of one names it as such), in the `--precision` it has; `load`: Model.load's other
-    options (dtype, for_generation)."""
+    options (dtype, for_generation). A load that takes longer than the progress interval says so on stderr
+    (`biotf.progress.waiting`) unless `--no-progress`."""
     from biotf.api import Model
+    from biotf.progress import waiting
 
     options = parse_options(getattr(args, "option", None) or [])
-    with as_option_errors(options):
+    with as_option_errors(options), waiting(not getattr(args, "no_progress", False), f"loading {args.model}"):
         if hasattr(args, "precision"):
             load["precision"] = args.precision
         return Model.load(args.model, device=device, tokenizer_options=options, **load)

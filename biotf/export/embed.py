@@ -31,6 +31,7 @@ import ctypes
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -50,6 +51,7 @@ from biotf.conventions import counted
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
+T = TypeVar("T")
 try:
     _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc only; elsewhere (macOS, musl) the trim is skipped
 except (OSError, AttributeError):
@@ -132,6 +134,7 @@ class _Piece:
     owned: slice  # positions in `ids` whose vectors the window keeps
     keep: np.ndarray  # content (non-special) tokens within `owned`
     positions: np.ndarray  # content positions of the kept tokens
+    tokens: int  # the record's content tokens this window accounts for (its owned ones; a truncated one's cut ones too)
 
 
 class Embedder:
@@ -203,6 +206,8 @@ class Embedder:
         pieces = []
         windows = self._windows(record, len(content), stats)
         specials = self.options.pool_specials
+        accounted = [window.own_end - window.own_start for window in windows]
+        accounted[-1] += len(content) - sum(accounted)  # --long truncate: the cut tokens, as the summary counts them
         for order, window in enumerate(windows):
             ids = np.concatenate([self._prefix, content[window.start:window.end], self._suffix])
             offset = len(self._prefix) - window.start
@@ -210,7 +215,8 @@ class Embedder:
             start = 0 if specials and order == 0 else window.own_start + offset
             end = len(ids) if specials and order == len(windows) - 1 else window.own_end + offset
             keep = np.ones(end - start, bool) if specials else ~np.isin(ids[start:end], self.special)
-            pieces.append(_Piece(slot, order, ids, slice(start, end), keep, start - offset + np.flatnonzero(keep)))
+            pieces.append(_Piece(slot, order, ids, slice(start, end), keep, start - offset + np.flatnonzero(keep),
+                                 accounted[order]))
         return pieces
 
     # --- the model --------------------------------------------------------------------------------
@@ -236,7 +242,8 @@ class Embedder:
     def _blocks(self, records: Iterable[Record], stats: EmbedStats, source: str | Path | None
                 ) -> Iterator[tuple[list[Record], list[np.ndarray]]]:
         """Records with their content token ids, up to `block_tokens` tokens and `BLOCK_BATCHES` batches'
-        worth of output vectors (`held`, in float32 rows of layers x D) at a time."""
+        worth of output vectors (`held`, in float32 rows of layers x D) at a time (`embed` reads one block ahead, so
+        that the last block is known as such and progress has its total)."""
         block: list[Record] = []
         contents: list[np.ndarray] = []
         size = held = 0
@@ -256,10 +263,14 @@ class Embedder:
     def embed(self, records: Iterable[Record], stats: EmbedStats | None = None, source: str | Path | None = None,
               progress=None) -> Iterator[RecordEmbedding]:
         """RecordEmbeddings in input order. `source` names the file in tokenizer errors; `progress` (a
-        `biotf.progress.Progress` or None) advances by the real tokens of each batch."""
+        `biotf.progress.Progress` or None) counts the content tokens of each batch as the summary counts them (each
+        window its owned ones: overlaps and special tokens once, a truncated record's cut ones too), and has its total
+        once the input has been read to its end (with the last block, one block ahead)."""
         stats = stats if stats is not None else EmbedStats()
         pool = self.options.pool
-        for block, contents in self._blocks(records, stats, source):
+        for (block, contents), last in _marking_last(self._blocks(records, stats, source)):
+            if last and progress is not None:
+                progress.set_total(progress.done + sum(len(content) for content in contents))
             if self._prefix is None:
                 first = next((i for i, content in enumerate(contents) if len(content)), 0)
                 self._learn_specials(block[first], contents[first])
@@ -277,7 +288,7 @@ class Embedder:
                         start += len(piece.ids)
                 if progress is not None:  # a long record's windows are many batches of one block
                     ran += sum(len(row) for row in batch)
-                    progress.update(sum(len(p.ids) for row in batch for p in row),
+                    progress.update(sum(piece.tokens for row in batch for piece in row),
                                     f"windows {ran}/{len(pieces)} of this block")
                 del hidden  # it holds the batch's activations: free them before the trim
                 release_free_heap()
@@ -294,3 +305,16 @@ class Embedder:
                     yield RecordEmbedding(record, vectors, content[positions].astype(np.int32), positions.astype(np.int32))
                 else:
                     yield RecordEmbedding(record, vectors)
+
+
+def _marking_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
+    """Each item with whether it is the last, reading one item ahead."""
+    iterator = iter(items)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True

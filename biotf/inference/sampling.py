@@ -107,7 +107,8 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
         rows = min(batch_size, limit - drawn.draws)  # limit is n without a validity filter
         batch = generate_batch(model, [start] * rows, max_new_tokens=max_new_tokens, sampling=sampling,
                                eos_token_ids=defaults.eos_token_ids, pad_token_id=defaults.pad_token_id, seed=seed,
-                               first_row=drawn.draws, suppress_ids=suppress, log_probs=True)
+                               first_row=drawn.draws, suppress_ids=suppress, log_probs=True,
+                               on_token=_batch_notes(progress, rows, drawn.draws))
         for ids, log_prob in zip(batch.ids, batch.log_probs):
             # Stream order: the kept samples are the first n that pass, whatever the batch size; the rest of the
             # last batch is not looked at (nor counted as drawn).
@@ -122,6 +123,21 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
         if progress is not None:
             progress.update(len(drawn.samples) - progress.done, f"{drawn.draws:,} drawn")
     return drawn
+
+
+def _batch_notes(progress: Progress | None, rows: int, drawn: int) -> Callable[[int, int], None] | None:
+    """An `on_token` that tells `progress` how far the batch being drawn has come (`2,048 tokens into a batch of 64`),
+    so that a batch of a large model is not silent until its end; None without progress."""
+    if progress is None:
+        return None
+    tokens = 0
+
+    def note(row: int, token: int) -> None:
+        nonlocal tokens
+        tokens += 1
+        progress.detail(f"{drawn:,} drawn; {tokens:,} tokens into a batch of {rows}")
+
+    return note
 
 
 def write_samples(path: str | PathLike, samples: list[Sample]) -> Path:

@@ -23,6 +23,7 @@ import numpy as np
 from biotf.analysis.plot import picture_paths, plot_contacts
 from biotf.io.tables import write_rows
 from biotf.checkpoint.loading import load_pretrained
+from biotf.progress import reporting, waiting
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contact_files import check_contact_head, contact_maps
 from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
@@ -91,26 +92,30 @@ def _chain_rows(chain: Chain, predictor: str, scores: np.ndarray) -> Iterator[Pr
 
 def evaluate_structures(model_source: str | Path, structures: str | Path, names: list[str] | None = None,
                         listed_in: str | Path = "", device: str = "cpu", plot: str | Path | None = None,
-                        overwrite: bool = False) -> Evaluation:
+                        overwrite: bool = False, progress: bool = False) -> Evaluation:
     """The table of the module docstring for the model's contact head and the prior; one chain's map at a time.
     With `plot` (a directory), each chain's predicted and true maps are drawn into `<chain>.png` there (an existing
-    picture replaced only with `overwrite`, checked before the model runs)."""
+    picture replaced only with `overwrite`, checked before the model runs). With `progress`, the model's loading,
+    the structures read and the residues mapped say how far they are on stderr (`biotf.progress`)."""
     files = structure_files(structures, names, listed_in)
-    model, tokenizer = load_pretrained(model_source, device=device)
+    with waiting(progress, f"loading {model_source}"):
+        model, tokenizer = load_pretrained(model_source, device=device)
     check_contact_head(model, model_source)
     evaluation = Evaluation()
-    found = chain_proteins(files, tokenizer, model.config.max_seq_len, evaluation.structures)
+    found = chain_proteins(files, tokenizer, model.config.max_seq_len, evaluation.structures, progress)
     pictures = picture_paths(plot, [chain.name for chain, _ in found], files, overwrite) if plot is not None else None
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padded positions are masked anyway
-    for number, ((chain, _), (_, probabilities)) in enumerate(zip(found, contact_maps(model, [p for _, p in found],
-                                                                                       pad_id))):
-        rows = list(_chain_rows(chain, MODEL, probabilities))
-        evaluation.rows.extend(rows)
-        evaluation.rows.extend(_chain_rows(chain, PRIOR, separation_prior(len(chain.sequence))))
-        if pictures is not None:
-            long_range = next(row for row in rows if row.range == "long").values[list(TOPS).index("P@L/5")]
-            plot_contacts(pictures[number], chain.name, probabilities, chain.drawn_contacts(),
-                          f"long-range P@L/5 {long_range:.2f}")
+    with reporting(progress, f"contacts {Path(structures).name}", "residues", model,
+                   sum(protein.length for _, protein in found)) as shown:
+        maps = contact_maps(model, [protein for _, protein in found], pad_id, progress=shown)
+        for number, ((chain, _), (_, probabilities)) in enumerate(zip(found, maps)):
+            rows = list(_chain_rows(chain, MODEL, probabilities))
+            evaluation.rows.extend(rows)
+            evaluation.rows.extend(_chain_rows(chain, PRIOR, separation_prior(len(chain.sequence))))
+            if pictures is not None:
+                long_range = next(row for row in rows if row.range == "long").values[list(TOPS).index("P@L/5")]
+                plot_contacts(pictures[number], chain.name, probabilities, chain.drawn_contacts(),
+                              f"long-range P@L/5 {long_range:.2f}")
     for predictor in dict.fromkeys(row.predictor for row in evaluation.rows):
         for name in RANGES:
             chosen = [row for row in evaluation.rows if row.predictor == predictor and row.range == name]

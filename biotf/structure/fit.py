@@ -30,6 +30,7 @@ from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
 from biotf.model.attention_contacts import attach_contact_head, contact_features
+from biotf.progress import counting, reporting, waiting
 from biotf.structure.chains import Chain, read_chain, structure_files
 from biotf.structure.contact_files import Protein, proteins
 from biotf.tokenizers.base import PolicyStats, Tokenizer
@@ -73,9 +74,12 @@ class FitStats:
 
 
 def chain_proteins(files: list[Path], tokenizer: Tokenizer, max_length: int | None,
-                   stats: StructureStats) -> list[tuple[Chain, Protein]]:
-    """Every file's chain and its tokenised protein (refused in one line as `biotf contacts` refuses a record)."""
-    chains = [read_chain(path) for path in files]
+                   stats: StructureStats, progress: bool = False) -> list[tuple[Chain, Protein]]:
+    """Every file's chain and its tokenised protein (refused in one line as `biotf contacts` refuses a record); with
+    `progress`, the structures read so far on stderr (`biotf.progress`)."""
+    with reporting(progress, f"reading {files[0].parent.name if files else 'structures'}", "structures",
+                   total=len(files)) as shown:
+        chains = [read_chain(path) for path in counting(files, shown)]
     for chain in chains:
         stats.chains += 1
         stats.residues += len(chain.sequence)
@@ -144,16 +148,20 @@ def checked_l1_c(l1_c: float | None) -> float:
 
 
 def fit_contact_head(model: Transformer, tokenizer: Tokenizer, files: list[Path], l1_c: float = DEFAULT_L1_C,
-                     stats: FitStats | None = None) -> FitStats:
-    """Fit the regression on the chains of `files` and attach it to `model` (in place); returns the counts."""
+                     stats: FitStats | None = None, progress: bool = False) -> FitStats:
+    """Fit the regression on the chains of `files` and attach it to `model` (in place); returns the counts. With
+    `progress`, each long step says how far it is on stderr (`biotf.progress`)."""
     l1_c = checked_l1_c(l1_c)
     stats = stats if stats is not None else FitStats()
-    found = chain_proteins(files, tokenizer, model.config.max_seq_len, stats.structures)
+    found = chain_proteins(files, tokenizer, model.config.max_seq_len, stats.structures, progress)
     pairs = [scored_pairs(chain) for chain, _ in found]
     labels = [chain.contacts()[rows, columns] for (chain, _), (rows, columns) in zip(found, pairs)]
     check_labels(np.concatenate(labels))  # before the model runs
-    features = [pair_features(model, protein, rows, columns) for (_, protein), (rows, columns) in zip(found, pairs)]
-    weight, bias = fit_regression(np.concatenate(features), np.concatenate(labels), l1_c)
+    with reporting(progress, "attention maps", "chains", model, total=len(found)) as shown:
+        features = [pair_features(model, protein, rows, columns)
+                    for (_, protein), (rows, columns) in counting(list(zip(found, pairs)), shown)]
+    with waiting(progress, f"fitting the L1 regression on {counted(sum(map(len, labels)), 'residue pair')}"):
+        weight, bias = fit_regression(np.concatenate(features), np.concatenate(labels), l1_c)
     stats.pairs = sum(len(y) for y in labels)
     stats.contacts = int(sum(y.sum() for y in labels))
     stats.weights, stats.nonzero = len(weight), int(np.count_nonzero(weight))
@@ -162,17 +170,20 @@ def fit_contact_head(model: Transformer, tokenizer: Tokenizer, files: list[Path]
 
 
 def fit_file(model_source: str | Path, structures: str | Path, output: str | Path, names: list[str] | None = None,
-             listed_in: str | Path = "", l1_c: float | None = None, device: str = "cpu") -> FitStats:
+             listed_in: str | Path = "", l1_c: float | None = None, device: str = "cpu",
+             progress: bool = False) -> FitStats:
     """`model_source` with a contact head fitted on the structures of `structures` (all, or `names`), exported to
-    the new directory `output`; every refusal comes before the model runs. `l1_c` None: DEFAULT_L1_C."""
+    the new directory `output`; every refusal comes before the model runs. `l1_c` None: DEFAULT_L1_C. With
+    `progress`, each long step says how far it is on stderr."""
     check_export_directory(output)
     l1_c = checked_l1_c(l1_c)
     files = structure_files(structures, names, listed_in)
-    model, tokenizer = load_pretrained(model_source, device=device)
+    with waiting(progress, f"loading {model_source}"):
+        model, tokenizer = load_pretrained(model_source, device=device)
     if model.stem is not None:
         raise ConfigError("--model", str(model_source), reason="its convolutional stem (model.stem=conv) makes "
                           f"attention run over bins of {model.config.stem_factor} residues, and a contact map needs "
                           "one attention row per residue")
-    stats = fit_contact_head(model, tokenizer, files, l1_c)
+    stats = fit_contact_head(model, tokenizer, files, l1_c, progress=progress)
     save_pretrained(model.cpu(), tokenizer, output)
     return stats

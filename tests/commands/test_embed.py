@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -56,10 +57,57 @@ def test_map_from_embed_and_from_plot(capsys, tmp_path, model_dir):
     status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "e.npz"),
                            "--plot", str(tmp_path / "map.png"), "--color", "description",
                            "--label-pattern", r"^(\S+?)-[MSU]\b")
-    assert status == 0 and "map (pca)" in err and (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+    assert status == 0 and "map (pca: 3 records, too few for UMAP's 15 neighbours)" in err
+    assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
     status = main(["plot", str(tmp_path / "e.npz"), "--color", "nothing"])
     assert status == 2 and "label column 'nothing' not found" in capsys.readouterr().err
     assert not (tmp_path / "e.png").exists()
+
+
+@pytest.mark.parametrize("umap_importable", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("records", [1, 2, 3, 500])
+def test_embed_plot_on_any_number_of_records_names_its_projection(capsys, monkeypatch, tmp_path, model_dir, records,
+                                                                  umap_importable):
+    """`embed --plot` draws 1, 2, 3 or 500 records whether or not umap-learn imports (once, 3 records crashed in
+    UMAP's spectral start), and the summary and the picture's title name the projection and why it was chosen."""
+    if umap_importable:
+        pytest.importorskip("umap")
+    else:
+        monkeypatch.setitem(sys.modules, "umap", None)
+    import biotf.analysis.plot as plot
+
+    titles = []
+    draw = plot.plot_map
+    monkeypatch.setattr(plot, "plot_map", lambda coordinates, colors, path, title, *rest: (
+        titles.append(title), draw(coordinates, colors, path, title, *rest))[1])
+    fasta = tmp_path / "in.fasta"
+    rng = np.random.default_rng(0)
+    residues = list("ACDEFGHIKLMNPQRSTVWY")
+    fasta.write_text("".join(f">p{i}\n{''.join(rng.choice(residues, 12))}\n" for i in range(records)))
+    status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
+                           str(tmp_path / "e.npz"), "--plot", str(tmp_path / "map.png"))
+    assert status == 0, err
+    few = f"pca: {records} record{'s' if records > 1 else ''}, too few for UMAP's 15 neighbours"
+    expected = {(True, True): "umap: umap-learn is installed",
+                (True, False): "pca: umap-learn is not installed"}.get((records > 15, umap_importable), few)
+    assert f"map ({expected}) -> {tmp_path / 'map.png'}" in err
+    method, reason = expected.split(": ")
+    assert titles == [f"e.npz: {records} record{'s' if records > 1 else ''}, embeddings\n{method.upper()} ({reason})"]
+    assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_embed_plot_checks_its_colour_before_embedding(capsys, tmp_path, model_dir):
+    """A --color the input lacks, or a --label-pattern that is no regex, is one line before anything is embedded
+    (the map comes after the embedding, which once ran to its end first)."""
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(FASTA)
+    for extra, message in ((["--color", "nothing"], f"--color: label column 'nothing' not found in {fasta} "
+                                                    "(columns: id, description)"),
+                           (["--color", "description", "--label-pattern", "(["], "--label-pattern")):
+        status, _, err = embed(capsys, "--model", str(model_dir), "--input", str(fasta), "--output",
+                               str(tmp_path / "e.npz"), "--plot", str(tmp_path / "map.png"), *extra)
+        assert status == 2 and len(err.splitlines()) == 1 and message in err, err
+        assert not (tmp_path / "e.npz").exists() and not (tmp_path / "map.png").exists()
 
 
 def test_long_records_truncated_or_refused(capsys, tmp_path, model_dir):

@@ -16,7 +16,7 @@ from tiny_models import save_tiny_protein_model
 
 LONG = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAGEGLYTHMKALRPDEDRLSPLHS"
 LINE = re.compile(r"^(embedding|scoring|contacts|indexing|sampling|predicting) \S+: [\d,]+/(\?|[\d,]+) "
-                  r"(tok|pos|residues|records|samples)")
+                  r"(tok|pos|residues|records|samples)|^loading \S+: \d+m\d\ds$")  # a load over the interval
 
 
 @pytest.fixture(autouse=True)
@@ -121,9 +121,12 @@ def test_search_build_and_generate_count_toward_their_totals(capsys, tmp_path, o
     causal = save_tiny_protein_model(tmp_path / "causal", max_seq_len=32, causal=True)
     out, progress, _ = run(capsys, "generate", "--model", causal, "--num-samples", 4, "--batch-size", 2,
                            "--max-new-tokens", 5, "--output", tmp_path / "s.fasta")
-    assert out == "" and [line.split(",")[0] for line in progress] == ["sampling s.fasta: 2/4 samples (50%)",
-                                                                      "sampling s.fasta: 4/4 samples (100%)"]
+    batches = [line.split(",")[0] for line in progress if "tokens into a batch" not in line]
+    assert out == "" and batches == ["sampling s.fasta: 2/4 samples (50%)", "sampling s.fasta: 4/4 samples (100%)"]
     assert progress[-1].endswith("; 4 drawn")
+    # within a batch, each token drawn is noted: a large model's first batch is not silent until its end
+    assert [line for line in progress if line.endswith("; 0 drawn; 1 tokens into a batch of 2")]
+    assert [line for line in progress if re.search(r"; 2 drawn; \d+ tokens into a batch of 2$", line)]
 
 
 def test_predict_counts_the_records_it_predicted(capsys, tmp_path):
@@ -179,3 +182,108 @@ def test_training_lines_follow_the_same_interval(monkeypatch):
 
     monkeypatch.setenv(SECONDS_VARIABLE, "5")
     assert ProgressLines().every_seconds == 5.0
+
+
+def summary_tokens(others: list[str]) -> int:
+    return int(re.search(r"records?, ([\d,]+) tokens? in", others[-1]).group(1).replace(",", ""))
+
+
+@pytest.mark.parametrize("long", ["chunk", "truncate"])
+def test_embed_counts_the_tokens_its_summary_counts_and_knows_its_total(capsys, tmp_path, windowed_model, long):
+    """Windows overlap and carry special tokens; a truncated record's cut tokens are still its tokens: the counter
+    counts each content token once, as the summary does, and its total is known once the input is read."""
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(f">long\n{LONG}\n>short\nMKTAY\n>mid\n{LONG[:20]}\n")
+    _, progress, others = run(capsys, "embed", "--model", windowed_model, "--input", fasta, "--output",
+                              tmp_path / "e.npz", "--batch-tokens", 32, "--long", long)
+    total = summary_tokens(others)
+    assert total == len(LONG) + 5 + 20
+    counted = [m.groups() for line in progress if (m := re.match(r"embedding p\.fasta: ([\d,]+)/([\d,?]+) tok", line))]
+    assert counted[-1] == (f"{total:,}", f"{total:,}") and {of for _, of in counted} == {f"{total:,}"}
+    done = [int(value.replace(",", "")) for value, _ in counted]
+    assert done == sorted(done)
+
+
+def test_a_one_pass_record_shows_its_total_and_no_rate_before_its_forward_ends(capsys, tmp_path, one_pass_model):
+    _, progress, others = run(capsys, "embed", "--model", one_pass_model, "--input", one_record(tmp_path),
+                              "--output", tmp_path / "e.npz")
+    total = summary_tokens(others)
+    first = next(line for line in progress if "layer 1/2" in line)
+    assert re.match(rf"embedding long\.fasta: 0/{total} tok \(0%\), \dm\d\ds; layer 1/2$", first), first
+    assert progress[-1].startswith(f"embedding long.fasta: {total}/{total} tok (100%), ")
+
+
+def test_a_slow_model_load_says_so_every_interval_into_a_file(monkeypatch, tmp_path, one_pass_model):
+    """Reading a large model's weights counts nothing: a line every interval says it is still loading (here a load
+    of 1 s and an interval of 0.1 s, stderr a file); a fast load, and --no-progress, print none."""
+    import sys
+    import time
+
+    from biotf.api import Model
+
+    load = Model.load.__func__
+    monkeypatch.setattr(Model, "load", classmethod(lambda cls, *a, **k: (time.sleep(1.0), load(cls, *a, **k))[1]))
+    monkeypatch.setenv(SECONDS_VARIABLE, "0.1")
+    log = tmp_path / "err.log"
+    for extra in ([], ["--no-progress"]):
+        with open(log, "w") as handle:
+            monkeypatch.setattr(sys, "stderr", handle)
+            assert main(["embed", *extra, "--model", str(one_pass_model), "--input", str(one_record(tmp_path)),
+                         "--output", str(tmp_path / f"e{len(extra)}.npz")]) == 0
+        lines = log.read_text().splitlines()
+        loading = [line for line in lines if re.fullmatch(rf"loading {re.escape(str(one_pass_model))}: 0m0\ds", line)]
+        if extra:
+            assert loading == [] and len(lines) == 1
+        else:
+            assert len(loading) >= 3 and lines.index(loading[-1]) < len(lines) - 1  # before the work and its summary
+
+
+def test_waiting_prints_nothing_for_a_quick_step_and_a_line_an_interval_for_a_slow_one():
+    import time
+
+    from biotf.progress import waiting
+
+    stream = io.StringIO()
+    with waiting(True, "quick", stream, every_seconds=10):
+        pass
+    assert stream.getvalue() == ""
+    with waiting(True, "slow", stream, every_seconds=0.1):
+        time.sleep(0.55)
+    lines = stream.getvalue().splitlines()
+    assert 2 <= len(lines) <= 6 and all(re.fullmatch(r"slow: 0m0[01]s", line) for line in lines)
+
+
+def test_a_slow_projection_says_so_every_interval_into_a_file(monkeypatch, capsys, tmp_path, one_pass_model):
+    """UMAP of thousands of records takes minutes on its first use (numba compiles it): `plot` and `embed --plot`
+    say they are projecting every interval (here a projection of 1 s, an interval of 0.1 s, stderr a file)."""
+    import sys
+    import time
+
+    import biotf.analysis.plot as plot
+
+    fasta = tmp_path / "p.fasta"
+    fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
+    run(capsys, "embed", "--no-progress", "--model", one_pass_model, "--input", fasta, "--output", tmp_path / "e.npz")
+    project = plot.project
+    monkeypatch.setattr(plot, "project", lambda *a, **k: (time.sleep(1.0), project(*a, **k))[1])
+    monkeypatch.setenv(SECONDS_VARIABLE, "0.1")
+    log = tmp_path / "err.log"
+    with open(log, "w") as handle:
+        monkeypatch.setattr(sys, "stderr", handle)
+        assert main(["plot", str(tmp_path / "e.npz"), "--output", str(tmp_path / "map.png")]) == 0
+    lines = log.read_text().splitlines()
+    assert len([line for line in lines if re.fullmatch(r"projecting 3 records of e\.npz: 0m0\ds", line)]) >= 3
+    assert lines[-1].startswith("map (pca: 3 records, too few for UMAP's 15 neighbours) of ")
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the thread must not die of it
+def test_waiting_on_a_closed_stream_stops_announcing_and_lets_the_work_finish():
+    import time
+
+    from biotf.progress import waiting
+
+    stream = io.StringIO()
+    stream.close()
+    with waiting(True, "slow", stream, every_seconds=0.05):
+        time.sleep(0.2)
+    assert stream.closed  # the block ended normally: no exception from the announcing thread reached it

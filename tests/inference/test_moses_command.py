@@ -241,3 +241,22 @@ def test_generate_without_a_model_or_a_form_says_both(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["generate", "--prompt", "CC"])
     assert exit_.value.code == 2 and "--model (or use `biotf generate evaluate`)" in capsys.readouterr().err
+
+
+def test_input_is_checked_before_any_reference_is_computed(capsys, files, tmp_path, monkeypatch):
+    """A sample file with no valid molecule, and a missing --train after a --test that would take minutes, are
+    refused in one line naming `generate evaluate` before any reference's statistics are read or computed."""
+    import biotf.inference.moses.benchmark as benchmark
+
+    loaded = []
+    monkeypatch.setattr(benchmark, "load_reference", lambda path, *rest, **options: loaded.append(path))
+    invalid = tmp_path / "invalid.csv"
+    invalid.write_text("SMILES\n" + "\n".join(["C1CC", "XYZ", ""] * 60) + "\n")
+    status = main(["generate", "evaluate", "--input", str(invalid), "--column", "SMILES", "--test", str(files["test"]),
+                   "--train", str(files["train"]), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    one_line(status, err, "biotf generate evaluate: error:", "no valid molecule among 180 rows")
+    status = main(["generate", "evaluate", "--input", str(files["valid"]), "--test", str(files["test"]),
+                   "--train", str(tmp_path / "absent.csv"), "--cache-dir", str(tmp_path / "cache")])
+    one_line(status, capsys.readouterr().err, "biotf generate evaluate: error: reference file", "absent.csv")
+    assert loaded == [] and not (tmp_path / "cache").exists()

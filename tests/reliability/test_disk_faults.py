@@ -197,7 +197,7 @@ def test_every_output_into_a_read_only_directory_is_one_line(capsys, tmp_path, m
             "predict": ["predict", *model], "plot": ["plot", str(embeddings)],
             "search build": ["search", "build", "--embeddings", str(embeddings)]}[command]
     status = main([*argv, "--output", str(output)])
-    line = one_line(status, capsys.readouterr().err, f"biotf {command.split()[0]}: error: ", str(locked))
+    line = one_line(status, capsys.readouterr().err, f"biotf {command}: error: ", str(locked))
     assert cause in line.lower()  # the output's lock file (`claim_output`) is the first write, and says it so
     assert list(locked.iterdir()) == []
 

@@ -234,3 +234,36 @@ def test_fit_refuses_a_stem_model_in_one_line(shared_data, tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert "model.stem=conv" in err and "one attention row per residue" in err and not (tmp_path / "out").exists()
+
+
+def test_evaluate_and_fit_say_how_far_they_are_into_a_file(fitted, base, shared_data, tmp_path, monkeypatch):
+    """`contacts evaluate` was silent until its table (80 s on 15 chains): with stderr a file, the structures read,
+    the residues mapped (to the total its summary counts) and the forward's layers come as plain lines, before the
+    summary; `contacts fit` says the same of its structures and attention maps."""
+    import re
+    import sys
+
+    from biotf.progress import SECONDS_VARIABLE
+
+    monkeypatch.setenv(SECONDS_VARIABLE, "0")  # a line at every update
+    log = tmp_path / "err.log"
+    structures = str(shared_data / "structures")
+    with open(log, "w") as handle:
+        monkeypatch.setattr(sys, "stderr", handle)
+        assert main(["contacts", "evaluate", "--model", str(fitted / "model"), "--structures", structures,
+                     "--list", str(fitted / "train.txt")]) == 0
+    lines = log.read_text().splitlines()
+    assert [line.split(",")[0] for line in lines if line.startswith("reading ")] == [
+        "reading structures: 1/2 structures (50%)", "reading structures: 2/2 structures (100%)"]
+    residues = [line for line in lines if line.startswith("contacts structures: ")]
+    assert any("layer" in line for line in residues)
+    assert residues[-1].startswith("contacts structures: 163/163 residues (100%)")
+    assert lines[-1] == f"{structures}: 2 chains, 163 residues (0 missing residues read as X, 0 non-standard " \
+                        "residues as X, 1 numbering jumps between bonded residues)"
+    with open(log, "w") as handle:
+        monkeypatch.setattr(sys, "stderr", handle)
+        assert main(["contacts", "fit", "--model", str(base), "--structures", structures, "--train-list",
+                     str(fitted / "train.txt"), "--output", str(tmp_path / "refit"), "--l1-c", str(L1_C)]) == 0
+    lines = log.read_text().splitlines()
+    assert "reading structures: 2/2 structures (100%)" in [line.split(",")[0] for line in lines]
+    assert any(re.match(r"attention maps: 2/2 chains \(100%\)", line) for line in lines)

@@ -28,7 +28,8 @@ from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
 from biotf.inference.moses.filters import passes_filters
-from biotf.inference.moses.reference import DEFAULT_CACHE_DIR, Loaded, SmilesFile, gaussian, load_reference, read_smiles
+from biotf.inference.moses.reference import (DEFAULT_CACHE_DIR, Loaded, SmilesFile, check_reference_file, gaussian,
+                                             load_reference, read_smiles)
 from biotf.progress import counting, reporting
 from biotf.tokenizers.base import PolicyStats
 from biotf.conventions import counted
@@ -63,6 +64,13 @@ def _label(k: int) -> str:
     return f"unique@{k // 1000}k" if k % 1000 == 0 else f"unique@{k}"
 
 
+def check_generated(generated: SmilesFile) -> None:
+    """Refuse a generated set with no valid molecule in one line: there is nothing to measure."""
+    if not generated.valid:
+        raise InputError(f"{generated.path}: no valid molecule among {counted(len(generated.rows), 'row')} "
+                         "(RDKit parses none)")
+
+
 def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: Loaded | None = None,
                        batch_size: int = 1024, device: str = "cpu", progress: bool = False) -> list[MetricRow]:
     """The metric rows of a parsed generated set against loaded reference statistics (`tests`: name -> test
@@ -75,8 +83,7 @@ def evaluate_generated(generated: SmilesFile, tests: dict[str, Loaded], train: L
     rows = [MetricRow("rows", total, total), MetricRow("invalid", total - valid, total,
                                                        f"{empty} empty" if empty else ""),
             MetricRow("validity", valid / total, total)]
-    if not valid:
-        raise InputError(f"{generated.path}: no valid molecule among {counted(total, 'row')} (RDKit parses none)")
+    check_generated(generated)
     distinct, inverse = np.unique(np.array(canonical, dtype=object), return_inverse=True)
     rows.append(MetricRow("duplicates", valid - len(distinct), valid, "valid molecules that repeat an earlier one"))
     for k in UNIQUE_AT:
@@ -127,8 +134,12 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
                   device: str = "cpu", progress: bool = False) -> Evaluation:
     """Read the generated set (empty rows kept: they are invalid samples), load or compute each reference's
     statistics (cached, `reference.load_reference`), and compute the metrics; with `progress`, how far each long
-    step has come on stderr."""
+    step has come on stderr. A generated set with no valid molecule and a missing reference file are refused
+    before any reference's statistics are computed."""
     generated = read_smiles(path, replace(options, keep_empty=True), progress=progress)
+    check_generated(generated)
+    for file in [*tests.values(), *([train] if train is not None else [])]:
+        check_reference_file(file)
     loaded = {name: load_reference(file, "test", reference_options, cache_dir, batch_size, device, progress)
               for name, file in tests.items()}
     if train is not None:

@@ -177,14 +177,21 @@ def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | Training
         return f"unreadable ({type(error).__name__})"
 
 
-def load_reference(path: str | Path, kind: str, options: ReaderOptions, cache_dir: str | Path,
-                   batch_size: int = 1024, device: str = "cpu", progress: bool = False) -> Loaded:
-    """The statistics of the reference file `path` (`kind` "test" or "train"), from the cache or computed (with
-    `progress`, saying how far on stderr) and cached."""
+def check_reference_file(path: str | Path) -> Path:
+    """`path`, refused in one line where it is missing or not a file: checked for every reference before the first
+    one's statistics are computed (minutes for MOSES's test set)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"reference file {path} does not exist" if not path.exists()
                          else f"reference {path} is not a file")
+    return path
+
+
+def load_reference(path: str | Path, kind: str, options: ReaderOptions, cache_dir: str | Path,
+                   batch_size: int = 1024, device: str = "cpu", progress: bool = False) -> Loaded:
+    """The statistics of the reference file `path` (`kind` "test" or "train"), from the cache or computed (with
+    `progress`, saying how far on stderr) and cached."""
+    path = check_reference_file(path)
     key = _key(path, kind, options.column)
     target = Path(cache_dir) / f"{kind}-{key['crc32']}.npz"
     statistics_type = ReferenceStatistics if kind == "test" else TrainingStatistics
