@@ -1,0 +1,51 @@
+"""`biotf.naming`: the library names a parameter by its Python name; under `biotf.cli` by the command's flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from biotf.cli import build_parser, command_flags
+from biotf.errors import ConfigError
+from biotf.inference.generate_job import GenerateRequest
+from biotf.naming import Parameter, flags, parameter, parameters
+
+
+def test_a_python_caller_reads_parameter_names():
+    assert parameter("top_k") == "top_k" and isinstance(parameter("top_k"), Parameter)
+    assert parameters("ids", "expression") == "ids|expression"
+    assert str(ConfigError(parameter("limit"), -1, "an integer >= 1")) == "invalid limit=-1 (allowed: an integer >= 1)"
+    assert str(ConfigError(parameter("output"), None, required_with=parameter("num_samples"))) == \
+        "output is required with num_samples"
+    assert str(ConfigError("model.pos", "x")) == "invalid config model.pos='x'"  # a config key stays one
+
+
+def test_within_flags_a_parameter_is_the_parsers_flag_or_argparses_rule():
+    with flags({"top_k": "--top-k", "limit": "-n"}):
+        assert parameter("top_k") == "--top-k" and parameter("limit") == "-n"
+        assert parameter("max_new_tokens") == "--max-new-tokens"
+        assert parameters("ids", "input") == "--ids|--input"
+        assert str(ConfigError(parameter("top_k"), -1)) == "invalid --top-k=-1"
+    assert parameter("top_k") == "top_k"
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (GenerateRequest("m", prompt="Hi", system="S"), "invalid system='S': a system prompt needs chat"),
+    (GenerateRequest("m", prompt="Hi", top_k=-1), "invalid top_k=-1"),
+    (GenerateRequest("m", num_samples=3), "output is required with num_samples"),
+    (GenerateRequest("m"), "prompt is required: give prompt, prompt_file, or num_samples N output FILE"),
+    (GenerateRequest("m", prompt="C", output="x.fasta"),
+     "invalid output='x.fasta': it belongs to drawing samples: give num_samples N"),
+])
+def test_a_generate_request_names_its_fields(request_, message):
+    with pytest.raises(ConfigError) as caught:
+        request_.check()
+    assert str(caught.value).startswith(message)
+    assert "--" not in str(caught.value)
+
+
+def test_command_flags_follow_the_chosen_subcommand():
+    parser = build_parser()
+    query = command_flags(parser, parser.parse_args(["search", "query", "--index", "i", "--output", "o"]))
+    assert query["index"] == "--index" and query["k"] == "-k" and "top_k" not in query  # the parser's own flags
+    generate = command_flags(parser, parser.parse_args(["generate", "--model", "m"]))
+    assert generate["top_k"] == "--top-k" and generate["no_progress"] == "--no-progress"
