@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def command_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
     """Each option's flag by its field (`top_k` -> `--top-k`) in the parsers `args` went through, from `biotf` down
-    to the subcommand chosen (a deeper parser's flag wins): how a parameter the library names reads to the user."""
+    to the subcommand chosen (a deeper parser's flag wins), and the flags of library parameters named otherwise than
+    their argument (a command's `set_defaults(parameter_flags={"input_path": "--input"})`): how a parameter the
+    library names reads to the user."""
     by_field: dict[str, str] = {}
     while parser is not None:
         chosen = None
@@ -49,7 +51,7 @@ def command_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                 by_field[action.dest] = next((flag for flag in action.option_strings if flag.startswith("--")),
                                              action.option_strings[0])
         parser = chosen
-    return by_field
+    return by_field | getattr(args, "parameter_flags", {})
 
 
 def request_of(request: type[Request], args: argparse.Namespace, **given: Any) -> Request:

@@ -49,3 +49,21 @@ def test_command_flags_follow_the_chosen_subcommand():
     assert query["index"] == "--index" and query["k"] == "-k" and "top_k" not in query  # the parser's own flags
     generate = command_flags(parser, parser.parse_args(["generate", "--model", "m"]))
     assert generate["top_k"] == "--top-k" and generate["no_progress"] == "--no-progress"
+
+
+def test_a_search_query_names_its_parameters_to_python_and_its_flags_to_the_command(tmp_path, capsys):
+    from biotf.analysis.search.query import check_query
+    from biotf.cli import main
+
+    with pytest.raises(ConfigError) as caught:
+        check_query(None, ["a + b"], tmp_path / "q.fasta", "m", 10, None, tmp_path / "hits.tsv")
+    assert str(caught.value) == ("invalid ids|expressions|input_path='expressions and input_path': give exactly one "
+                                 "query form (allowed: ids, expressions or input_path)")
+    assert main(["search", "query", "--index", str(tmp_path), "--expression", "a + b", "--input",
+                 str(tmp_path / "q.fasta"), "--output", str(tmp_path / "hits.tsv")]) == 2
+    assert capsys.readouterr().err == ("biotf search: error: invalid --ids|--expression|--input='--expression and "
+                                       "--input': give exactly one query form (allowed: --ids, --expression or "
+                                       "--input)\n")
+    assert main(["search", "query", "--index", str(tmp_path), "--ids", "a", "-k", "0", "--output",
+                 str(tmp_path / "hits.tsv")]) == 2
+    assert capsys.readouterr().err == "biotf search: error: invalid -k=0 (allowed: an integer >= 1)\n"
