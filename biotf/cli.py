@@ -50,6 +50,8 @@ def command_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             elif action.option_strings and action.dest != argparse.SUPPRESS:
                 by_field[action.dest] = next((flag for flag in action.option_strings if flag.startswith("--")),
                                              action.option_strings[0])
+            elif not action.option_strings:
+                by_field[action.dest] = action.dest  # a positional argument: its name
         parser = chosen
     return by_field | getattr(args, "parameter_flags", {})
 

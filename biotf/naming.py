@@ -25,11 +25,14 @@ _FLAGS: ContextVar[Mapping[str, str] | None] = ContextVar("biotf_flags", default
 
 def parameter(name: str) -> str:
     """`name` as the user gave it: its flag while a command line runs (the parser's own, else argparse's rule of
-    `--` and dashes for underscores), else the `Parameter` itself."""
+    `--` and dashes for underscores), else the `Parameter` itself. A dotted name is a field within a parameter:
+    `settings.kmer_window` reads `--set kmer_window` where `--set` is the flag of `settings`."""
     flags = _FLAGS.get()
     if flags is None:
         return Parameter(name)
-    return flags.get(name) or "--" + name.replace("_", "-")
+    head, dot, field = name.partition(".")
+    flag = flags.get(head) or "--" + head.replace("_", "-")
+    return f"{flag} {field}" if dot else flag
 
 
 def parameters(*names: str, sep: str = "|") -> str:

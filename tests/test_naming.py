@@ -67,3 +67,14 @@ def test_a_search_query_names_its_parameters_to_python_and_its_flags_to_the_comm
     assert main(["search", "query", "--index", str(tmp_path), "--ids", "a", "-k", "0", "--output",
                  str(tmp_path / "hits.tsv")]) == 2
     assert capsys.readouterr().err == "biotf search: error: invalid -k=0 (allowed: an integer >= 1)\n"
+
+
+def test_a_field_within_a_parameter_reads_as_its_flag_and_name(tmp_path, capsys):
+    from biotf.cli import main
+
+    assert main(["experiment", "genome-annotation", "--set", "train_context=4k", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("biotf experiment: error: invalid --set train_context='4k'")
+    assert main(["experiment", "extrapolation", "--set", "train_context=5", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("biotf experiment: error: invalid --set / overrides='train_context'")
+    assert main(["compare", str(tmp_path), "--out", str(tmp_path / "report.txt")]) == 2
+    assert "error: --out " in capsys.readouterr().err
