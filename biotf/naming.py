@@ -35,6 +35,11 @@ def parameter(name: str) -> str:
     return f"{flag} {field}" if dot else flag
 
 
+def given(name: str, value: str) -> str:
+    """How a user sets parameter `name` to `value`: `--long chunk` on the command line, `long='chunk'` in Python."""
+    return f"{parameter(name)} {value}" if _FLAGS.get() is not None else f"{name}={value!r}"
+
+
 def parameters(*names: str, sep: str = "|") -> str:
     """Several names as one key, e.g. `ids|expression|input` (`--ids|--expression|--input` on the command line)."""
     joined = sep.join(parameter(name) for name in names)

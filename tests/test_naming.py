@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
 
 from biotf.cli import build_parser, command_flags
@@ -78,3 +82,42 @@ def test_a_field_within_a_parameter_reads_as_its_flag_and_name(tmp_path, capsys)
     assert capsys.readouterr().err.startswith("biotf experiment: error: invalid --set / overrides='train_context'")
     assert main(["compare", str(tmp_path), "--out", str(tmp_path / "report.txt")]) == 2
     assert "error: --out " in capsys.readouterr().err
+
+
+LIBRARY = Path(__file__).resolve().parents[1] / "biotf"
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# Modules outside the command line that may spell a flag, and why.
+SPELLS_FLAGS = {
+    "training/hints.py": "its text is whole command lines for the user to paste (what to run next)",
+}
+
+
+def flag_literals(path: Path) -> list[str]:
+    """`line: text` of each string literal (docstrings aside) in `path` that holds a `--flag`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [f"{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and FLAG.search(node.value)]
+
+
+def test_no_library_module_spells_a_flag():
+    """Only `biotf/cli.py` and `biotf/commands/` know the command line; the library names `parameter(...)`."""
+    found = {}
+    for path in sorted(LIBRARY.rglob("*.py")):
+        relative = path.relative_to(LIBRARY).as_posix()
+        if relative == "cli.py" or relative.startswith("commands/") or relative in SPELLS_FLAGS:
+            continue
+        if literals := flag_literals(path):
+            found[relative] = literals
+    assert found == {}
+    assert all(flag_literals(LIBRARY / relative) for relative in SPELLS_FLAGS)  # an exemption still needed
+
+
+def test_the_flag_check_finds_a_flag_in_an_f_string_and_not_in_a_docstring(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""Use --flag here."""\n\ndef f(x):\n    """--doc"""\n'
+                      '    return f"pass --top-k {x}", "a-b--c"\n')
+    assert flag_literals(module) == ["5: 'pass --top-k '"]

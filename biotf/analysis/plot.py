@@ -26,6 +26,7 @@ from biotf.data.labels import numeric
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.io.atomic import atomic_write
 from biotf.io.outputs import check_output
+from biotf.naming import given, parameter
 
 METHODS = ("auto", "pca", "umap")
 MAX_CATEGORIES = 20
@@ -36,13 +37,14 @@ SCALE_SEPARATION = 6  # the shortest separation `biotf.structure.contact_precisi
 def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
     """(N, 2) coordinates and the method used."""
     if method not in METHODS:
-        raise ConfigError("--method", method, allowed=", ".join(METHODS))
+        raise ConfigError(parameter("method"), method, allowed=", ".join(METHODS))
     if method in ("auto", "umap"):
         try:
             import umap
         except ImportError:
             if method == "umap":
-                raise BiotfError("--method umap needs umap-learn: pip install umap-learn (or use --method pca)") from None
+                raise BiotfError(f"{given('method', 'umap')} needs umap-learn: pip install umap-learn (or use "
+                                 f"{given('method', 'pca')})") from None
         else:
             return umap.UMAP(n_components=2, random_state=seed).fit_transform(vectors), "umap"
     from sklearn.decomposition import PCA
@@ -71,11 +73,12 @@ def save_figure(figure, path: str | Path, dpi: int = 150) -> Path:
 
 
 def picture_paths(directory: str | Path, names: list[str], inputs: Sequence[str | Path] = (), overwrite: bool = False,
-                  flag: str = "--plot") -> list[Path]:
+                  flag: str | None = None) -> list[Path]:
     """One PNG path per name under `directory` (`<name>.png`, characters other than letters, digits, `.`, `_`, `-`
     as `_`), each checked by the output rule (`check_output`) before any work; a directory that is a file, and two
-    names that give one file name, are refused in one line. The directory is made with the first picture."""
-    directory = Path(directory)
+    names that give one file name, are refused in one line (named by `flag`, default: the parameter `plot`). The
+    directory is made with the first picture."""
+    directory, flag = Path(directory), flag or parameter("plot")
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{flag} {directory} is a file; give a directory for the pictures")
     paths: list[Path] = []
@@ -163,7 +166,7 @@ def plot_file(embeddings: str | Path, output: str | Path, color: str | None = No
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)
     if array not in table.arrays:
-        raise ConfigError("--array", array, allowed=", ".join(table.arrays))
+        raise ConfigError(parameter("array"), array, allowed=", ".join(table.arrays))
     colors = labels(table, color, label_pattern) if color is not None else None
     coordinates, used = project(table.arrays[array], method)
     title = f"{Path(embeddings).name}: {len(coordinates)} records, {array}"

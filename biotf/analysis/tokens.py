@@ -41,6 +41,7 @@ from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 SHIPPED = "amino-acid scales (biotf.analysis.scales)"
 MIN_TOKENS = 3  # leave-one-out needs two tokens to fit on
@@ -202,7 +203,7 @@ def analyse_tokens(model_source: str | Path, table: PropertyTable | None = None,
     """The report of the module docstring for the model at `model_source` and `table` (default: the shipped
     amino-acid scales); every refusal comes before any figure is computed."""
     if not alpha > 0:
-        raise ConfigError("--ridge-alpha", alpha, allowed="a number > 0")
+        raise ConfigError(parameter("ridge_alpha"), alpha, allowed="a number > 0")
     table = table if table is not None else shipped_table()
     model, tokenizer = load_pretrained(model_source, device=device)
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])

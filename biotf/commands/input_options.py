@@ -31,7 +31,8 @@ def reader_options(args: argparse.Namespace) -> ReaderOptions:
 
 def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
     """--option KEY=VALUE (repeatable), read by `biotf.tokenizers.loading.parse_options`."""
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help=help)
+    parser.add_argument("--option", dest="tokenizer_options", action="append", default=[], metavar="KEY=VALUE",
+                        help=help)
 
 
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
     options (dtype, for_generation)."""
     from biotf.api import Model
 
-    options = parse_options(getattr(args, "option", None) or [])
+    options = parse_options(getattr(args, "tokenizer_options", None) or [])
     with as_option_errors(options):
         if hasattr(args, "precision"):
             load["precision"] = args.precision

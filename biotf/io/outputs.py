@@ -35,6 +35,7 @@ from typing import IO
 
 from biotf.io.atomic import keep_existing
 from biotf.errors import InputError
+from biotf.naming import parameter
 
 try:  # POSIX; elsewhere a live run's work is not told apart from a killed run's
     import fcntl
@@ -75,9 +76,10 @@ def output_format(path: str | Path, allowed: Sequence[str], flag: str = "output"
 
 
 def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
-                 image: bool = False, flag: str = "--output") -> Path:
-    """`path` if the rule above lets a command write it; else an InputError naming `flag` and the fix."""
-    path = Path(path)
+                 image: bool = False, flag: str | None = None) -> Path:
+    """`path` if the rule above lets a command write it; else an InputError naming `flag` (default: the parameter
+    `output`) and the fix."""
+    path, flag = Path(path), flag or parameter("output")
     if image and path.suffix.lower() != ".png":
         raise InputError(f"{flag} {path}: a map is a PNG picture, so its name must end in .png")
     for source in inputs:
@@ -93,9 +95,10 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite:
         return path
     if image and not is_png(path):
         raise InputError(f"{flag} {path} exists and is not a PNG picture; a map never replaces another kind "
-                         "of file (even with --overwrite): choose another name")
+                         f"of file (even with {parameter('overwrite')}): choose another name")
     if not overwrite:
-        raise InputError(f"{flag} {path} already exists; pass --overwrite to replace it (or choose another name)")
+        raise InputError(f"{flag} {path} already exists; pass {parameter('overwrite')} to replace it (or choose "
+                         "another name)")
     return path
 
 
@@ -189,7 +192,7 @@ def _same_file(descriptor: int, name: Path) -> bool:
 
 
 @contextmanager
-def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] | None = None) -> Iterator[list[Path]]:
+def hold(path: str | Path, flag: str | None = None, waiting: Callable[[], None] | None = None) -> Iterator[list[Path]]:
     """Hold the exclusive lock of output `path` for the block: another run holding it is an InputError at once, or,
     with `waiting`, is waited for (`waiting()` is called first, to say so). Yields the lock files of killed runs it
     removed, for the command to report.
@@ -197,7 +200,7 @@ def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] |
     The lock file is removed while still locked when the block ends, so a run that was waiting on it finds its file
     gone and takes a new one; a lock file that exists but is held by no one is a killed run's (the kernel released
     its lock): it is removed the same way and a new one taken."""
-    path = Path(path)
+    path, flag = Path(path), flag or parameter("output")
     if fcntl is None:  # pragma: no cover - Windows: no lock, the check under `claim_output` still runs
         yield []
         return
@@ -239,16 +242,16 @@ def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] |
 
 @contextmanager
 def claim_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False, image: bool = False,
-                 flag: str = "--output") -> Iterator[list[Path]]:
+                 flag: str | None = None) -> Iterator[list[Path]]:
     """Hold output `path` for the block (`hold`), checked by the rule (`check_output`) before the lock is taken,
     so a refused run makes nothing, and again under it, so an output that a run over the same name finished
     meanwhile is seen. Without `overwrite`, publishing `path` in the block never replaces a file that appeared
     there meanwhile (another program's). Yields the lock files of killed runs removed."""
-    path = check_output(path, inputs, overwrite, image, flag)
+    path, flag = check_output(path, inputs, overwrite, image, flag), flag or parameter("output")
     with hold(path, flag) as removed:
         check_output(path, inputs, overwrite, image, flag)
         refusal = (f"{flag} {path} appeared while this run was writing it (another program made it); it was left "
-                   "as it is: pass --overwrite to replace it, or choose another name")
+                   f"as it is: pass {parameter('overwrite')} to replace it, or choose another name")
         with nullcontext() if overwrite else keep_existing(path, refusal):
             yield removed
 

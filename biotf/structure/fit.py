@@ -34,6 +34,7 @@ from biotf.structure.chains import Chain, read_chain, structure_files
 from biotf.structure.contact_files import Protein, proteins
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 MIN_SEPARATION = 6
 DEFAULT_L1_C = 0.15
@@ -139,7 +140,7 @@ def checked_l1_c(l1_c: float | None) -> float:
     if l1_c is None:
         return DEFAULT_L1_C
     if not 0 < l1_c < math.inf:
-        raise ConfigError("--l1-c", l1_c, allowed="a finite number > 0")
+        raise ConfigError(parameter("l1_c"), l1_c, allowed="a finite number > 0")
     return l1_c
 
 
@@ -170,7 +171,8 @@ def fit_file(model_source: str | Path, structures: str | Path, output: str | Pat
     files = structure_files(structures, names, listed_in)
     model, tokenizer = load_pretrained(model_source, device=device)
     if model.stem is not None:
-        raise ConfigError("--model", str(model_source), reason="its convolutional stem (model.stem=conv) makes "
+        raise ConfigError(parameter("model"), str(model_source),
+                          reason="its convolutional stem (model.stem=conv) makes "
                           f"attention run over bins of {model.config.stem_factor} residues, and a contact map needs "
                           "one attention row per residue")
     stats = fit_contact_head(model, tokenizer, files, l1_c)

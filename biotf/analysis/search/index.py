@@ -41,7 +41,7 @@ from biotf.analysis.search import KINDS, METRICS
 from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.io.atomic import atomic_directory, atomic_write, atomic_write_text
 from biotf.errors import ConfigError, InputError
-from biotf.naming import parameter
+from biotf.naming import given, parameter
 from biotf.io.outputs import hold
 from biotf.io.embeddings import EmbeddingTable, read_embeddings
 from biotf.progress import reporting
@@ -59,8 +59,8 @@ def _faiss():
     try:
         import faiss
     except ImportError:
-        raise InputError(f"an approximate index needs faiss: pip install 'biotf[search]' (or {parameter('kind')} "
-                         "exact)") from None
+        raise InputError(f"an approximate index needs faiss: pip install 'biotf[search]' "
+                         f"(or {given('kind', 'exact')})") from None
     return faiss
 
 
@@ -142,7 +142,7 @@ class SearchIndex:
         if self.kind == "approx" and metric != self.meta["metric"]:
             raise ConfigError(parameter("metric"), metric, allowed=self.meta["metric"],
                               reason=f"the approximate index {self.directory} was built for {self.meta['metric']} "
-                                     f"(build another, or use {parameter('kind')} exact)")
+                                     f"(build another, or use {given('kind', 'exact')})")
 
     def prepared(self, metric: str) -> np.ndarray:
         """The stored vectors as `exact_search` compares them under `metric` (computed once)."""
