@@ -267,11 +267,14 @@ class LoadedModel:
     tokenizer_options: dict[str, Any] = field(default_factory=dict)  # the policies changed at load (`with_options`)
 
 
-def as_loaded(model: str | Path | LoadedModel, device: str | torch.device | None = None,
+def as_loaded(model: str | Path | LoadedModel | Callable[[], LoadedModel], device: str | torch.device | None = None,
               tokenizer_options: Mapping[str, Any] | None = None) -> LoadedModel:
     """`model` itself when it is loaded already (moved to `device` if one is given, its tokenizer's policies changed
-    by `tokenizer_options`), else the model of that source on `device` (default cpu; `load_pretrained`): so that a
-    job takes a path as well as a model the caller loaded once (the commands load through `biotf.Model.load`)."""
+    by `tokenizer_options`), what a loader returns when called now (the commands pass `biotf.Model.load` so, called
+    after the job's own checks), else the model of that source on `device` (default cpu; `load_pretrained`): so
+    that a job takes a path as well as a model the caller loaded once."""
+    if callable(model):
+        model = model()
     if isinstance(model, LoadedModel):
         if device is not None:
             model.network.to(device)

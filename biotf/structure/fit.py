@@ -18,13 +18,14 @@ The model is saved with the head (`contact_head: true`, `contact_head.regression
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.checkpoint.store import check_export_directory, save_pretrained
 from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
@@ -162,16 +163,19 @@ def fit_contact_head(model: Transformer, tokenizer: Tokenizer, files: list[Path]
     return stats
 
 
-def fit_file(model_source: str | Path, structures: str | Path, output: str | Path, names: list[str] | None = None,
-             listed_in: str | Path = "", l1_c: float | None = None, device: str = "cpu") -> FitStats:
-    """`model_source` with a contact head fitted on the structures of `structures` (all, or `names`), exported to
-    the new directory `output`; every refusal comes before the model runs. `l1_c` None: DEFAULT_L1_C."""
+def fit_file(model_source: str | Path | LoadedModel | Callable[[], LoadedModel], structures: str | Path,
+             output: str | Path, names: list[str] | None = None, listed_in: str | Path = "", l1_c: float | None = None,
+             device: str = "cpu") -> FitStats:
+    """`model_source` (a source, a loaded model or its loader: `as_loaded`) with a contact head fitted on the
+    structures of `structures` (all, or `names`), exported to the new directory `output`; every refusal comes before
+    the model is loaded or runs. `l1_c` None: DEFAULT_L1_C."""
     check_export_directory(output)
     l1_c = checked_l1_c(l1_c)
     files = structure_files(structures, names, listed_in)
-    model, tokenizer = load_pretrained(model_source, device=device)
+    loaded = as_loaded(model_source, device)
+    model, tokenizer = loaded.network, loaded.tokenizer
     if model.stem is not None:
-        raise ConfigError(parameter("model"), str(model_source),
+        raise ConfigError(parameter("model"), str(loaded.source),
                           reason="its convolutional stem (model.stem=conv) makes "
                           f"attention run over bins of {model.config.stem_factor} residues, and a contact map needs "
                           "one attention row per residue")
