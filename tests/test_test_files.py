@@ -61,7 +61,6 @@ TESTED_IN = {
     "io/fasta.py": "data/test_fasta_blocks.py",
     "io/readers.py": "analysis/test_analysis_search.py",
     "model/attention.py": "model/test_attention_mask.py",
-    "model/attention_contacts.py": "model/test_contacts.py",
     "model/block.py": "finetune/test_finetune.py",
     "model/cross_entropy.py": "model/test_loss.py",
     "model/hf/bert.py": "model/test_hf_bert.py",
