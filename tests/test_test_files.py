@@ -95,7 +95,6 @@ EXERCISED_BY = {
     "io/npz.py": ("export/test_export_writers.py", "every .npz an embedding writer writes"),
     "io/tables.py": ("analysis/test_analysis_search.py", "the hit tables of biotf search query"),
     "lazy.py": ("test_api.py", "biotf's lazy top-level names"),
-    "model/contact_head.py": ("structure/test_fit_evaluate.py", "the head biotf contacts fit attaches"),
     "model/head.py": ("model/test_transformer.py", "the LM head of every Transformer"),
     "model/hf/bloom.py": ("model/test_hf_decoders.py", "the BLOOM family, read and written"),
     "model/hf/convert.py": ("commands/test_export_model_hf.py", "biotf export-model --hf"),
