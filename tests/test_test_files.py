@@ -62,7 +62,6 @@ TESTED_IN = {
     "io/readers.py": "analysis/test_analysis_search.py",
     "model/attention.py": "model/test_attention_mask.py",
     "model/block.py": "finetune/test_finetune.py",
-    "model/cross_entropy.py": "model/test_loss.py",
     "model/hf/bert.py": "model/test_hf_bert.py",
     "model/hf/encoder.py": "export/test_hf_encoders.py",
     "model/hf/esmc.py": "model/test_hf_esmc.py",

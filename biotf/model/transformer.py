@@ -74,7 +74,7 @@ from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.contacts import ContactHead, predict_contacts
 from biotf.model.head import HeadTransform
-from biotf.model.cross_entropy import check_labels, cross_entropy, lm_targets
+from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
 from biotf.model.segments import check_segments, segment_positions
