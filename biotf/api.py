@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from biotf.checkpoint.hf_directory import (CAUSAL_LM_ARCHITECTURES, check_architecture,
-                                          load_hf_model, parse_dtype, read_checked_config, read_hf_config)
+from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, parse_dtype, read_checked_config
 from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
 from biotf.checkpoint.task_model import load_task_model
@@ -62,15 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["Model"]
 
 HF_SOURCE = next(source.name for source in MODEL_SOURCES if source.load is load_hf_directory)
-
-
-def _generates(directory: Path, config: Mapping[str, Any]) -> bool:
-    """Whether a Hugging Face directory holds a causal LM biotf generates with (its family and architectures)."""
-    try:
-        check_architecture(directory, config, CAUSAL_LM_ARCHITECTURES, "run for text generation")
-    except CheckpointError:
-        return False
-    return True
 
 
 def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | None = None) -> list[Record]:
@@ -137,11 +127,8 @@ class Model(LoadedModel):
         elif loader.load is load_hf_directory and for_generation:  # refused before any weight is read
             read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")
             network, tokenizer, generation = load_hf_checkpoint(path, torch_dtype)
-        elif loader.load is load_hf_directory:
+        elif loader.load is load_hf_directory:  # its generation settings are read when generation is asked for
             network, tokenizer = load_hf_model(path, torch_dtype)
-            hf_config = read_hf_config(path)
-            if _generates(path, hf_config):
-                generation = GenerationDefaults.from_hf(read_generation_config(path, hf_config), tokenizer)
         else:
             network, tokenizer = loader.load(path)
         check_pooling_width(Path(source), network.config.d_model)  # a sentence-transformers directory's Pooling
@@ -172,10 +159,13 @@ class Model(LoadedModel):
 
     def decoding(self) -> tuple[DecodingModel, GenerationDefaults]:
         """The network arranged for decoding (`optimize_for_decoding`, once) and its generation defaults; a model
-        that cannot generate (a masked-LM, an encoder directory) is refused, naming what can."""
+        that cannot generate (a masked-LM, an encoder directory) is refused, naming what can. A Hugging Face
+        directory's generation settings (generation_config.json) are read here, the first time, not at every load."""
+        if self.generation is None and self.kind == HF_SOURCE and self.source is not None:
+            path = transformer_directory(Path(self.source))
+            config = read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")  # names what can
+            self.generation = GenerationDefaults.from_hf(read_generation_config(path, config), self.tokenizer)
         if self.generation is None:
-            if self.kind == HF_SOURCE and self.source is not None:  # the family's own refusal, naming what can generate
-                read_checked_config(Path(self.source), CAUSAL_LM_ARCHITECTURES, "run for text generation")
             raise CheckpointError(f"{self.source or 'this model'} is a masked-LM (causal: false), which cannot "
                                   "generate: generation needs a causal model (trained with model.causal=true, e.g. "
                                   "experiment=smiles_clm)")

@@ -7,18 +7,25 @@ Every `--device` is checked here (`biotf.devices`), and what a command says on s
 A `BiotfError` is printed as one line on stderr with exit status 2, never a traceback; so is a write the system
 refused (a full disk, a read-only file system, no permission: `biotf.errors.disk_error`). A `BiotfWarning` is one
 line too, `biotf <command>: warning: ...`, and the work goes on.
+The library names its parameters by their Python names; a command runs inside `biotf.naming.flags` of its parser
+(`command_flags`), so what it prints names them by the flags the user typed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
 import warnings
+from typing import Any, TypeVar
 
 from biotf.devices import check_device
 from biotf.errors import BiotfError, BiotfWarning, user_error
+from biotf.naming import flags
 from biotf.progress import messages_to_stderr
+
+Request = TypeVar("Request")
 
 # Order is the order of `biotf --help`.
 COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
@@ -31,6 +38,33 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"biotf.commands.{name}").add_parser(subparsers)
     return parser
+
+
+def command_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """Each option's flag by its field (`top_k` -> `--top-k`) in the parsers `args` went through, from `biotf` down
+    to the subcommand chosen (a deeper parser's flag wins), and the flags of library parameters named otherwise than
+    their argument (a command's `set_defaults(parameter_flags={"input_path": "--input"})`): how a parameter the
+    library names reads to the user."""
+    by_field: dict[str, str] = {}
+    while parser is not None:
+        chosen = None
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(args, action.dest, None))
+            elif action.option_strings and action.dest != argparse.SUPPRESS:
+                by_field[action.dest] = next((flag for flag in action.option_strings if flag.startswith("--")),
+                                             action.option_strings[0])
+            elif not action.option_strings:
+                by_field[action.dest] = action.dest  # a positional argument: its name
+        parser = chosen
+    return by_field | getattr(args, "parameter_flags", {})
+
+
+def request_of(request: type[Request], args: argparse.Namespace, **given: Any) -> Request:
+    """The library's `request` dataclass of parsed arguments: each field from the argument of its name, `given` over
+    them (a field the flags word otherwise, such as `progress=not args.no_progress`)."""
+    return request(**{field.name: getattr(args, field.name) for field in dataclasses.fields(request)
+                      if field.name not in given}, **given)
 
 
 def _one_line_warnings(command: str, show_other):
@@ -71,7 +105,8 @@ def _run(argv: list[str] | None) -> int:
             warnings.showwarning = _one_line_warnings(command_name(args), warnings.showwarning)
             if getattr(args, "device", None) is not None:  # every command's --device, before any model is read
                 check_device("--device", args.device)
-            result = args.run(args)
+            with flags(command_flags(parser, args)):
+                result = args.run(args)
     except (BiotfError, OSError) as caught:
         error = user_error(caught)
         if error is None:

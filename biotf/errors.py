@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from numbers import Integral, Real
 from pathlib import Path
 
+from biotf.naming import Parameter
+
 
 class BiotfError(Exception):
     """Base class of every error a user can cause (bad input, bad config, bad file)."""
@@ -29,15 +31,16 @@ class BiotfWarning(UserWarning):
 class ConfigError(BiotfError, ValueError):
     """An invalid configuration value or combination; names the key and the allowed values.
 
-    A `key` starting with "-" is a command-line flag, worded as the user typed it: `invalid --limit=-1`,
-    `invalid --both-strands` (a switch, value True), `--reference is required with --variants` (value None,
-    `required_with` the flag that needs it). Any other key is a config key: `invalid config model.pos='foo'`.
+    A key that is a parameter (`biotf.naming.parameter`: a keyword argument or request field, or its flag while a
+    command line runs) is worded as the user gave it: `invalid limit=-1` (`invalid --limit=-1` on the command line),
+    `invalid both_strands` (a switch, value True), `reference is required with variants` (value None, `required_with`
+    the parameter that needs it). Any other key is a config key: `invalid config model.pos='foo'`.
     """
 
     def __init__(self, key: str, value: object, allowed: str | None = None, reason: str | None = None,
                  required_with: str | None = None):
         self.key, self.value, self.allowed, self.reason = key, value, allowed, reason
-        if not key.startswith("-"):
+        if not key.startswith("-") and not isinstance(key, Parameter):
             message = f"invalid config {key}={value!r}"
         elif value is None:
             message = f"{key} is required" + (f" with {required_with}" if required_with else "")

@@ -14,6 +14,7 @@ import numpy as np
 from biotf.data.labels import parse_labels
 from biotf.errors import InputError
 from biotf.conventions import listed
+from biotf.naming import given
 
 if TYPE_CHECKING:
     from biotf.io.embeddings import EmbeddingTable
@@ -36,5 +37,5 @@ def left_out_lines(heading: str, left_out: Mapping[str, int], unparsable: Sequen
     counts ("left out: 3 records without a label"), then the ids of the SMILES RDKit cannot parse."""
     lines = [heading + ", ".join(f"{count} {why}" for why, count in left_out.items())] if left_out else []
     if unparsable:
-        lines.append(f"SMILES RDKit cannot parse (--invalid-smiles skip): {listed(unparsable)}")
+        lines.append(f"SMILES RDKit cannot parse ({given('invalid_smiles', 'skip')}): {listed(unparsable)}")
     return lines

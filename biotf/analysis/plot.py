@@ -30,6 +30,7 @@ from biotf.data.labels import numeric, parse_labels
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.io.atomic import atomic_write
 from biotf.io.outputs import check_output
+from biotf.naming import given, parameter
 
 if TYPE_CHECKING:
     from biotf.io.readers import ReaderOptions
@@ -45,20 +46,21 @@ def choose_projection(method: str, records: int) -> tuple[str, str]:
     """The projection that `method` draws `records` vectors with, and why where "auto" chose ("" where it was asked
     for); a forced UMAP that cannot be drawn is refused in one line before any work."""
     if method not in METHODS:
-        raise ConfigError("--method", method, allowed=", ".join(METHODS))
+        raise ConfigError(parameter("method"), method, allowed=", ".join(METHODS))
     if records < 1:
         raise InputError("a map needs at least 1 record, got 0")
     if method == "pca":
         return "pca", ""
     if records <= UMAP_NEIGHBORS:
         if method == "umap":
-            raise InputError(f"--method umap needs more than {UMAP_NEIGHBORS} records (its neighbourhood), got "
-                             f"{records}; use --method pca")
+            raise InputError(f"{given('method', 'umap')} needs more than {UMAP_NEIGHBORS} records (its "
+                             f"neighbourhood), got {records}; use {given('method', 'pca')}")
         return "pca", f"{records} record{'s' if records != 1 else ''}, too few for UMAP's {UMAP_NEIGHBORS} neighbours"
     installed = umap_installed()
     if method == "umap":
         if not installed:
-            raise BiotfError("--method umap needs umap-learn: pip install umap-learn (or use --method pca)")
+            raise BiotfError(f"{given('method', 'umap')} needs umap-learn: pip install umap-learn (or use "
+                             f"{given('method', 'pca')})")
         return "umap", ""
     return ("umap", "umap-learn is installed") if installed else ("pca", "umap-learn is not installed")
 
@@ -109,11 +111,12 @@ def save_figure(figure, path: str | Path, dpi: int = 150) -> Path:
 
 
 def picture_paths(directory: str | Path, names: list[str], inputs: Sequence[str | Path] = (), overwrite: bool = False,
-                  flag: str = "--plot") -> list[Path]:
+                  flag: str | None = None) -> list[Path]:
     """One PNG path per name under `directory` (`<name>.png`, characters other than letters, digits, `.`, `_`, `-`
     as `_`), each checked by the output rule (`check_output`) before any work; a directory that is a file, and two
-    names that give one file name, are refused in one line. The directory is made with the first picture."""
-    directory = Path(directory)
+    names that give one file name, are refused in one line (named by `flag`, default: the parameter `plot`). The
+    directory is made with the first picture."""
+    directory, flag = Path(directory), flag or parameter("plot")
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{flag} {directory} is a file; give a directory for the pictures")
     paths: list[Path] = []
@@ -204,7 +207,7 @@ def check_map_colour(input_path: str | Path, reader_options: ReaderOptions, colo
         return
     first = next(read_records(input_path, reader_options), None)
     if first is not None and color not in first.metadata:
-        raise InputError(f"--color: label column {color!r} not found in {input_path} "
+        raise InputError(f"{parameter('color')}: label column {color!r} not found in {input_path} "
                          f"(columns: {', '.join(['id', *first.metadata])})")
 
 
@@ -221,7 +224,7 @@ def plot_file(embeddings: str | Path, output: str | Path, color: str | None = No
     check_output(output, [embeddings], overwrite, image=True)
     table = read_embeddings(embeddings)
     if array not in table.arrays:
-        raise ConfigError("--array", array, allowed=", ".join(table.arrays))
+        raise ConfigError(parameter("array"), array, allowed=", ".join(table.arrays))
     colors = labels(table, color, label_pattern) if color is not None else None
     vectors = table.arrays[array]
     _, reason = choose_projection(method, len(vectors))

@@ -23,6 +23,7 @@ from biotf.analysis.baselines import baseline
 from biotf.analysis.labels import labels as column_labels, left_out_lines
 from biotf.data.labels import numeric
 from biotf.errors import ConfigError, InputError
+from biotf.naming import given, parameter
 
 TASKS = ("auto", "classification", "regression")
 REGRESSION_MIN_DISTINCT = 10  # "auto": numeric labels with more distinct values than this are regression
@@ -59,7 +60,7 @@ class ProbeReport:
 
 def _task(task: str, values: np.ndarray) -> str:
     if task not in TASKS:
-        raise ConfigError("--task", task, allowed=", ".join(TASKS))
+        raise ConfigError(parameter("task"), task, allowed=", ".join(TASKS))
     if task != "auto":
         return task
     as_numbers = numeric(values)
@@ -134,7 +135,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
     from sklearn.model_selection import KFold, StratifiedKFold
 
     if folds < 2:
-        raise ConfigError("--folds", folds, allowed="an integer >= 2")
+        raise ConfigError(parameter("folds"), folds, allowed="an integer >= 2")
     dropped: Counter = Counter()
     chosen = select_records(sequences, values, deduplicate, dropped)
     if split is not None:
@@ -147,10 +148,10 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
         from biotf.chemistry import molecules
 
         _, bad = molecules([str(s) for s in sequences[chosen]], [str(i) for i in ids[chosen]], invalid_smiles,
-                           "--invalid-smiles")
+                           parameter("invalid_smiles"))
         if bad:
             unparsable = [str(ids[chosen[i]]) for i in bad]
-            dropped["SMILES RDKit cannot parse (--invalid-smiles skip)"] += len(bad)
+            dropped[f"SMILES RDKit cannot parse ({given('invalid_smiles', 'skip')})"] += len(bad)
             chosen = np.delete(chosen, bad)
     task = _task(task, values[chosen])
     labels = values[chosen]
@@ -172,7 +173,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
         if target is None:
             record, value = next((r, v) for r, v in zip(ids[chosen], labels) if numeric(np.array([v])) is None)
             raise InputError(f"record {str(record)!r}: label {str(value)!r} is not a number "
-                             "(regression needs numeric labels; allowed: --task classification)")
+                             f"(regression needs numeric labels; allowed: {given('task', 'classification')})")
         splitter = KFold(folds, shuffle=True, random_state=seed)
     if split is not None:
         side = split[chosen]
@@ -182,7 +183,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
             raise InputError("the split leaves no labelled record on the train or on the test side")
     else:
         if len(chosen) < folds:
-            raise InputError(f"only {len(chosen)} records to probe, fewer than --folds {folds}")
+            raise InputError(f"only {len(chosen)} records to probe, fewer than {parameter('folds')} {folds}")
         splits = list(splitter.split(np.zeros(len(chosen)), target))
     probe, trivial = probe_estimators(task, seed)
 

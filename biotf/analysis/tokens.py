@@ -26,7 +26,7 @@ the model, or a property with fewer than MIN_TOKENS values or one value for all,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,12 +35,13 @@ import torch
 
 from biotf.analysis.plot import pyplot, save_figure
 from biotf.analysis.scales import AMINO_ACID_SCALES
-from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.io.tables import write_rows
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 SHIPPED = "amino-acid scales (biotf.analysis.scales)"
 MIN_TOKENS = 3  # leave-one-out needs two tokens to fit on
@@ -89,6 +90,7 @@ class TokenReport:
     init_seed: int
     not_in_model: list[str] = field(default_factory=list)
     extra_rows: int = 0
+    model: str | None = None  # where the model came from (`LoadedModel.source`): the maps' title
 
     @property
     def without_value(self) -> list[str]:
@@ -197,14 +199,17 @@ def _check_properties(table: PropertyTable, tokens: list[str]) -> None:
                              "the model it scores, so R^2 is undefined")
 
 
-def analyse_tokens(model_source: str | Path, table: PropertyTable | None = None, alpha: float = DEFAULT_ALPHA,
-                   init_seed: int = 0, device: str = "cpu") -> TokenReport:
+def analyse_tokens(model_source: str | Path | LoadedModel | Callable[[], LoadedModel],
+                   table: PropertyTable | None = None, alpha: float = DEFAULT_ALPHA, init_seed: int = 0,
+                   device: str = "cpu") -> TokenReport:
     """The report of the module docstring for the model at `model_source` and `table` (default: the shipped
-    amino-acid scales); every refusal comes before any figure is computed."""
+    amino-acid scales); every refusal comes before any figure is computed, and before the model is loaded where
+    `model_source` is a loader (`as_loaded`)."""
     if not alpha > 0:
-        raise ConfigError("--ridge-alpha", alpha, allowed="a number > 0")
+        raise ConfigError(parameter("ridge_alpha"), alpha, allowed="a number > 0")
     table = table if table is not None else shipped_table()
-    model, tokenizer = load_pretrained(model_source, device=device)
+    loaded = as_loaded(model_source, device)
+    model, tokenizer = loaded.network, loaded.tokenizer
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     vocabulary = [(token, index) for token, index in vocabulary if index < model.config.vocab_size]
     tokens = [token for token, _ in vocabulary]
@@ -225,7 +230,7 @@ def analyse_tokens(model_source: str | Path, table: PropertyTable | None = None,
     return TokenReport(tokens, ids, {which: token_map(e, scored_any) for which, e in models.items()}, properties,
                        values, scores, table.source, alpha, init_seed,
                        [token for token in table.tokens if token not in known],
-                       model.config.vocab_size - len(tokens))
+                       model.config.vocab_size - len(tokens), loaded.source)
 
 
 def _number(value: float) -> str:
@@ -296,14 +301,14 @@ def plot_tokens(report: TokenReport, path: str | Path, title: str) -> Path:
     return save_figure(figure, path)
 
 
-def tokens_file(model_source: str | Path, output: str | Path, plot: str | Path | None = None,
-                table: PropertyTable | None = None, alpha: float = DEFAULT_ALPHA, init_seed: int = 0,
-                device: str = "cpu") -> TokenReport:
+def tokens_file(model_source: str | Path | LoadedModel | Callable[[], LoadedModel], output: str | Path,
+                plot: str | Path | None = None, table: PropertyTable | None = None, alpha: float = DEFAULT_ALPHA,
+                init_seed: int = 0, device: str = "cpu") -> TokenReport:
     """`analyse_tokens`, written: the token table to `output`, the R^2 table to `scores_path(output)` and, with
     `plot`, the maps as a PNG. The caller checks the three paths against the output rule first."""
     report = analyse_tokens(model_source, table, alpha, init_seed, device)
     write_tokens(report, output)
     write_scores(report, scores_path(output))
     if plot is not None:
-        plot_tokens(report, plot, Path(model_source).name or str(model_source))
+        plot_tokens(report, plot, Path(report.model or "").name or str(report.model))
     return report

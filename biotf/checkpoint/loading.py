@@ -38,7 +38,7 @@ from biotf.checkpoint.task_export import TaskInfo, read_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.contact_head import ContactHead
+from biotf.model.contacts import ContactHead
 from biotf.model.hf.fair_esm import is_fair_esm_file
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer, load_tokenizer
@@ -287,11 +287,14 @@ def model_identity(model: torch.nn.Module, loaded: LoadedModel) -> dict[str, str
     return {"precision": inference_precision(loaded), "model_fingerprint": model_fingerprint(model)}
 
 
-def as_loaded(model: str | Path | LoadedModel, device: str | torch.device | None = None,
+def as_loaded(model: str | Path | LoadedModel | Callable[[], LoadedModel], device: str | torch.device | None = None,
               tokenizer_options: Mapping[str, Any] | None = None) -> LoadedModel:
     """`model` itself when it is loaded already (moved to `device` if one is given, its tokenizer's policies changed
-    by `tokenizer_options`), else the model of that source on `device` (default cpu; `load_pretrained`): so that a
-    job takes a path as well as a model the caller loaded once (the commands load through `biotf.Model.load`)."""
+    by `tokenizer_options`), what a loader returns when called now (the commands pass `biotf.Model.load` so, called
+    after the job's own checks), else the model of that source on `device` (default cpu; `load_pretrained`): so
+    that a job takes a path as well as a model the caller loaded once."""
+    if callable(model):
+        model = model()
     if isinstance(model, LoadedModel):
         if device is not None:
             model.network.to(device)

@@ -8,7 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from biotf.commands.input_options import add_precision_argument, add_tokenizer_options, load_model
 from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
+
+OPTION_HELP = ("change a policy of the model's tokenizer, e.g. unknown=to_unk (repeatable; its vocabulary must stay "
+               "the same)")
 
 
 def add_plot_argument(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +39,7 @@ def add_parsers(forms: argparse._SubParsersAction) -> None:
                      help="a new directory (or an empty one) for the model with its fitted head")
     fit.add_argument("--l1-c", type=float, metavar="C",  # its default is fit's (parsers import no torch)
                      help="inverse L1 strength of the logistic regression (sklearn's C; default 0.15)")
+    add_tokenizer_options(fit, OPTION_HELP)
     fit.set_defaults(run=_run_fit)
     evaluate = forms.add_parser("evaluate", help="precision of a contact head on structures, beside a no-model prior")
     evaluate.add_argument("--model", required=True, metavar="PATH", help="a model with a contact head")
@@ -42,6 +47,8 @@ def add_parsers(forms: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--output", type=Path, metavar="TSV", help="the per-chain table (default: means only)")
     add_plot_argument(evaluate)
     add_overwrite_argument(evaluate)
+    add_tokenizer_options(evaluate, OPTION_HELP)
+    add_precision_argument(evaluate)
     evaluate.set_defaults(run=_run_evaluate)
 
 
@@ -56,8 +63,9 @@ def _run_fit(args: argparse.Namespace) -> int:
     from biotf.structure.fit import fit_file
 
     with hold(args.output):  # a second fit into the same directory meanwhile is refused at once
-        stats = fit_file(args.model, args.structures, args.output, _names(args.train_list), args.train_list or "",
-                         args.l1_c, device=args.device, progress=not args.no_progress)
+        stats = fit_file(lambda: load_model(args, args.device), args.structures, args.output,
+                         _names(args.train_list), args.train_list or "", args.l1_c, device=args.device,
+                         progress=not args.no_progress)
     print(f"{args.structures} -> {args.output}: fitted contact head; {stats.summary()}", file=sys.stderr)
     return 0
 
@@ -66,8 +74,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     from biotf.structure.contact_precision import evaluate_structures, write_metrics
 
     with claim_outputs(args, {"--output": args.output}, []):
-        evaluation = evaluate_structures(args.model, args.structures, _names(args.list), args.list or "",
-                                         device=args.device, plot=args.plot, overwrite=args.overwrite,
+        evaluation = evaluate_structures(lambda: load_model(args, args.device), args.structures, _names(args.list),
+                                         args.list or "", device=args.device, plot=args.plot, overwrite=args.overwrite,
                                          progress=not args.no_progress)
         if args.output is not None:
             write_metrics(args.output, evaluation.rows)

@@ -39,7 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="Hydra overrides for every run of the experiment (genome-annotation), e.g. model.d_model=128")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="output directory (default: outputs/experiments/NAME/<date_time>)")
-    parser.set_defaults(run=run, forwards_flags=True)  # overrides may follow the options (biotf.cli.main)
+    parser.set_defaults(run=run, forwards_flags=True,  # overrides may follow the options (biotf.cli.main)
+                        parameter_flags={"out_dir": "--out"})
 
 
 def run(args: argparse.Namespace) -> int:

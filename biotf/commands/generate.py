@@ -89,11 +89,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from biotf.cli import request_of
     from biotf.inference.generate_job import GenerateRequest, complete_prompts, draw_samples
 
     if args.model is None:
         args.generate_parser.error("the following arguments are required: --model (or use `biotf generate evaluate`)")
-    request = GenerateRequest.of(args)
+    request = request_of(GenerateRequest, args, progress=not args.no_progress)
     request.check()
     if args.num_samples is not None:
         from biotf.inference.sampling import SAMPLE_FORMATS
@@ -110,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_generator(args: argparse.Namespace) -> tuple:
-    """--model's decoder (`biotf.Model.decoding`), tokenizer (with --option's policies) and generation defaults; with
-    --verbose, the decoding plan (which paths, measured how) on stderr."""
+    """--model's decoder, tokenizer (with --option's policies) and generation defaults; --verbose: the plan too."""
     model = load_model(args, args.device, dtype=args.dtype, for_generation=True)
     decoder, defaults = model.decoding()
     if args.verbose:

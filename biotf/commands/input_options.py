@@ -31,7 +31,8 @@ def reader_options(args: argparse.Namespace) -> ReaderOptions:
 
 def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
     """--option KEY=VALUE (repeatable), read by `biotf.tokenizers.loading.parse_options`."""
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help=help)
+    parser.add_argument("--option", dest="tokenizer_options", action="append", default=[], metavar="KEY=VALUE",
+                        help=help)
 
 
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,7 @@ def load_model(args: argparse.Namespace, device: str = "cpu", **load: Any):
     from biotf.api import Model
     from biotf.progress import waiting
 
-    options = parse_options(getattr(args, "option", None) or [])
+    options = parse_options(getattr(args, "tokenizer_options", None) or [])
     with as_option_errors(options), waiting(not getattr(args, "no_progress", False), f"loading {args.model}"):
         if hasattr(args, "precision"):
             load["precision"] = args.precision

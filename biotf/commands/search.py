@@ -43,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--metric", choices=METRICS, default="cosine", help="the approximate index's metric")
     build.add_argument("--array", default="embeddings", help="which array of the file (default embeddings; layer_<i>)")
     add_progress_argument(build)
-    build.set_defaults(run=run_build)
+    build.set_defaults(run=run_build, parameter_flags={"kind": "--index-type", "directory": "--output"})
 
     query = actions.add_parser("query", help="top-k neighbours of sequences, ids or id expressions")
     query.add_argument("--index", required=True, type=Path, metavar="INDEXDIR")
@@ -59,11 +59,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--output", required=True, type=Path, metavar="OUT", help=".tsv, .csv or .parquet")
     query.add_argument("--device", default="cpu", help="torch device for --input (default cpu)")
     add_overwrite_argument(query)
-    query.set_defaults(run=run_query)
+    query.set_defaults(run=run_query, parameter_flags={"expressions": "--expression", "input_path": "--input",
+                                                       "kind": "--index-type"})
     add = actions.add_parser("add", help="add the records of another embedding file to an index (no rebuild)")
     add.add_argument("--index", required=True, type=Path, metavar="INDEXDIR")
     add.add_argument("--embeddings", required=True, type=Path)
-    add.set_defaults(run=run_add)
+    add.set_defaults(run=run_add, parameter_flags={"directory": "--index", "kind": "--index-type"})
     evaluate = actions.add_parser("evaluate", help="kNN label agreement vs the classical neighbour")
     evaluate.add_argument("--embeddings", required=True, type=Path, help="a pooled .npz, .parquet or .h5ad")
     evaluate.add_argument("--label", required=True, metavar="COLUMN", help="metadata column holding the label")

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 0:
         raise ConfigError("--limit", args.limit, allowed="an integer >= 0")
-    tokenizer_options = parse_options(args.option)
+    tokenizer_options = parse_options(args.tokenizer_options)
     with as_option_errors(tokenizer_options):
         tokenizer = resolve_tokenizer(args.tokenizer, tokenizer_options)
     options = reader_options(args)

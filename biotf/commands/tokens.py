@@ -23,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from biotf.commands.input_options import load_model
 from biotf.commands.output_options import add_overwrite_argument, claim_outputs
 
 
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     with claim_outputs(args, {"--output": args.output, "--output's R^2 table": scores_path(args.output),
                               "--plot": args.plot}, inputs, images=("--plot",)):
         table = read_property_table(args.property_table, args.token_column) if args.property_table is not None else None
-        report = tokens_file(args.model, args.output, args.plot, table, args.ridge_alpha, args.init_seed, args.device)
+        report = tokens_file(lambda: load_model(args, args.device), args.output, args.plot, table, args.ridge_alpha,
+                             args.init_seed, args.device)
         print(score_table(report))
         written = ", ".join(str(p) for p in (args.output, scores_path(args.output), args.plot) if p is not None)
         print(f"{args.model} -> {written}: {report.summary()}", file=sys.stderr)

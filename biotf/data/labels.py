@@ -9,13 +9,15 @@ import numpy as np
 
 from biotf.conventions import IGNORE_INDEX
 from biotf.errors import ConfigError, InputError
+from biotf.naming import parameter
 
 
-def parse_labels(ids, values: np.ndarray, pattern: str | None, column: str, key: str = "--label-pattern") -> np.ndarray:
+def parse_labels(ids, values: np.ndarray, pattern: str | None, column: str, key: str | None = None) -> np.ndarray:
     """`values` as they are, or with `pattern` its first group (or whole match) in each; `key` names the option
-    in errors."""
+    in errors (default: the parameter `label_pattern`)."""
     if pattern is None:
         return values
+    key = key or parameter("label_pattern")
     try:
         regex = re.compile(pattern)
     except re.error as error:

@@ -46,6 +46,7 @@ from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.tokenizers.base import PolicyStats
 from biotf.untrusted import file_crc32, parse_json_object, read_json_object
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 try:  # POSIX; elsewhere two runs over one output are not told apart
     import fcntl
@@ -255,7 +256,7 @@ def _kept_parts(folder: Path, identity: dict[str, Any], overwrite: bool) -> tupl
         changed = _changes(stored, identity)
         if changed and not overwrite:
             raise InputError(f"{folder} holds parts of another run: {'; '.join(changed)} changed; rerun with "
-                             "--overwrite to start over")
+                             f"{parameter('overwrite')} to start over")
     kept, removed = [], 0
     entries = {}
     for path in folder.iterdir():
@@ -306,7 +307,7 @@ def run_parts(work: PartWork, input_path: str | Path, output: str | Path, launch
     """This rank's share of a sharded run (see the module docstring); rank 0 merges and returns what was done,
     the other ranks return None once their parts are written."""
     if isinstance(part_records, bool) or not isinstance(part_records, int) or part_records < 1:
-        raise ConfigError("--part-records", part_records, allowed="an integer >= 1")
+        raise ConfigError(parameter("part_records"), part_records, allowed="an integer >= 1")
     input_path, output = Path(input_path), Path(output)
     folder = work_folder(output)
     group = _Group(launch)

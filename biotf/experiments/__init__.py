@@ -24,14 +24,15 @@ EXPERIMENTS = {"extrapolation": "biotf.experiments.extrapolation",
 
 
 def parse_settings(items: list[str]) -> dict[str, str]:
-    """`--set NAME=VALUE` items as {name: value} (the value as given; a later name wins)."""
+    """`NAME=VALUE` items as {name: value} (the value as given; a later name wins)."""
     from biotf.errors import ConfigError
+    from biotf.naming import parameter
 
     settings = {}
     for item in items:
         name, equals, value = item.partition("=")
         if not equals or not name:
-            raise ConfigError("--set", item, "NAME=VALUE")
+            raise ConfigError(parameter("settings"), item, "NAME=VALUE")
         settings[name.strip()] = value
     return settings
 
@@ -41,16 +42,17 @@ def run_experiment(name: str, out_dir: str | Path, seeds: tuple[int, ...], quick
     """Run experiment `name` into `out_dir` (finished runs there are reused); returns report.md's path.
     `settings` and `overrides` go to experiments that declare `Settings`; the others refuse them."""
     from biotf.errors import ConfigError
+    from biotf.naming import Parameter, parameter
 
     if name not in EXPERIMENTS:
         raise ConfigError("experiment", name, " | ".join(EXPERIMENTS))
     if not seeds:
-        raise ConfigError("--seeds", list(seeds), "one or more integers")
+        raise ConfigError(parameter("seeds"), list(seeds), "one or more integers")
     module = importlib.import_module(EXPERIMENTS[name])
     if not hasattr(module, "Settings"):
         if settings or overrides:
             takes = [n for n in EXPERIMENTS if hasattr(importlib.import_module(EXPERIMENTS[n]), "Settings")]
-            raise ConfigError("--set / overrides", " ".join([*(settings or {}), *overrides]),
+            raise ConfigError(Parameter(f"{parameter('settings')} / {parameter('overrides')}"), " ".join([*(settings or {}), *overrides]),
                               reason=f"experiment {name} takes none (experiments that do: {', '.join(takes)})")
         return module.run(Path(out_dir), tuple(seeds), quick)
     return module.run(Path(out_dir), tuple(seeds), quick, settings or {}, tuple(overrides))

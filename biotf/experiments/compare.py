@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from biotf.errors import InputError
+from biotf.naming import parameter
 from biotf.experiments.report import markdown_table, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import (EXPLODED_FACTOR, curve_series, find_runs, group_by_setting, group_status,
                                    metric_column, read_run)
@@ -24,7 +25,7 @@ def compare(paths: list[str | Path], metric: str, out: str | Path) -> tuple[Path
     """Write the markdown report `out` and its plot (`out` with .png); returns both paths."""
     out = Path(out)
     if out.suffix != ".md":
-        raise InputError(f"--out {out}: the report is markdown, so its name must end in .md")
+        raise InputError(f"{parameter('out')} {out}: the report is markdown, so its name must end in .md")
     runs = [read_run(directory) for directory in find_runs(paths)]
     column = metric_column(metric, sorted({name for run in runs for name in run.curves}))
     groups = group_by_setting(runs)

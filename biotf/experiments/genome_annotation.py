@@ -42,6 +42,7 @@ from biotf.experiments.report import markdown_table, mean_or_none, seed_note, su
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
 from biotf.conventions import SAMPLES_DIR
 from biotf.io.tables import write_rows
+from biotf.naming import Parameter, parameter
 
 POSITIONS = ("alibi", "rope", "learned", "sinusoidal", "none")
 RESULTS_FILE = "annotation.json"  # per run: scores per genome and context, so a rerun of the report skips evaluation
@@ -73,15 +74,15 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("held_out_length", "train_context", "short_context", "kmer_window"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"--set {name}", getattr(self, name), "an integer >= 1")
+                raise ConfigError(parameter(f"settings.{name}"), getattr(self, name), "an integer >= 1")
         if not self.eval_contexts or min(self.eval_contexts) < 1:
-            raise ConfigError("--set eval_contexts", list(self.eval_contexts), "one or more integers >= 1")
+            raise ConfigError(parameter("settings.eval_contexts"), list(self.eval_contexts), "one or more integers >= 1")
         for pos in (*self.positions, self.short_position):
             if pos not in POSITIONS:
-                raise ConfigError("--set positions", pos, " | ".join(POSITIONS))
+                raise ConfigError(parameter("settings.positions"), pos, " | ".join(POSITIONS))
 
 
-# --quick: the whole pipeline in minutes at small contexts, a smoke test, not a result.
+# quick: the whole pipeline in minutes at small contexts, a smoke test, not a result.
 QUICK_SETTINGS = {"train_context": 1024, "short_context": 512, "eval_contexts": (1024, 2048, 4096)}
 QUICK_OVERRIDES = ("trainer.max_steps=10", "trainer.val_check_interval=5", "trainer.checkpoint_every_n_steps=5")
 
@@ -94,16 +95,16 @@ def parse_settings(values: dict[str, str], base: Settings | None = None) -> Sett
     changes = {}
     for name, text in values.items():
         if name not in types:
-            raise ConfigError("--set", name, ", ".join(types))
+            raise ConfigError(parameter("settings"), name, ", ".join(types))
         kind = types[name]
         item = typing.get_args(kind)[0] if typing.get_origin(kind) is tuple else kind
         try:
             parsed = [item(part.strip()) for part in text.split(",") if part.strip()]
         except ValueError:
-            raise ConfigError(f"--set {name}", text, f"{'comma-separated ' if item is not kind else ''}"
+            raise ConfigError(parameter(f"settings.{name}"), text, f"{'comma-separated ' if item is not kind else ''}"
                                                      f"{item.__name__} values") from None
         if item is kind and len(parsed) != 1:
-            raise ConfigError(f"--set {name}", text, f"one {kind.__name__} value")
+            raise ConfigError(parameter(f"settings.{name}"), text, f"one {kind.__name__} value")
         changes[name] = tuple(parsed) if item is not kind else parsed[0]
     return dataclasses.replace(base, **changes)
 
@@ -380,8 +381,8 @@ def check_same_data(out_dir: Path, settings: Settings) -> None:
         stored = json.loads(path.read_text(encoding="utf-8"))
         for name in DATA_SETTINGS:
             if stored.get(name) != wanted[name]:
-                raise ConfigError(f"--set {name}", wanted[name], reason=f"{out_dir} holds an experiment made with "
-                                  f"{stored.get(name)!r}: choose a new --out")
+                raise ConfigError(parameter(f"settings.{name}"), wanted[name], reason=f"{out_dir} holds an experiment "
+                                  f"made with {stored.get(name)!r}: choose a new {parameter('out_dir')}")
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(wanted, indent=1) + "\n", encoding="utf-8")
@@ -395,7 +396,7 @@ def run(out_dir: Path, seeds: tuple[int, ...], quick: bool = False, settings: di
     (train_genome, *_) = read_annotated(chosen.train_genome)
     size = len(train_genome)
     if not 0 <= chosen.held_out_start < size or chosen.held_out_length >= size - chosen.train_context:
-        raise ConfigError("--set held_out_start / held_out_length", f"{chosen.held_out_start} / "
+        raise ConfigError(Parameter(parameter("settings.held_out_start") + " / held_out_length"), f"{chosen.held_out_start} / "
                           f"{chosen.held_out_length}", f"a region of {Path(chosen.train_genome).name} ({size} bases) "
                           f"that leaves more than train_context={chosen.train_context} bases to train on")
     if not train_genome.circular and chosen.held_out_start + chosen.held_out_length > size:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from biotf.errors import BiotfError, ConfigError, InputError
+from biotf.naming import parameter
 from biotf.training.rundir import RESOLVED_CONFIG, changed_settings, flatten, read_run_config
 from biotf.training.summary import SUMMARY_JSON  # written when training finished
 from biotf.untrusted import read_json_object
@@ -90,7 +91,7 @@ def metric_column(name: str, available: list[str]) -> str:
     for candidate in (name, name.replace("_", "/", 1)):
         if candidate in available:
             return candidate
-    raise ConfigError("--metric", name, ", ".join(sorted(available)) or "none: no metrics were logged")
+    raise ConfigError(parameter("metric"), name, ", ".join(sorted(available)) or "none: no metrics were logged")
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:

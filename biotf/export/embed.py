@@ -48,6 +48,7 @@ from biotf.model import Transformer
 from biotf.model.positions import reading_length
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
+from biotf.naming import given
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
@@ -191,7 +192,7 @@ class Embedder:
         if self.options.long == "error":
             raise InputError(f"record {record.id!r} (record {record.index + 1}) has {n_tokens} tokens, more than the "
                              f"{width} that fit max_length={self.max_length} with special tokens "
-                             "(allowed: --long chunk or --long truncate)")
+                             f"(allowed: {given('long', 'chunk')} or {given('long', 'truncate')})")
         if self.options.long == "truncate":
             stats.truncated += 1
             stats.truncated_tokens += n_tokens - width

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from biotf.errors import InputError
+from biotf.naming import parameter
 from biotf.untrusted import contained, read_json_object, read_text
 
 MODULES_FILE = "modules.json"
@@ -52,8 +53,8 @@ def read_sentence_pooling(directory: Path) -> SentencePooling:
     kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise InputError(f"{directory / MODULES_FILE} lists the modules {', '.join(kinds)}; biotf computes "
-                         "Transformer, Pooling and an optional Normalize only (pass --pool to embed with biotf's own "
-                         "pooling)")
+                         f"Transformer, Pooling and an optional Normalize only (pass {parameter('pool')} to embed with "
+                         "biotf's own pooling)")
     model = directory / modules[0]["path"]
     _refuse_default_prompt(directory)
     return SentencePooling(model, _pooling_mode(directory / modules[1]["path"] / POOLING_CONFIG_FILE),
@@ -86,7 +87,7 @@ def _pooling_mode(path: Path) -> str:
     modes = [mode] if isinstance(mode, str) else mode
     if not isinstance(modes, list) or len(modes) != 1 or modes[0] not in POOLING_MODES:
         raise InputError(f"{path}: pooling mode {mode!r} is not one biotf computes (allowed: "
-                         f"{' | '.join(POOLING_MODES)}); pass --pool to embed with biotf's own pooling")
+                         f"{' | '.join(POOLING_MODES)}); pass {parameter('pool')} to embed with biotf's own pooling")
     return modes[0]
 
 
@@ -95,7 +96,8 @@ def _max_length(model: Path) -> int | None:
     config = _optional(model / TRANSFORMER_CONFIG_FILE, "sentence-transformers config")
     if config.get("do_lower_case") is True:
         raise InputError(f"{model / TRANSFORMER_CONFIG_FILE}: do_lower_case=true (sentence-transformers lowercases "
-                         "the text before its tokenizer) is not supported; lowercase the input, or pass --pool")
+                         f"the text before its tokenizer) is not supported; lowercase the input, or pass "
+                         f"{parameter('pool')}")
     length = config.get("max_seq_length")
     if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
         raise InputError(f"{model / TRANSFORMER_CONFIG_FILE}: max_seq_length={length!r} is not a length inputs can "
@@ -112,7 +114,7 @@ def _refuse_default_prompt(directory: Path) -> None:
     prompt = config.get("default_prompt_name")
     if prompt:
         raise InputError(f"{directory / MODEL_CONFIG_FILE}: default_prompt_name={prompt!r} (a prompt put before "
-                         "every text) is not supported; pass --pool to embed the texts as they are")
+                         f"every text) is not supported; pass {parameter('pool')} to embed the texts as they are")
 
 
 def check_pooling_width(directory: Path, width: int) -> None:

@@ -45,7 +45,7 @@ from biotf.finetune.metrics import LOWER_IS_BETTER
 from biotf.model.modes import Mode, build_mode
 from biotf.finetune.module import TaskModule, build_task_model, evaluate
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
-from biotf.training.hints import command_line, reader_words
+from biotf.training.hints import data_command
 from biotf.training.run import build_trainer, continue_run, held_run, read_resumed, write_run_files
 from biotf.training.rundir import checkpoint_run_dir
 
@@ -155,9 +155,8 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
         policies=dict(sorted(data.policies.items())), resolution=config.finetune.resolution, bin_labels=bin_labels)
     summary.write(run_dir)
     print(summary.text())
-    print("predict with it: " + command_line("biotf", "predict", "--model", run_dir, "--input", config.data.path,
-                                             *reader_words(config.data.column, config.data.id_column),
-                                             "--output", run_dir / "predictions.tsv"))
+    print("predict with it: " + data_command("predict", run_dir, config.data.path, config.data.column,
+                                             config.data.id_column, run_dir / "predictions.tsv"))
     return summary
 
 

@@ -40,6 +40,7 @@ from biotf.inference.chat import render_chat
 from biotf.inference.fast import DecodingModel
 from biotf.model import KVCache, Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.naming import parameter
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,8 @@ def fit_prompts(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_lengt
             if not truncate:
                 raise InputError(f"prompt {row} has {len(prompt)} tokens; with {max_new_tokens} new tokens that "
                                  f"exceeds the model's maximum length of {max_length} positions (shorten it, lower "
-                                 "max_new_tokens, or truncate the prompt from the left with --truncate-prompt)")
+                                 "max_new_tokens, or truncate the prompt from the left with "
+                                 f"{parameter('truncate_prompt')})")
             log.warning("prompt %d has %d tokens: keeping its last %d so that %d new tokens fit in the model's "
                         "%d positions", row, len(prompt), room, max_new_tokens, max_length)
             prompt = prompt[len(prompt) - room:]
@@ -313,7 +315,7 @@ def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], chat: bool = Fa
     """Token ids of each prompt: as plain text, or (`chat`) as one user turn in the chat template; what the
     tokenizer's policies changed is counted in `stats`."""
     if system is not None and not chat:
-        raise ConfigError("system", system, reason="a system prompt needs chat mode (chat=True / --chat)")
+        raise ConfigError("system", system, reason=f"a system prompt needs chat mode (chat=True / {parameter('chat')})")
     texts = list(prompts) if not chat else [chat_prompt(tokenizer, prompt, system) for prompt in prompts]
     return [list(map(int, ids)) for ids in tokenizer.encode_batch(texts, add_special_tokens=not chat, stats=stats)]
 

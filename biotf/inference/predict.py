@@ -33,6 +33,7 @@ from biotf.model.positions import reading_length
 from biotf.model.tasks import TaskModel
 from biotf.progress import Progress, reporting
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.naming import parameter
 
 PART_ROWS = "rows.jsonl"  # a sharded run's part: its rows, one JSON array of strings a line
 
@@ -165,7 +166,7 @@ class PredictRun:
                  tokenizer_options: Mapping[str, Any] | None = None, input_path: str | Path | None = None,
                  packing: bool = False, progress: bool = False, max_length: int | None = None):
         if batch_size < 1:
-            raise ConfigError("--batch-size", batch_size, "an integer >= 1")
+            raise ConfigError(parameter("batch_size"), batch_size, "an integer >= 1")
         check_packable(packing)
         self.output, self.batch_size, self.input_path, self.packing = output, batch_size, input_path, packing
         self.progress = progress  # records predicted, on stderr (`biotf.progress`)

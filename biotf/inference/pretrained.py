@@ -30,6 +30,7 @@ from biotf.inference.generation import Sampling, TokenCallback, encode_prompts, 
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.untrusted import read_json_object
+from biotf.naming import parameter
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 FALLBACK_NEW_TOKENS = 256  # transformers' own default cap, for a model without a position limit
@@ -82,7 +83,7 @@ class GenerationDefaults:
         if text is None:
             if self.start_token_id is None:
                 raise CheckpointError("this model's tokenizer has no bos or eos token to start a sequence from; "
-                                      "give a --prompt")
+                                      f"give a {parameter('prompt')}")
             return [self.start_token_id]
         return self.encode_prompts(tokenizer, [text], stats)[0]
 

@@ -30,6 +30,7 @@ from biotf.inference.pretrained import GenerationDefaults
 from biotf.model import Transformer
 from biotf.progress import Progress
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.naming import parameter
 
 SAMPLE_FORMATS = (".fasta", ".csv", ".txt")
 
@@ -94,7 +95,7 @@ def sample_sequences(model: Transformer | DecodingModel, tokenizer: Tokenizer, d
     if prompt is None and not 0 <= start[0] < config.vocab_size:
         raise CheckpointError(f"the start token id {start[0]} (the checkpoint's bos_token_id, else its first "
                               f"eos_token_id) is outside the model's vocabulary of {config.vocab_size} ids: give a "
-                              f"--prompt, or set bos_token_id in generation_config.json to an id below "
+                              f"{parameter('prompt')}, or set bos_token_id in generation_config.json to an id below "
                               f"{config.vocab_size}")
     if max_new_tokens is None:
         max_new_tokens = defaults.new_tokens(len(start), config.max_seq_len)
@@ -143,7 +144,7 @@ def _batch_notes(progress: Progress | None, rows: int, drawn: int) -> Callable[[
 def write_samples(path: str | PathLike, samples: list[Sample]) -> Path:
     """Write `samples` (ids `sample_1`, `sample_2`, ... in order) by extension, all or nothing: FASTA (id and
     sequence), CSV (id, sequence, tokens, log_prob, finished) or TXT (one sequence a line)."""
-    suffix = output_format(path, SAMPLE_FORMATS, "--output")
+    suffix = output_format(path, SAMPLE_FORMATS, parameter("output"))
     ids = [f"sample_{number}" for number in range(1, len(samples) + 1)]
     if suffix != ".csv":
         for name, sample in zip(ids, samples):

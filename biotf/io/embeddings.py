@@ -50,6 +50,7 @@ from biotf.io.npz import NpzNames
 from biotf.io.outputs import LOCK_FILE, SPOOL_SUFFIX, lock, output_format, work_prefix
 from biotf.io.readers import Record
 from biotf.untrusted import parse_json_object, read_json_object
+from biotf.naming import given, parameter
 
 EMBEDDING_FORMATS = (".npz", ".parquet", ".h5ad")  # output files, by extension (`WRITERS` implements them)
 TOKEN_COLUMNS = ("record_index", "position", "token_id")
@@ -445,8 +446,8 @@ def _pooled(text: str, path: Path) -> dict[str, Any]:
     bulk is read)."""
     info = parse_json_object(text, str(path), "embedding file metadata")
     if info.get("pool") == "none":
-        raise InputError(f"{path} holds per-token vectors (--pool none); probes and maps need pooled vectors "
-                         "(allowed: --pool mean, cls or max)")
+        raise InputError(f"{path} holds per-token vectors ({given('pool', 'none')}); probes and maps need pooled "
+                         f"vectors (allowed: {parameter('pool')} mean, cls or max)")
     return info
 
 

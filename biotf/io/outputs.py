@@ -42,6 +42,7 @@ from typing import IO
 
 from biotf.io.atomic import keep_existing
 from biotf.errors import InputError
+from biotf.naming import parameter
 
 try:  # POSIX; elsewhere a live run's work is not told apart from a killed run's
     import fcntl
@@ -95,10 +96,11 @@ def _check_link(path: Path, flag: str) -> None:
                          "choose another name") from None
 
 
-def check_new_directory(path: str | Path, flag: str = "--output") -> Path:
+def check_new_directory(path: str | Path, flag: str | None = None) -> Path:
     """`path` if a command may create its output directory there (the rule above): it does not exist, or is an empty
-    directory that is no symbolic link; else an InputError naming `flag` and the fix."""
-    path = Path(path)
+    directory that is no symbolic link; else an InputError naming `flag` (default: the parameter `output`) and the
+    fix."""
+    path, flag = Path(path), flag or parameter("output")
     _check_link(path, flag)
     if path.is_symlink():
         raise InputError(f"{flag} {path} is a symbolic link; the finished directory would replace the link: give "
@@ -109,9 +111,10 @@ def check_new_directory(path: str | Path, flag: str = "--output") -> Path:
 
 
 def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
-                 image: bool = False, flag: str = "--output") -> Path:
-    """`path` if the rule above lets a command write it; else an InputError naming `flag` and the fix."""
-    path = Path(path)
+                 image: bool = False, flag: str | None = None) -> Path:
+    """`path` if the rule above lets a command write it; else an InputError naming `flag` (default: the parameter
+    `output`) and the fix."""
+    path, flag = Path(path), flag or parameter("output")
     _check_link(path, flag)
     if image and path.suffix.lower() != ".png":
         raise InputError(f"{flag} {path}: a map is a PNG picture, so its name must end in .png")
@@ -128,9 +131,10 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite:
         return path
     if image and not is_png(path):
         raise InputError(f"{flag} {path} exists and is not a PNG picture; a map never replaces another kind "
-                         "of file (even with --overwrite): choose another name")
+                         f"of file (even with {parameter('overwrite')}): choose another name")
     if not overwrite:
-        raise InputError(f"{flag} {path} already exists; pass --overwrite to replace it (or choose another name)")
+        raise InputError(f"{flag} {path} already exists; pass {parameter('overwrite')} to replace it (or choose "
+                         "another name)")
     return path
 
 
@@ -224,7 +228,7 @@ def _same_file(descriptor: int, name: Path) -> bool:
 
 
 @contextmanager
-def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] | None = None) -> Iterator[list[Path]]:
+def hold(path: str | Path, flag: str | None = None, waiting: Callable[[], None] | None = None) -> Iterator[list[Path]]:
     """Hold the exclusive lock of output `path` for the block: another run holding it is an InputError at once, or,
     with `waiting`, is waited for (`waiting()` is called first, to say so). Yields the lock files of killed runs it
     removed, for the command to report.
@@ -232,7 +236,7 @@ def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] |
     The lock file is removed while still locked when the block ends, so a run that was waiting on it finds its file
     gone and takes a new one; a lock file that exists but is held by no one is a killed run's (the kernel released
     its lock): it is removed the same way and a new one taken."""
-    path = Path(path)
+    path, flag = Path(path), flag or parameter("output")
     if fcntl is None:  # pragma: no cover - Windows: no lock, the check under `claim_output` still runs
         yield []
         return
@@ -274,16 +278,16 @@ def hold(path: str | Path, flag: str = "--output", waiting: Callable[[], None] |
 
 @contextmanager
 def claim_output(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False, image: bool = False,
-                 flag: str = "--output") -> Iterator[list[Path]]:
+                 flag: str | None = None) -> Iterator[list[Path]]:
     """Hold output `path` for the block (`hold`), checked by the rule (`check_output`) before the lock is taken,
     so a refused run makes nothing, and again under it, so an output that a run over the same name finished
     meanwhile is seen. Without `overwrite`, publishing `path` in the block never replaces a file that appeared
     there meanwhile (another program's). Yields the lock files of killed runs removed."""
-    path = check_output(path, inputs, overwrite, image, flag)
+    path, flag = check_output(path, inputs, overwrite, image, flag), flag or parameter("output")
     with hold(path, flag) as removed:
         check_output(path, inputs, overwrite, image, flag)
         refusal = (f"{flag} {path} appeared while this run was writing it (another program made it); it was left "
-                   "as it is: pass --overwrite to replace it, or choose another name")
+                   f"as it is: pass {parameter('overwrite')} to replace it, or choose another name")
         with nullcontext() if overwrite else keep_existing(path, refusal):
             yield removed
 

@@ -9,7 +9,7 @@ block, head (the masked-LM head transform), transformer, kv_cache (KVCache), los
 hf (weight mappings of Hugging Face families: Qwen2, Llama, Mistral, GPT-2, BLOOM both ways, ESM into biotf),
 tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora (low-rank adapters),
 modes (fine-tuning modes full | frozen | lora: which weights train, a registry),
-attention_contacts (contact prediction from attention maps), contact_head (its parameters),
+contacts (contact prediction from attention maps and the contact head, `Transformer.predict_contacts`),
 stem (the convolutional stem: tokens into bins and back), precision (inference in bf16 or int8, behind a fidelity
 gate against fp32).
 """

@@ -43,6 +43,7 @@ from torch import nn
 from biotf.conventions import PRECISIONS
 from biotf.errors import BiotfError, check_choice
 from biotf.model.transformer import Transformer
+from biotf.naming import given
 
 REDUCED = ("bf16", "int8")
 COSINE_GATE = {"bf16": 0.999, "int8": 0.99}  # per-record embedding cosine against fp32, at least
@@ -286,4 +287,4 @@ def set_precision(network: nn.Module, precision: str, calibration: Calibration, 
         gate = f"cosine >= {COSINE_GATE[candidate]}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
         failed.append(f"{reason}, but {candidate} failed the gate ({figures}; needs {gate})")
     raise PrecisionError(f"precision {precision} is refused for {model_name}: against fp32 on the calibration batch "
-                         f"{figures}, the gate needs {gate} (use --precision fp32)")
+                         f"{figures}, the gate needs {gate} (use {given('precision', 'fp32')})")

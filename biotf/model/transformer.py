@@ -12,7 +12,7 @@
       -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
          [+ lm_head_bias])
     contact head (if contact_head): a regression over every layer's attention maps, applied by
-      `attention_contacts.predict_contacts`, not by forward
+      `predict_contacts` (`contacts.py`), not by forward
 
 Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
@@ -73,9 +73,9 @@ from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
 from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.contact_head import ContactHead
+from biotf.model.contacts import ContactHead, predict_contacts
 from biotf.model.head import HeadTransform
-from biotf.model.cross_entropy import check_labels, cross_entropy, lm_targets
+from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions
 from biotf.model.segments import check_segments, segment_positions
@@ -267,6 +267,12 @@ class Transformer(nn.Module):
         if trunk.bins is None:
             return trunk.last_hidden_state
         return self.stem.upsample(trunk.last_hidden_state, trunk.bins)
+
+    def predict_contacts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                         residue_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Each sequence's (L, L) contact probabilities from the contact head (`contacts.predict_contacts`; HF's
+        `EsmForMaskedLM.predict_contacts`)."""
+        return predict_contacts(self, input_ids, attention_mask, residue_mask)
 
     def attention_maps(self, input_ids: torch.Tensor,
                        attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:

@@ -44,6 +44,7 @@ from biotf.scoring.batching import Row, row_log_probs
 from biotf.scoring import METHODS, SEQUENCE_METHODS
 from biotf.scoring.mutations import Mutation, Variant, apply, reverse_strand
 from biotf.tokenizers.base import PolicyStats, Tokenizer
+from biotf.naming import given, parameter
 
 MARGINAL_METHODS = ("masked-marginal", "masked-marginal-joint", "wt-marginal")
 WINDOWS = ("owned", "centred")
@@ -150,7 +151,8 @@ class Scorer:
             for variant in variants or ():
                 if not variant.is_substitution:
                     raise InputError(f"variant {variant.name!r} ({variant.code()}) is not a substitution: "
-                                     f"{method} scores residues in place (allowed for indels: --method pll)")
+                                     f"{method} scores residues in place (allowed for indels: "
+                                     f"{given('method', 'pll')})")
             if not self._per_residue(reference or ""):
                 raise ConfigError("method", method, reason=f"the {self.tokenizer.scheme} tokenizer does not make one "
                                   "token per residue of the reference, so a residue has no token to mask",
@@ -208,7 +210,8 @@ class Scorer:
         `name`) and `both_strands` where there is no reverse strand: a tokenizer that reads no DNA, or a
         reference with a letter that has no complement."""
         if both_strands and self.tokenizer.kind in NOT_DNA_TOKENIZERS:
-            raise ConfigError("--both-strands", True, reason=f"the model's {self.tokenizer.scheme} tokenizer reads "
+            raise ConfigError(parameter("both_strands"), True,
+                              reason=f"the model's {self.tokenizer.scheme} tokenizer reads "
                               "no DNA, so a variant has no reverse strand to score (it is for DNA models)")
         self.tokenizer.encode(reference, add_special_tokens=False, record=name)
         if both_strands:

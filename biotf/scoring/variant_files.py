@@ -20,6 +20,7 @@ from biotf.errors import InputError
 from biotf.scoring.mutations import Variant, difference, make_variant, parse_code, parse_pos_ref_alt
 from biotf.tokenizers.base import PolicyStats
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 MUTATION_COLUMNS = ("mutant", "mutation", "mutations", "variant")
 POSITION_COLUMNS = ("pos", "position")
@@ -90,7 +91,7 @@ def read_variants(path: str | Path, reference: str, offset: int = 1, options: Re
         position, ref, alt = _find(names, POSITION_COLUMNS), _find(names, ("ref",)), _find(names, ("alt",))
         if None in (position, ref, alt):
             raise InputError(f"{path}: no mutation column ({', '.join(MUTATION_COLUMNS)}) and no pos, ref, alt "
-                             f"columns; columns: {', '.join(names)} (name one with --mutation-column)")
+                             f"columns; columns: {', '.join(names)} (name one with {parameter('mutation_column')})")
         pairs = []
         for record in read_records(path, replace(options, column=ref), stats):
             mutation = parse_pos_ref_alt(record.metadata[position], record.sequence, record.metadata[alt], offset,

@@ -30,6 +30,7 @@ import numpy as np
 
 from biotf.io.readers import open_binary
 from biotf.errors import InputError
+from biotf.naming import parameter
 
 CONTACT_ANGSTROM = 8.0
 BONDED_CA = 4.2  # consecutive C-alphas are 3.8 angstrom apart (2.9 for a cis peptide); more is a chain break
@@ -145,11 +146,11 @@ def structure_files(directory: str | Path, names: list[str] | None = None, liste
     extension, in that order; `listed_in` names the list in errors): an unknown or repeated name is refused."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise InputError(f"--structures {directory} is not a directory")
+        raise InputError(f"{parameter('structures')} {directory} is not a directory")
     files = {path.name: path for path in sorted(directory.iterdir()) if structure_name(path) and path.is_file()}
     if names is None:
         if not files:
-            raise InputError(f"--structures {directory} holds no structure file "
+            raise InputError(f"{parameter('structures')} {directory} holds no structure file "
                              f"({', '.join(STRUCTURE_SUFFIXES)}, optionally .gz)")
         return list(files.values())
     by_stem = {structure_name(name): path for name, path in files.items()}

@@ -1,4 +1,4 @@
-"""Contact maps of every protein of a file, from a model with a contact head (`biotf.model.attention_contacts`).
+"""Contact maps of every protein of a file, from a model with a contact head (`biotf.model.contacts`).
 
     stats = predict_file("esm2_t6_8M_UR50D/", "proteins.fasta", "contacts.npz")
 
@@ -28,12 +28,13 @@ from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
-from biotf.model.attention_contacts import predict_contacts
+from biotf.model.contacts import predict_contacts
 from biotf.model.positions import reading_length
 from biotf.progress import Progress, reporting
 from biotf.structure.formats import CONTACT_FORMATS, WRITERS, check_ids
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_PAIRS = 1 << 24  # residue pairs whose maps wait (float32) for their block to end: 64 MiB
@@ -79,7 +80,8 @@ class Protein:
 
 def check_contact_head(model: Transformer, source: str | Path | None) -> None:
     if model.contact_head is None:
-        raise ConfigError("--model", str(source or "(in memory)"), reason="this model has no contact head (ESM-2 "
+        raise ConfigError(parameter("model"), str(source or "(in memory)"),
+                          reason="this model has no contact head (ESM-2 "
                           "checkpoints ship one, under contact_head.regression; any other model needs one fitted on "
                           "structures first)")
 
@@ -105,7 +107,7 @@ def proteins(records: Iterable[Record], tokenizer: Tokenizer, max_length: int | 
             if max_length is not None and len(ids) > max_length:
                 raise InputError(f"{where} has {len(content)} residues, {len(ids)} tokens with special tokens: more "
                                  f"than max_length={max_length} (a map is never cut: split the record, or read further with "
-                                 "--max-length where the model's positions extend)")
+                                 f"{parameter('max_length')} where the model's positions extend)")
             start = content_start(ids, content)
             if start is None:
                 raise InputError(f"{where}: its residues' tokens do not appear unchanged among its tokens with special "

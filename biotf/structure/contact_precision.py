@@ -14,7 +14,7 @@ sequence order) -- the contact frequency falls with separation, so this is what 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +22,8 @@ import numpy as np
 
 from biotf.analysis.plot import picture_paths, plot_contacts
 from biotf.io.tables import write_rows
-from biotf.checkpoint.loading import load_pretrained
-from biotf.progress import reporting, waiting
+from biotf.checkpoint.loading import LoadedModel, as_loaded
+from biotf.progress import reporting
 from biotf.structure.chains import Chain, structure_files
 from biotf.structure.contact_files import check_contact_head, contact_maps
 from biotf.structure.fit import StructureStats, chain_proteins, scored_pairs
@@ -90,17 +90,19 @@ def _chain_rows(chain: Chain, predictor: str, scores: np.ndarray) -> Iterator[Pr
         yield Precision(chain.name, len(chain.sequence), predictor, name, values)
 
 
-def evaluate_structures(model_source: str | Path, structures: str | Path, names: list[str] | None = None,
+def evaluate_structures(model_source: str | Path | LoadedModel | Callable[[], LoadedModel], structures: str | Path,
+                        names: list[str] | None = None,
                         listed_in: str | Path = "", device: str = "cpu", plot: str | Path | None = None,
                         overwrite: bool = False, progress: bool = False) -> Evaluation:
     """The table of the module docstring for the model's contact head and the prior; one chain's map at a time.
     With `plot` (a directory), each chain's predicted and true maps are drawn into `<chain>.png` there (an existing
-    picture replaced only with `overwrite`, checked before the model runs). With `progress`, the model's loading,
-    the structures read and the residues mapped say how far they are on stderr (`biotf.progress`)."""
+    picture replaced only with `overwrite`, checked before the model runs). `model_source`: a source, a loaded
+    model or its loader (`as_loaded`), loaded after the structures are found. With `progress`, the structures read
+    and the residues mapped say how far they are on stderr (`biotf.progress`)."""
     files = structure_files(structures, names, listed_in)
-    with waiting(progress, f"loading {model_source}"):
-        model, tokenizer = load_pretrained(model_source, device=device)
-    check_contact_head(model, model_source)
+    loaded = as_loaded(model_source, device)
+    model, tokenizer = loaded.network, loaded.tokenizer
+    check_contact_head(model, loaded.source)
     evaluation = Evaluation()
     found = chain_proteins(files, tokenizer, model.config.max_seq_len, evaluation.structures, progress)
     pictures = picture_paths(plot, [chain.name for chain, _ in found], files, overwrite) if plot is not None else None

@@ -18,23 +18,25 @@ The model is saved with the head (`contact_head: true`, `contact_head.regression
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.loading import LoadedModel, as_loaded
 from biotf.checkpoint.store import check_export_directory, save_pretrained
 from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
-from biotf.model.attention_contacts import attach_contact_head, contact_features
+from biotf.model.contacts import attach_contact_head, contact_features
 from biotf.progress import counting, reporting, waiting
 from biotf.structure.chains import Chain, read_chain, structure_files
 from biotf.structure.contact_files import Protein, proteins
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 MIN_SEPARATION = 6
 DEFAULT_L1_C = 0.15
@@ -143,7 +145,7 @@ def checked_l1_c(l1_c: float | None) -> float:
     if l1_c is None:
         return DEFAULT_L1_C
     if not 0 < l1_c < math.inf:
-        raise ConfigError("--l1-c", l1_c, allowed="a finite number > 0")
+        raise ConfigError(parameter("l1_c"), l1_c, allowed="a finite number > 0")
     return l1_c
 
 
@@ -169,19 +171,21 @@ def fit_contact_head(model: Transformer, tokenizer: Tokenizer, files: list[Path]
     return stats
 
 
-def fit_file(model_source: str | Path, structures: str | Path, output: str | Path, names: list[str] | None = None,
-             listed_in: str | Path = "", l1_c: float | None = None, device: str = "cpu",
-             progress: bool = False) -> FitStats:
-    """`model_source` with a contact head fitted on the structures of `structures` (all, or `names`), exported to
-    the new directory `output`; every refusal comes before the model runs. `l1_c` None: DEFAULT_L1_C. With
-    `progress`, each long step says how far it is on stderr."""
+def fit_file(model_source: str | Path | LoadedModel | Callable[[], LoadedModel], structures: str | Path,
+             output: str | Path, names: list[str] | None = None, listed_in: str | Path = "", l1_c: float | None = None,
+             device: str = "cpu", progress: bool = False) -> FitStats:
+    """`model_source` (a source, a loaded model or its loader: `as_loaded`) with a contact head fitted on the
+    structures of `structures` (all, or `names`), exported to the new directory `output`; every refusal comes before
+    the model is loaded or runs. `l1_c` None: DEFAULT_L1_C. With `progress`, each long step says how far it is on
+    stderr."""
     check_export_directory(output)
     l1_c = checked_l1_c(l1_c)
     files = structure_files(structures, names, listed_in)
-    with waiting(progress, f"loading {model_source}"):
-        model, tokenizer = load_pretrained(model_source, device=device)
+    loaded = as_loaded(model_source, device)
+    model, tokenizer = loaded.network, loaded.tokenizer
     if model.stem is not None:
-        raise ConfigError("--model", str(model_source), reason="its convolutional stem (model.stem=conv) makes "
+        raise ConfigError(parameter("model"), str(loaded.source),
+                          reason="its convolutional stem (model.stem=conv) makes "
                           f"attention run over bins of {model.config.stem_factor} residues, and a contact map needs "
                           "one attention row per residue")
     stats = fit_contact_head(model, tokenizer, files, l1_c, progress=progress)

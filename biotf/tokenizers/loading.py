@@ -26,6 +26,7 @@ from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, check_options, regi
 from biotf.tokenizers.bpe import BPETokenizer
 from biotf.tokenizers.hf_directory import VOCABULARY_FILES, read_hf_tokenizer
 from biotf.untrusted import parse_json_object, read_text
+from biotf.naming import parameter
 
 
 def _plain(value: Any) -> Any:
@@ -92,7 +93,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
     for pair in pairs:
         key, equals, value = pair.partition("=")
         if not equals or not key:
-            raise ConfigError("--option", pair, allowed="KEY=VALUE")
+            raise ConfigError(parameter("tokenizer_options"), pair, allowed="KEY=VALUE")
         try:
             options[key] = json.loads(value)
         except (ValueError, RecursionError):  # not JSON (or nested past the parser): the string as given

@@ -12,6 +12,7 @@ from biotf.errors import ConfigError
 from biotf.conventions import CONF_DIR
 from biotf.tokenizers.base import Tokenizer, registered_tokenizers
 from biotf.tokenizers.loading import build_tokenizer, with_options
+from biotf.naming import parameter
 
 
 def presets() -> dict[str, Path]:
@@ -32,5 +33,5 @@ def resolve_tokenizer(spec: str, options: dict[str, Any]) -> Tokenizer:
         return build_tokenizer({**yaml.safe_load(preset.read_text(encoding="utf-8")), **options})
     if spec not in registered_tokenizers():
         names = sorted({*presets(), *registered_tokenizers()})
-        raise ConfigError("--tokenizer", spec, allowed=f"{', '.join(names)} or a saved tokenizer path")
+        raise ConfigError(parameter("tokenizer"), spec, allowed=f"{', '.join(names)} or a saved tokenizer path")
     return build_tokenizer({"kind": spec, **options})

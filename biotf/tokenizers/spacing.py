@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from biotf.errors import ConfigError, InputError, TokenizationError, check_choice
 from biotf.tokenizers.base import PolicyStats
+from biotf.naming import parameter
 
 SPACINGS = ("auto", "none", "residues", "overlapping-kmers")
 RARE_POLICIES = ("keep", "to_x", "error")
@@ -97,7 +98,8 @@ class Spacing:
                 raise InputError(f"{'record ' + repr(record) if record is not None else 'a text'} is a plain "
                                  f"sequence, but the vocabulary reads {self.k}-mers typed with spaces and cannot tell "
                                  f"how to cut it: set the tokenizer option {SPACING_OPTION}=overlapping-kmers "
-                                 f"(`--option {SPACING_OPTION}=overlapping-kmers`: DNABERT's every k-mer at stride 1), "
+                                 f"(`{parameter('tokenizer_options')} {SPACING_OPTION}=overlapping-kmers`: DNABERT's every k-mer "
+                                 "at stride 1), "
                                  "or type the k-mers with spaces")
             typed.append(text)
         if stats is not None and self.mode in ("residues", "overlapping-kmers") and typed:

@@ -39,7 +39,10 @@ def command_line(*words: str | Path) -> str:
     return shlex.join(str(word) for word in words)
 
 
-def reader_words(column: str | None, id_column: str | None) -> list[str]:
-    """`--column C --id-column I` (those set): a biotf command reads the run's data file as training read it."""
-    return [word for flag, value in (("--column", column), ("--id-column", id_column)) if value
-            for word in (flag, value)]
+def data_command(verb: str, run_dir: Path, data_path: str | Path, column: str | None, id_column: str | None,
+                 output: Path) -> str:
+    """`biotf <verb> --model RUN --input DATA [--column C] [--id-column I] --output OUT`: a biotf command that reads
+    the run's data file as training read it (the one module whose text is whole command lines, so it spells flags)."""
+    reader = [word for flag, value in (("--column", column), ("--id-column", id_column)) if value
+              for word in (flag, value)]
+    return command_line("biotf", verb, "--model", run_dir, "--input", data_path, *reader, "--output", output)

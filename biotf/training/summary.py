@@ -16,7 +16,7 @@ from pathlib import Path
 from biotf.io.atomic import atomic_write_text
 from biotf.model import Transformer
 from biotf.tokenizers.base import Tokenizer
-from biotf.training.hints import command_line, reader_words
+from biotf.training.hints import command_line, data_command
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_TEXT = "summary.txt"
@@ -92,7 +92,5 @@ def next_steps(run_dir: Path, data_path: str, column: str | None = None, id_colu
     return "\n".join([
         f"run directory: {run_dir}",
         f"export it:     {command_line('biotf', 'export-model', run_dir, run_dir / 'export')}",
-        "embed with it: " + command_line("biotf", "embed", "--model", run_dir, "--input", data_path,
-                                         *reader_words(column, id_column),
-                                         "--output", run_dir / "embeddings.h5ad"),
+        "embed with it: " + data_command("embed", run_dir, data_path, column, id_column, run_dir / "embeddings.h5ad"),
     ])

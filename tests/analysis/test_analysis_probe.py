@@ -102,9 +102,9 @@ def test_unparsable_smiles_refused_naming_the_option_or_left_out_of_every_row():
     classes = np.array([n % 2 for n in range(31)])
     arrays = {"embeddings": np.eye(2)[classes] * 3 + rng.normal(size=(31, 2))}
     ids = np.array([f"m{i}" for i in range(31)])
-    with pytest.raises(InputError, match=r"\(record 'm30'\); set --invalid-smiles skip to leave such records out"):
+    with pytest.raises(InputError, match=r"\(record 'm30'\); set invalid_smiles=skip to leave such records out"):
         run_probe(arrays, classes.astype(str), sequences, ids, "smiles", folds=3)
     report = run_probe(arrays, classes.astype(str), sequences, ids, "smiles", folds=3, invalid_smiles="skip")
     assert report.n_records == 30 and report.unparsable == ["m30"]
-    assert report.dropped == {"SMILES RDKit cannot parse (--invalid-smiles skip)": 1}
+    assert report.dropped == {"SMILES RDKit cannot parse (invalid_smiles='skip')": 1}
     assert [row.name for row in report.rows][1].startswith("baseline: Morgan")

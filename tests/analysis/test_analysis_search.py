@@ -304,5 +304,5 @@ def test_evaluate_lists_unparsable_smiles_or_refuses_them_naming_the_option():
     report = knn_agreement(vectors, labels, smiles, ids, "smiles", [1])  # skip: as search evaluate always did
     assert report.unparsable == ["r5"] and report.n_queries == 5
     assert report.left_out == {"records without a Morgan fingerprint (RDKit cannot parse)": 1}
-    with pytest.raises(InputError, match=r"\(record 'r5'\); set --invalid-smiles skip to leave such records out"):
+    with pytest.raises(InputError, match=r"\(record 'r5'\); set invalid_smiles=skip to leave such records out"):
         knn_agreement(vectors, labels, smiles, ids, "smiles", [1], invalid_smiles="error")

@@ -40,11 +40,11 @@ def test_settings_parse_and_refuse():
                                           "positions": "alibi,rope"})
     assert (settings.eval_contexts, settings.train_context, settings.positions) == ((1024, 4096), 512,
                                                                                     ("alibi", "rope"))
-    with pytest.raises(ConfigError, match="--set.*'context'.*allowed: train_genome"):
+    with pytest.raises(ConfigError, match="invalid settings=.*'context'.*allowed: train_genome"):
         annotation.parse_settings({"context": "5"})
-    with pytest.raises(ConfigError, match="--set train_context.*'4k'.*one int value|int values"):
+    with pytest.raises(ConfigError, match="invalid settings.train_context.*'4k'.*one int value|int values"):
         annotation.parse_settings({"train_context": "4k"})
-    with pytest.raises(ConfigError, match="--set positions.*'relative'.*alibi"):
+    with pytest.raises(ConfigError, match="invalid settings.positions.*'relative'.*alibi"):
         annotation.parse_settings({"positions": "relative"})
     with pytest.raises(ConfigError, match="experiment extrapolation takes none.*genome-annotation"):
         run_experiment("extrapolation", "unused", (0,), settings={"train_context": "5"})
@@ -54,7 +54,7 @@ def test_a_rerun_with_another_held_out_region_is_refused(tmp_path):
     settings = annotation.Settings()
     annotation.check_same_data(tmp_path, settings)
     annotation.check_same_data(tmp_path, annotation.parse_settings({"eval_contexts": "512"}, settings))  # may change
-    with pytest.raises(ConfigError, match="--set held_out_start.*holds an experiment made with 30000"):
+    with pytest.raises(ConfigError, match="invalid settings.held_out_start.*holds an experiment made with 30000"):
         annotation.check_same_data(tmp_path, annotation.parse_settings({"held_out_start": "0"}, settings))
 
 

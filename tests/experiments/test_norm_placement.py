@@ -44,7 +44,7 @@ def test_report_shows_warmup_gaps_and_divergence(tmp_path):
 def test_unknown_experiment_and_empty_seeds_are_refused(tmp_path, capsys):
     with pytest.raises(ConfigError, match="allowed: extrapolation | norm-placement"):
         run_experiment("attention", tmp_path, (0,))
-    with pytest.raises(ConfigError, match="--seeds"):
+    with pytest.raises(ConfigError, match="invalid seeds="):
         run_experiment("norm-placement", tmp_path, ())
     with pytest.raises(SystemExit):
         main(["experiment", "attention"])

@@ -66,7 +66,7 @@ def test_seeds_of_one_setting_share_a_group(sweep):
 def test_metric_names_accept_underscores_and_list_the_allowed_ones():
     assert metric_column("val_loss", ["train/loss", "val/loss"]) == "val/loss"
     assert metric_column("val/loss", ["val/loss"]) == "val/loss"
-    with pytest.raises(ConfigError, match=r"--metric='val_bleu'.*allowed: train/loss, val/loss"):
+    with pytest.raises(ConfigError, match=r"invalid metric='val_bleu'.*allowed: train/loss, val/loss"):
         metric_column("val_bleu", ["val/loss", "train/loss"])
 
 

@@ -130,7 +130,7 @@ def test_chunked_record_pools_each_token_once(tiny_encoder):
 def test_truncate_counts_and_error_names_the_record(tiny_encoder):
     (tokens,), stats = embed(tiny_encoder, records([40]), pool="none", long="truncate")
     assert stats.truncated == 1 and stats.truncated_tokens == 18 and tokens.positions.tolist() == list(range(22))
-    with pytest.raises(InputError, match=r"record 'r1'.*40 tokens.*--long chunk"):
+    with pytest.raises(InputError, match=r"record 'r1'.*40 tokens.*long='chunk'"):
         embed(tiny_encoder, records([3, 40]), long="error")
 
 

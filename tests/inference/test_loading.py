@@ -11,8 +11,8 @@ import torch
 from biotf.checkpoint import CHECKPOINT_KEY, checkpoint_payload, save_checkpoint
 from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.pretrained import GenerationDefaults
-from biotf.checkpoint.loading import MODEL_SOURCES, find_source
-from biotf.api import Model
+from biotf.checkpoint.loading import find_source
+from biotf.api import HF_SOURCE, Model
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import build_tokenizer
 
@@ -60,10 +60,12 @@ def test_a_masked_lm_is_refused_in_one_line(run_dir, tmp_path):
 
 
 def test_a_hugging_face_directory_brings_its_generation_config(tied_checkpoint, tied):
-    assert find_source(tied_checkpoint) is MODEL_SOURCES[-1]
+    assert find_source(tied_checkpoint).name == HF_SOURCE
     loaded = Model.load(tied_checkpoint, dtype="bfloat16")
-    model, tokenizer, defaults = loaded.network, loaded.tokenizer, loaded.generation
-    assert defaults == tied.defaults and tokenizer.fingerprint == tied.tokenizer.fingerprint
+    assert loaded.generation is None  # generation_config.json is read when generation is asked for, not at load
+    model, tokenizer, (_, defaults) = loaded.network, loaded.tokenizer, loaded.decoding()
+    assert defaults == tied.defaults and loaded.generation == tied.defaults
+    assert tokenizer.fingerprint == tied.tokenizer.fingerprint
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
 
 

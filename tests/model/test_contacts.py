@@ -14,7 +14,7 @@ from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.digest import content_crc32
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.attention_contacts import average_product_correct, predict_contacts, symmetrise
+from biotf.model.contacts import average_product_correct, predict_contacts, symmetrise
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 
 from test_hf_esm import batch as esm_batch
@@ -48,6 +48,7 @@ def test_the_contact_head_is_read_and_predicts_as_hf(random_esm):
     assert model.config.contact_head and model.num_parameters() == hf.num_parameters()
     ids, mask = esm_batch()
     assert_contacts_match(predict_contacts(model, ids, mask), hf_contacts(hf, ids, mask), mask)
+    assert_contacts_match(model.predict_contacts(ids, mask), hf_contacts(hf, ids, mask), mask)  # the trunk's method
     alone = predict_contacts(model, ids[2:, :6], mask[2:, :6])[0]  # padding changes nothing, on either side
     torch.testing.assert_close(alone, predict_contacts(model, ids, mask)[2], rtol=0, atol=1e-6)
     left = predict_contacts(model, ids[2:].roll(8, dims=1), mask[2:].roll(8, dims=1))[0]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from biotf.model import cross_entropy as loss_module
+from biotf.model import loss as loss_module
 from biotf.model.loss import linear_cross_entropy
 
 

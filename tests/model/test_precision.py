@@ -156,7 +156,7 @@ def test_a_broken_int8_scale_is_refused_in_one_line_naming_the_model(trained_mod
         biotf.Model.load(trained_model, precision="int8")
     message = str(refused.value)
     assert "\n" not in message and "precision int8 is refused for" in message and str(trained_model) in message
-    assert "--precision fp32" in message
+    assert "precision='fp32'" in message  # a Python caller; the command line reads --precision fp32
 
 
 def test_auto_tries_its_next_precision_when_one_fails_the_gate(trained_model, monkeypatch):

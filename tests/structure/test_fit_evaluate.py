@@ -267,3 +267,19 @@ def test_evaluate_and_fit_say_how_far_they_are_into_a_file(fitted, base, shared_
     lines = log.read_text().splitlines()
     assert "reading structures: 2/2 structures (100%)" in [line.split(",")[0] for line in lines]
     assert any(re.match(r"attention maps: 2/2 chains \(100%\)", line) for line in lines)
+
+
+def test_evaluate_loads_through_model_load_with_precision_and_option(fitted, shared_data, tmp_path, capsys):
+    """`contacts evaluate` loads as every command does (`biotf.Model.load`): `--option` reaches the tokenizer and
+    `--precision bf16` the network, whose long-range precision stays near fp32's."""
+    arguments = ["contacts", "evaluate", "--model", str(fitted / "model"), "--structures",
+                 str(shared_data / "structures"), "--list", str(fitted / "train.txt")]
+    assert main([*arguments, "--output", str(tmp_path / "fp32.tsv")]) == 0
+    assert main([*arguments, "--output", str(tmp_path / "bf16.tsv"), "--precision", "bf16",
+                 "--option", "unknown=to_unk"]) == 0, capsys.readouterr().err
+    fp32, bf16 = ([line.split("\t") for line in (tmp_path / name).read_text().splitlines()[1:]]
+                  for name in ("fp32.tsv", "bf16.tsv"))
+    assert [row[:4] for row in fp32] == [row[:4] for row in bf16]
+    assert max(abs(float(a[6]) - float(b[6])) for a, b in zip(fp32, bf16)) <= 0.1
+    assert main([*arguments, "--option", "unknown=sometimes"]) == 2
+    assert "--option unknown" in capsys.readouterr().err

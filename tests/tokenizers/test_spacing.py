@@ -88,7 +88,7 @@ def test_dnabert_needs_the_option_its_refusal_names(dnabert_dir, splice):
     assert tokenizer.spacing.mode == "none" and tokenizer.spacing.k == 6
     assert tokenizer.encode(overlapping_kmers(dna[0], 6)) == reference(overlapping_kmers(dna[0], 6))["input_ids"]
     with pytest.raises(InputError, match=r"record 'r1' is a plain sequence, .* reads 6-mers typed with spaces .*"
-                                         r"--option spacing=overlapping-kmers"):
+                                         r"tokenizer_options spacing=overlapping-kmers"):
         tokenizer.encode(dna[0], record="r1")
     kmers, stats = with_options(tokenizer, {"spacing": "overlapping-kmers"}), PolicyStats()
     expected = reference([overlapping_kmers(s, 6) for s in dna])["input_ids"]

@@ -25,6 +25,7 @@ from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.data.splits import sides_of
 from biotf.errors import ConfigError, InputError
 from biotf.io.embeddings import read_embeddings
+from biotf.naming import parameter
 
 
 @dataclass
@@ -138,7 +139,7 @@ def evaluate_embeddings(path: str | Path, label: str, label_pattern: str | None,
     the lines it prints: what was evaluated, what was left out, the table."""
     table = read_embeddings(path)
     if array not in table.arrays:
-        raise ConfigError("--array", array, allowed=", ".join(table.arrays))
+        raise ConfigError(parameter("array"), array, allowed=", ".join(table.arrays))
     kind = table.info.get("tokenizer") if classical == "auto" else classical
     if classical == "auto" and kind not in KINDS:
         kind = None  # text and other kinds have no classical neighbour: the embeddings' row alone

@@ -19,6 +19,7 @@ import numpy as np
 from biotf.analysis.baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies)
 from biotf.chemistry import fingerprint_bits, molecules
 from biotf.errors import ConfigError, InputError
+from biotf.naming import parameter
 
 KMER_SIZES = {"protein": (AMINO_ACIDS, 3), "dna": (NUCLEOTIDES, 5)}
 KINDS = ("smiles", *KMER_SIZES)
@@ -36,10 +37,10 @@ def classical_sets(kind: str, sequences: Sequence[str], ids: Sequence[str],
     """(0/1 rows of the usable records, a mask of which records are usable) for tokenizer kind `kind`; a SMILES
     RDKit cannot parse is not usable (`invalid_smiles` "skip") or refused in one line ("error", `--invalid-smiles`)."""
     if kind not in KINDS:
-        raise ConfigError("--classical", kind, allowed=" | ".join([*KINDS, "none"]),
+        raise ConfigError(parameter("classical"), kind, allowed=" | ".join([*KINDS, "none"]),
                           reason="no classical neighbour for this kind of sequence")
     if kind == "smiles":
-        parsed, _ = molecules(sequences, ids, invalid_smiles, "--invalid-smiles")
+        parsed, _ = molecules(sequences, ids, invalid_smiles, parameter("invalid_smiles"))
         usable = np.array([mol is not None for mol in parsed], bool)
         if not usable.any():
             raise InputError("no SMILES of the file can be parsed by RDKit: no Morgan fingerprints to compare")

@@ -41,6 +41,7 @@ from biotf.analysis.search import KINDS, METRICS
 from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.io.atomic import atomic_directory, atomic_write, atomic_write_text, save_array
 from biotf.errors import ConfigError, InputError
+from biotf.naming import given, parameter
 from biotf.io.outputs import check_new_directory, hold
 from biotf.io.embeddings import EmbeddingTable, read_embeddings
 from biotf.progress import reporting
@@ -58,8 +59,8 @@ def _faiss():
     try:
         import faiss
     except ImportError:
-        raise InputError("an approximate index needs faiss: pip install 'biotf[search]' (or --index-type exact)") \
-            from None
+        raise InputError(f"an approximate index needs faiss: pip install 'biotf[search]' "
+                         f"(or {given('kind', 'exact')})") from None
     return faiss
 
 
@@ -137,11 +138,11 @@ class SearchIndex:
 
     def check_metric(self, metric: str) -> None:
         if metric not in METRICS:
-            raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
+            raise ConfigError(parameter("metric"), metric, allowed=" | ".join(METRICS))
         if self.kind == "approx" and metric != self.meta["metric"]:
-            raise ConfigError("--metric", metric, allowed=self.meta["metric"],
+            raise ConfigError(parameter("metric"), metric, allowed=self.meta["metric"],
                               reason=f"the approximate index {self.directory} was built for {self.meta['metric']} "
-                                     "(build another, or use --index-type exact)")
+                                     f"(build another, or use {given('kind', 'exact')})")
 
     def prepared(self, metric: str) -> np.ndarray:
         """The stored vectors as `exact_search` compares them under `metric` (computed once)."""
@@ -225,7 +226,7 @@ def index_files(directory: Path, meta: dict[str, Any]) -> list[str]:
 def _embedding_rows(path: str | Path, array: str) -> tuple[EmbeddingTable, np.ndarray]:
     table = read_embeddings(path)
     if array not in table.arrays:
-        raise ConfigError("--array", array, allowed=", ".join(table.arrays), reason=f"not in {path}")
+        raise ConfigError(parameter("array"), array, allowed=", ".join(table.arrays), reason=f"not in {path}")
     vectors = np.ascontiguousarray(table.arrays[array], np.float32)
     seen: dict[str, int] = {}
     for position, name in enumerate(table.ids):
@@ -282,11 +283,11 @@ def build_from_arrays(directory: str | Path, vectors: np.ndarray, ids: list[str]
     """`build_index` of vectors in memory (unique `ids`; `info`: the embedding file's metadata); `progress`: the
     approximate index's records added, on stderr (`biotf.progress`), HNSW_ADD_ROWS at a time."""
     if kind not in KINDS:
-        raise ConfigError("--index-type", kind, allowed=" | ".join(KINDS))
+        raise ConfigError(parameter("kind"), kind, allowed=" | ".join(KINDS))
     if metric not in METRICS:
-        raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
+        raise ConfigError(parameter("metric"), metric, allowed=" | ".join(METRICS))
     directory = Path(directory)
-    with hold(directory, "--output"):  # another build into the same directory is refused, an add waits for it
+    with hold(directory, parameter("directory")):  # another build into the same directory is refused, an add waits for it
         return _build(directory, vectors, ids, info, kind, metric, array, sources, progress)
 
 
@@ -332,7 +333,7 @@ def add_records(directory: str | Path, embeddings: str | Path, array: str | None
 
     The index is held for the whole add: a second add (or a build) on it meanwhile waits its turn, after calling
     `waiting()` to say so, then adds to what the first one wrote (two adds of 30 records to 200: 260, not 230)."""
-    with hold(Path(directory), "--index", waiting=waiting):
+    with hold(Path(directory), parameter("directory"), waiting=waiting):
         return _add(directory, embeddings, array)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from biotf.analysis.search import METRICS
 from biotf.chemistry import tanimoto
 from biotf.errors import ConfigError, InputError
+from biotf.naming import given, parameter
 
 QUERY_BLOCK, BASE_BLOCK = 1024, 16384
 
@@ -36,7 +37,7 @@ def unit_rows(vectors: np.ndarray, ids: Sequence[str] | None = None, what: str =
     if len(bad):
         name = repr(str(ids[bad[0]])) if ids is not None else f"row {bad[0]}"
         raise InputError(f"{what} {name} is {'zero' if norms[bad[0]] == 0 else 'not finite'}: cosine similarity "
-                         f"is undefined ({len(bad)} such row(s); use --metric l2 or leave them out)")
+                         f"is undefined ({len(bad)} such row(s); use {given('metric', 'l2')} or leave them out)")
     return vectors / norms[:, None]
 
 
@@ -48,7 +49,7 @@ def prepare(vectors: np.ndarray, metric: str, ids: Sequence[str] | None = None, 
     if metric == "jaccard":
         return (np.asarray(vectors) != 0).astype(np.float32)
     if metric != "l2":
-        raise ConfigError("--metric", metric, allowed=" | ".join(METRICS))
+        raise ConfigError(parameter("metric"), metric, allowed=" | ".join(METRICS))
     vectors = np.asarray(vectors, np.float32)
     bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
     if len(bad):

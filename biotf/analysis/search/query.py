@@ -22,6 +22,7 @@ from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError, InputError
 from biotf.export.embed import EmbedOptions, EmbedStats
 from biotf.io.outputs import output_format
+from biotf.naming import parameter, parameters
 from biotf.io.tables import TABLE_FORMATS, write_table
 
 HIT_COLUMNS = ("query", "rank", "id", "score")
@@ -37,7 +38,7 @@ class Queries:
 def id_queries(index: SearchIndex, ids: Sequence[str]) -> Queries:
     missing = next((name for name in ids if name not in index.row_of), None)
     if missing is not None:
-        raise InputError(f"--ids: unknown id {missing!r} (not in the index {index.directory})")
+        raise InputError(f"{parameter('ids')}: unknown id {missing!r} (not in the index {index.directory})")
     rows = [index.row_of[name] for name in ids]
     return Queries(list(ids), index.vectors[rows], [[row] for row in rows])
 
@@ -57,8 +58,8 @@ def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_
     info = index.info
     if not info.get("model_fingerprint"):
         raise InputError(f"the index {index.directory} was built from embeddings without a model fingerprint (written "
-                         "by an older biotf embed): re-embed them with this biotf to query by sequence (--ids and "
-                         "--expression work)")
+                         f"by an older biotf embed): re-embed them with this biotf to query by sequence "
+                         f"({parameter('ids')} and {parameter('expressions')} work)")
     options = EmbedOptions(pool=info["pool"], layer=array_layer(info, index.meta["array"]), batch_tokens=batch_tokens,
                            max_length=info.get("max_length"), long=info.get("long", "chunk"),
                            overlap=info.get("overlap"), pool_specials=info.get("pool_specials", False),
@@ -66,7 +67,7 @@ def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_
     embedder, query_info = open_embedder(model, options, device, info.get("tokenizer_options") or {})
     for key, what in (("model_fingerprint", "model"), ("tokenizer_fingerprint", "tokenizer")):
         if query_info[key] != info.get(key):
-            raise InputError(f"--model {query_info['model']}: its {what} fingerprint {query_info[key]} differs from the index's "
+            raise InputError(f"{parameter('model')} {query_info['model']}: its {what} fingerprint {query_info[key]} differs from the index's "
                              f"{info.get(key)} (the index holds embeddings of {info.get('model')}): queries must be "
                              "embedded by the same model and tokenizer")
     stats = EmbedStats()
@@ -91,21 +92,23 @@ def hits(index: SearchIndex, queries: Queries, k: int, metric: str,
 
 def check_query(ids: Sequence[str] | None, expressions: Sequence[str] | None, input_path: Path | None,
                 model: str | None, k: int, ef_search: int | None, output: Path) -> None:
-    """Refuse anything but exactly one query form (--model with --input alone), a bad -k or --ef-search, or an
+    """Refuse anything but exactly one query form (`model` with `input_path` alone), a bad `k` or `ef_search`, or an
     output extension no table has, before anything is read."""
-    forms = [flag for flag, value in (("--ids", ids), ("--expression", expressions), ("--input", input_path))
-             if value is not None]
+    forms = [parameter(name) for name, value in (("ids", ids), ("expressions", expressions),
+                                                 ("input_path", input_path)) if value is not None]
     if len(forms) != 1:
-        raise ConfigError("--ids|--expression|--input", " and ".join(forms) or "none",
-                          reason="give exactly one query form", allowed="--ids, --expression or --input")
+        raise ConfigError(parameters("ids", "expressions", "input_path"), " and ".join(forms) or "none",
+                          reason="give exactly one query form",
+                          allowed=f"{parameter('ids')}, {parameter('expressions')} or {parameter('input_path')}")
     if input_path is not None and model is None:
-        raise ConfigError("--model", None, required_with="--input")
+        raise ConfigError(parameter("model"), None, required_with=parameter("input_path"))
     if input_path is None and model is not None:
-        raise ConfigError("--model", model, reason="only sequence queries (--input) are embedded")
+        raise ConfigError(parameter("model"), model,
+                          reason=f"only sequence queries ({parameter('input_path')}) are embedded")
     if k < 1:
-        raise ConfigError("-k", k, allowed="an integer >= 1")
+        raise ConfigError(parameter("k"), k, allowed="an integer >= 1")
     if ef_search is not None and ef_search < 1:
-        raise ConfigError("--ef-search", ef_search, allowed="an integer >= 1")
+        raise ConfigError(parameter("ef_search"), ef_search, allowed="an integer >= 1")
     output_format(output, TABLE_FORMATS)
 
 

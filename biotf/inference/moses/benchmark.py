@@ -33,6 +33,7 @@ from biotf.inference.moses.reference import (DEFAULT_CACHE_DIR, Loaded, SmilesFi
 from biotf.progress import counting, reporting
 from biotf.tokenizers.base import PolicyStats
 from biotf.conventions import counted
+from biotf.naming import parameter
 
 UNIQUE_AT = (1000, 10000)
 COUNTS = ("rows", "invalid", "duplicates")  # rows that are counts of molecules, not metrics
@@ -151,7 +152,7 @@ def evaluate_file(path: str | Path, options: ReaderOptions, tests: dict[str, str
 
 def write_metrics(path: str | Path, evaluation: Evaluation) -> Path:
     """The metric rows as TSV (metric, value, molecules, note) or JSON, by extension, all or nothing."""
-    if output_format(path, METRIC_FORMATS, "--output") == ".tsv":
+    if output_format(path, METRIC_FORMATS, parameter("output")) == ".tsv":
         return write_rows(path, COLUMNS, metric_rows(evaluation))
     document = {"metrics": {row.metric: None if math.isnan(row.value) else row.value for row in evaluation.rows},
                 "molecules": {row.metric: row.molecules for row in evaluation.rows},
@@ -191,7 +192,7 @@ def checked_cache_dir(cache_dir: str | Path | None) -> Path:
     cache_dir = Path(cache_dir or DEFAULT_CACHE_DIR)
     blocking = next((path for path in (cache_dir, *cache_dir.parents) if path.exists()), None)
     if blocking is not None and not blocking.is_dir():
-        raise ConfigError("--cache-dir", str(cache_dir), reason=f"{blocking} is a file, not a directory",
+        raise ConfigError(parameter("cache_dir"), str(cache_dir), reason=f"{blocking} is a file, not a directory",
                           allowed="a directory, made if missing")
     return cache_dir
 

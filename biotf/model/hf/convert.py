@@ -20,6 +20,7 @@ from biotf.model.hf.family import CONFIG_FIELD_TYPES
 from biotf.untrusted import wrong_types
 from biotf.model.hf.weights import (CONFIG_FILE, WEIGHTS_FILE, hf_object_config_and_weights, read_hf_config,
                                    read_weights)
+from biotf.naming import parameter
 
 # biotf's Transformer, which `Transformer.from_hf` / `to_hf` hand in: this package never imports transformer.py,
 # which calls into it.
@@ -119,7 +120,7 @@ def check_hf_writable(config: TransformerConfig) -> None:
     Face equivalent (every family's `check_holds` would refuse it too, one family at a time)."""
     if config.stem != "none":
         raise ConfigError("model.stem", config.stem, "none", reason="no Hugging Face architecture has a convolutional "
-                          "stem; save the model in biotf's own format (biotf export-model without --hf)")
+                          f"stem; save the model in biotf's own format (biotf export-model without {parameter('hf')})")
 
 
 def save_hf(model: nn.Module, directory: str | PathLike, model_type: str | None = None) -> None:

@@ -2,7 +2,10 @@
 learners"): every layer x head attention map, restricted to residue pairs, is symmetrised (A + A^T) and
 corrected by the average product (APC: F - F_i. F_.j / F_..), and a logistic regression over the n_layers x
 n_heads maps gives each residue pair's contact probability. ESM-2 checkpoints ship that regression
-(`contact_head.regression`); HF's `EsmForMaskedLM.predict_contacts` applies it, and so does `predict_contacts`.
+(`contact_head.regression`, `ContactHead`, which a Transformer holds when `contact_head: true`); HF's
+`EsmForMaskedLM.predict_contacts` applies it, and so do `predict_contacts` and the method
+`Transformer.predict_contacts`.
+The functions take the transformer without importing its module, which imports this one for the head.
 
 The maps are streamed: each layer's are reduced into the regression's sum before the next layer runs, so memory
 holds one layer's batch x heads x T x T float32 maps (prediction reduces them in place, `weighted_features`; fitting
@@ -15,9 +18,18 @@ from collections.abc import Iterator
 
 import torch
 
+from torch import nn
+
 from biotf.errors import ConfigError
-from biotf.model.contact_head import ContactHead
-from biotf.model.transformer import Transformer
+from biotf.model.config import TransformerConfig
+
+class ContactHead(nn.Module):
+    """The regression: one weight per (layer, head) map, layer-major as HF and fair-esm order them, and a bias."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.n_layers, self.n_heads = config.n_layers, config.n_heads
+        self.regression = nn.Linear(config.n_layers * config.n_heads, 1)
 
 
 def symmetrise(maps: torch.Tensor) -> torch.Tensor:
@@ -57,7 +69,7 @@ def weighted_features(maps: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return summed + summed.transpose(-1, -2) - torch.einsum("bhi,bhj->bij", scaled, sums)
 
 
-def contact_features(model: Transformer, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+def contact_features(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                      residue_mask: torch.Tensor) -> Iterator[torch.Tensor]:
     """Per layer, its (batch, heads, T, T) float32 APC(symmetrised attention) maps over residue pairs (0 at every
     pair with a non-residue position), yielded one layer at a time."""
@@ -69,7 +81,7 @@ def contact_features(model: Transformer, input_ids: torch.Tensor, attention_mask
 
 
 @torch.no_grad()
-def predict_contacts(model: Transformer, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+def predict_contacts(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      residue_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Each sequence's (L, L) float32 contact probabilities over its L residues (`residue_mask`: which positions
     are residues; default `esm_residues`, ESM's <cls> ... <eos> layout), from the model's contact head."""
@@ -92,7 +104,7 @@ def predict_contacts(model: Transformer, input_ids: torch.Tensor, attention_mask
     return [row[keep][:, keep] for row, keep in zip(probabilities, residue_mask.bool())]
 
 
-def attach_contact_head(model: Transformer, weight: torch.Tensor, bias: float) -> None:
+def attach_contact_head(model: nn.Module, weight: torch.Tensor, bias: float) -> None:
     """Give `model` (in place) a contact head with these regression numbers, `weight` layer-major (n_layers x n_heads
     values, as `ContactHead` orders them), and `contact_head: true` in its config, so that an export holds both."""
     config = model.config.replace(contact_head=True)

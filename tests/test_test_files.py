@@ -1,0 +1,150 @@
+"""Tests mirror the library: every module of `biotf/` (commands aside: `tests/commands/` and the command tests test
+them) has a test file of its name (`biotf/io/fasta.py` -> a `tests/**/test_fasta.py`), or an entry naming the test
+file that tests it: `TESTED_IN` (that file names the module or one of its names) or `EXERCISED_BY` (that file runs it
+through a command or its package, and how)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY, TESTS = ROOT / "biotf", ROOT / "tests"
+
+# Modules whose tests live in a file named after something else, and that file (under tests/).
+TESTED_IN = {
+    "__main__.py": "commands/test_cli.py",
+    "analysis/baselines.py": "analysis/test_analysis_baselines.py",
+    "analysis/labels.py": "analysis/test_analysis_probe.py",
+    "analysis/plot.py": "analysis/test_analysis_plot.py",
+    "analysis/scales.py": "analysis/test_tokens.py",
+    "analysis/search/agreement.py": "analysis/test_analysis_search.py",
+    "analysis/search/classical.py": "analysis/test_analysis_search.py",
+    "analysis/search/expression.py": "analysis/test_analysis_search.py",
+    "analysis/search/index.py": "analysis/test_analysis_search.py",
+    "analysis/search/neighbours.py": "analysis/test_analysis_search.py",
+    "analysis/search/query.py": "analysis/test_analysis_search.py",
+    "checkpoint/digest.py": "model/test_contacts.py",
+    "checkpoint/format.py": "checkpoint/test_checkpoint.py",
+    "checkpoint/store.py": "checkpoint/test_checkpoint.py",
+    "checkpoint/task_export.py": "finetune/test_finetune_export.py",
+    "checkpoint/task_model.py": "checkpoint/test_checkpoint.py",
+    "conventions.py": "commands/test_sharded_launch.py",
+    "data/collators.py": "data/test_data_collators.py",
+    "data/datasets.py": "data/test_clm_document_masking.py",
+    "data/labels.py": "analysis/test_analysis_plot.py",
+    "data/prepare.py": "data/test_data_prepare.py",
+    "data/token_cache.py": "data/test_cache_pinned.py",
+    "data/windows.py": "export/test_export_embed.py",
+    "entry/train.py": "training/test_training_multinode.py",
+    "experiments/annotation_anchors.py": "experiments/test_annotation_scores.py",
+    "finetune/features.py": "finetune/test_finetune_features.py",
+    "finetune/labelled.py": "finetune/test_finetune.py",
+    "finetune/module.py": "finetune/test_finetune.py",
+    "finetune/results.py": "finetune/test_finetune_results.py",
+    "finetune/run.py": "commands/test_esmc_jobs.py",
+    "inference/chat.py": "inference/test_generate.py",
+    "inference/fast/decoding.py": "inference/test_fast_decoding.py",
+    "inference/fast/layout.py": "inference/test_fast_decoding.py",
+    "inference/fast/linear.py": "inference/test_fast_decoding.py",
+    "inference/fast/plan.py": "inference/test_fast_decoding.py",
+    "inference/generate_job.py": "test_naming.py",
+    "inference/generation.py": "inference/test_generate.py",
+    "inference/moses/chemnet.py": "inference/test_moses_metrics.py",
+    "inference/moses/filters.py": "inference/test_moses_metrics.py",
+    "inference/pretrained.py": "inference/test_esm_checkpoint.py",
+    "inference/validity.py": "inference/test_smiles_clm.py",
+    "io/atomic.py": "checkpoint/test_checkpoint.py",
+    "io/duplicates.py": "data/test_fasta_blocks.py",
+    "io/embeddings.py": "analysis/test_analysis_probe.py",
+    "io/fasta.py": "data/test_fasta_blocks.py",
+    "io/readers.py": "analysis/test_analysis_search.py",
+    "model/attention.py": "model/test_attention_mask.py",
+    "model/block.py": "finetune/test_finetune.py",
+    "model/hf/bert.py": "model/test_hf_bert.py",
+    "model/hf/encoder.py": "export/test_hf_encoders.py",
+    "model/hf/esmc.py": "model/test_hf_esmc.py",
+    "model/hf/llama.py": "model/test_hf_decoders.py",
+    "model/hf/weights.py": "reliability/test_safe_loading.py",
+    "model/mlp.py": "model/test_hf_esmc.py",
+    "model/modes.py": "finetune/test_finetune.py",
+    "scoring/batching.py": "scoring/test_scoring_packing.py",
+    "structure/contact_files.py": "structure/test_contacts_command.py",
+    "structure/contact_precision.py": "structure/test_fit_evaluate.py",
+    "structure/fit.py": "structure/test_fit_evaluate.py",
+    "tokenizers/base.py": "commands/test_tokenize.py",
+    "training/callbacks.py": "training/test_training_rundir.py",
+    "training/hints.py": "training/test_printed_commands.py",
+    "training/module.py": "reliability/test_faults.py",
+    "training/optim.py": "training/test_training_units.py",
+    "training/run.py": "checkpoint/test_checkpoint.py",
+    "training/rundir.py": "finetune/test_finetune_resume.py",
+    "training/summary.py": "training/test_printed_commands.py",
+}
+
+# Modules exercised only through a command or their package (no test names them), the test file that does, and how.
+EXERCISED_BY = {
+    "export/files.py": ("commands/test_embed.py", "biotf embed's job (embed_file)"),
+    "export/pooling.py": ("export/test_export_embed.py", "the pooling of every embedding"),
+    "export/sentence_transformers.py": ("commands/test_embed_sentence_transformers.py", "embed of such directories"),
+    "finetune/batches.py": ("finetune/test_finetune.py", "the batches of every fine-tuning run"),
+    "inference/fast/products.py": ("inference/test_fast_decoding.py", "the decoding plan's matrix products"),
+    "inference/moses/benchmark.py": ("inference/test_moses_command.py", "biotf generate evaluate"),
+    "io/npz.py": ("export/test_export_writers.py", "every .npz an embedding writer writes"),
+    "io/tables.py": ("analysis/test_analysis_search.py", "the hit tables of biotf search query"),
+    "lazy.py": ("test_api.py", "biotf's lazy top-level names"),
+    "model/head.py": ("model/test_transformer.py", "the LM head of every Transformer"),
+    "model/hf/bloom.py": ("model/test_hf_decoders.py", "the BLOOM family, read and written"),
+    "model/hf/convert.py": ("commands/test_export_model_hf.py", "biotf export-model --hf"),
+    "model/hf/esm.py": ("inference/test_esm_checkpoint.py", "ESM-2 directories read"),
+    "model/hf/families.py": ("model/test_hf_decoders.py", "the table of Hugging Face families"),
+    "model/hf/family.py": ("model/test_hf_decoders.py", "each Hugging Face family's reader"),
+    "model/hf/gpt2.py": ("model/test_hf_decoders.py", "the GPT-2 family, read and written"),
+    "scoring/baselines.py": ("scoring/test_score_command.py", "biotf score's substitution baseline"),
+    "scoring/files.py": ("scoring/test_score_command.py", "biotf score's job (score_file)"),
+    "scoring/variant_files.py": ("scoring/test_mutations.py", "variant files read by biotf score"),
+    "structure/formats.py": ("structure/test_contacts_command.py", "the contact-map files biotf contacts writes"),
+    "tokenizers/_arrays.py": ("tokenizers/test_interface.py", "the array helpers of every tokenizer"),
+    "tokenizers/vocabulary.py": ("tokenizers/test_hf_directory.py", "Hugging Face vocabularies read"),
+    "training/datamodule.py": ("training/test_training_run.py", "the data of every training run"),
+    "training/finetune_config.py": ("finetune/test_finetune.py", "fine-tuning configs"),
+    "training/metrics_log.py": ("training/test_training_run.py", "metrics.csv of every run"),
+}
+
+
+def library_modules() -> list[str]:
+    return sorted(path.relative_to(LIBRARY).as_posix() for path in LIBRARY.rglob("*.py")
+                  if path.name != "__init__.py" and path.relative_to(LIBRARY).parts[0] != "commands")
+
+
+def named_test_files() -> set[str]:
+    return {path.name for path in TESTS.rglob("test_*.py")}
+
+
+def uses(test_file: Path, module: str) -> bool:
+    """Whether `test_file` names `module` (its dotted path) or one of its public top-level names."""
+    text = test_file.read_text(encoding="utf-8")
+    dotted = "biotf." + module.removesuffix(".py").replace("/", ".")
+    if dotted in text or module == "__main__.py":
+        return True
+    tree = ast.parse((LIBRARY / module).read_text(encoding="utf-8"))
+    names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    names += [target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+              if isinstance(target, ast.Name)]
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in names if not name.startswith("__"))
+
+
+def test_every_library_module_has_its_test_file_or_names_the_one_that_tests_it():
+    named = named_test_files()
+    untested = [module for module in library_modules()
+                if f"test_{Path(module).stem}.py" not in named and module not in TESTED_IN | EXERCISED_BY]
+    assert untested == []
+
+
+def test_every_stated_test_file_exists_uses_its_module_and_is_still_needed():
+    named, stated = named_test_files(), {**TESTED_IN, **{module: test for module, (test, _) in EXERCISED_BY.items()}}
+    assert [module for module in stated if not (LIBRARY / module).is_file()] == []  # a module gone: drop its entry
+    assert [module for module in stated if f"test_{Path(module).stem}.py" in named] == []  # it has its own now
+    assert [test for test in stated.values() if not (TESTS / test).is_file()] == []
+    assert [f"{module}: {test}" for module, test in TESTED_IN.items() if not uses(TESTS / test, module)] == []
