@@ -49,7 +49,7 @@ from biotf.conventions import PRECISIONS
 from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.assays import AssaySummary, PublishedTable, assay_table
 from biotf.scoring.files import ScoreSummary, sequence_rows
-from biotf.scoring.metrics import METRICS
+from biotf.scoring.fitness_metrics import METRICS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contact_files import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
 from biotf.tokenizers.base import Tokenizer

@@ -65,7 +65,7 @@ def test_a_search_query_names_its_parameters_to_python_and_its_flags_to_the_comm
                                  "query form (allowed: ids, expressions or input_path)")
     assert main(["search", "query", "--index", str(tmp_path), "--expression", "a + b", "--input",
                  str(tmp_path / "q.fasta"), "--output", str(tmp_path / "hits.tsv")]) == 2
-    assert capsys.readouterr().err == ("biotf search: error: invalid --ids|--expression|--input='--expression and "
+    assert capsys.readouterr().err == ("biotf search query: error: invalid --ids|--expression|--input='--expression and "
                                        "--input': give exactly one query form (allowed: --ids, --expression or "
                                        "--input)\n")
     assert main(["search", "query", "--index", str(tmp_path), "--ids", "a", "-k", "0", "--output",

@@ -31,6 +31,7 @@ TESTED_IN = {
     "checkpoint/task_export.py": "finetune/test_finetune_export.py",
     "checkpoint/task_model.py": "checkpoint/test_checkpoint.py",
     "conventions.py": "commands/test_sharded_launch.py",
+    "devices.py": "reliability/test_api_arguments.py",
     "data/collators.py": "data/test_data_collators.py",
     "data/datasets.py": "data/test_clm_document_masking.py",
     "data/labels.py": "analysis/test_analysis_plot.py",
@@ -66,9 +67,12 @@ TESTED_IN = {
     "model/hf/encoder.py": "export/test_hf_encoders.py",
     "model/hf/esmc.py": "model/test_hf_esmc.py",
     "model/hf/llama.py": "model/test_hf_decoders.py",
+    "model/hf/albert.py": "model/test_hf_t5_albert.py",
+    "model/hf/t5.py": "model/test_hf_t5_albert.py",
     "model/hf/weights.py": "reliability/test_safe_loading.py",
     "model/mlp.py": "model/test_hf_esmc.py",
     "model/modes.py": "finetune/test_finetune.py",
+    "scoring/assays.py": "scoring/test_score_proteingym.py",
     "scoring/batching.py": "scoring/test_scoring_packing.py",
     "structure/contact_files.py": "structure/test_contacts_command.py",
     "structure/contact_precision.py": "structure/test_fit_evaluate.py",
@@ -80,6 +84,7 @@ TESTED_IN = {
     "training/optim.py": "training/test_training_units.py",
     "training/run.py": "checkpoint/test_checkpoint.py",
     "training/rundir.py": "finetune/test_finetune_resume.py",
+    "training/resumable.py": "training/test_training_rundir.py",
     "training/summary.py": "training/test_printed_commands.py",
 }
 

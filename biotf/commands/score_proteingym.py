@@ -27,7 +27,7 @@ from biotf.commands.output_options import add_overwrite_argument, add_progress_a
 
 
 def add_parser(forms: argparse._SubParsersAction, methods: tuple[str, ...]) -> None:
-    from biotf.scoring.metrics import METRICS
+    from biotf.scoring.fitness_metrics import METRICS
 
     parser = forms.add_parser("proteingym", help="ProteinGym assays into one table of per-assay metrics",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,7 +20,7 @@ SEQUENCE_METHODS = ("auto", "causal", "pll")  # the methods that score whole rec
 _EXPORTS = {
     "substitution_score": "baselines",
     "AssaySummary": "assays", "PublishedTable": "assays", "find_assays": "assays", "score_assays": "assays",
-    "METRICS": "metrics", "fitness_metrics": "metrics",
+    "METRICS": "fitness_metrics", "fitness_metrics": "fitness_metrics",
     "ScoreSummary": "files", "ScoreRun": "files", "score_file": "files", "score_variants_file": "files",
     "Mutation": "mutations", "Variant": "mutations", "apply": "mutations", "difference": "mutations",
     "make_variant": "mutations", "parse_code": "mutations", "parse_pos_ref_alt": "mutations",

@@ -9,8 +9,8 @@ Inputs, in ProteinGym's layout:
   `DMS_id` its name is (`<DMS_id>.csv[.gz]`). A listed file no row names is refused; a directory's other files,
   and the rows without a file, are counted in the summary, never scored silently or in part.
 Every variant of an assay is scored (`Scorer.variant_scores`) and the metrics computed on all of them
-(`biotf.scoring.metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `windows` (1 where the target fits
-the model; else the number of `biotf embed` windows it spans) and `window` (how it was read: `whole`, `centred` for
+(`biotf.scoring.fitness_metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `windows` (1 where the
+target fits the model; else the number of `biotf embed` windows it spans) and `window` (how it was read: `whole`, `centred` for
 masked-marginal with `ScoreOptions.window="centred"`, ProteinGym's window around each masked position, the default
 here, or `owned`: each position in the `biotf embed` window that owns it), `Spearman`,
 `AUC`, `MCC`, `NDCG`, `Top_recall`, then for each published column C the user names from a published table (ProteinGym's
@@ -36,9 +36,10 @@ from biotf.errors import ConfigError, InputError, TokenizationError
 from biotf.io.outputs import output_format
 from biotf.io.readers import Record, ReaderOptions, read_records, table_columns, with_source
 from biotf.io.tables import TABLE_FORMATS, write_table
+from biotf.naming import parameter
 from biotf.progress import reporting
 from biotf.scoring import METHODS
-from biotf.scoring.metrics import METRICS, fitness_metrics
+from biotf.scoring.fitness_metrics import METRICS, fitness_metrics
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.scoring.variant_files import read_variants
 from biotf.tokenizers.base import PolicyStats
@@ -123,14 +124,14 @@ class PublishedTable:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ConfigError("--reference-metric", self.metric, allowed=", ".join(METRICS))
+            raise ConfigError(parameter("reference_metric"), self.metric, allowed=", ".join(METRICS))
         if not self.columns:
-            raise ConfigError("--published", None, reason=f"name the columns of {self.path} to set beside biotf's",
-                              required_with="--reference-table")
+            raise ConfigError(parameter("published"), None, reason=f"name the columns of {self.path} to set beside "
+                              "biotf's", required_with=parameter("reference_table"))
         names = table_columns(self.path, ReaderOptions())
         missing = [c for c in self.columns if c not in names]
         if missing:
-            raise ConfigError("--published", ", ".join(missing), reason=f"{self.path} has no such column",
+            raise ConfigError(parameter("published"), ", ".join(missing), reason=f"{self.path} has no such column",
                               allowed=", ".join(n for n in names if n not in ("DMS ID", "DMS_id")))
         if self._id_column(names) is None:
             raise InputError(f"{self.path}: no 'DMS ID' or 'DMS_id' column naming the assays")

@@ -203,7 +203,7 @@ def assay_metrics(metadata: list[dict[str, str]], scores: list[float]) -> str:
     `DMS_score_bin`) columns: what a reader compares with its tables; why not, where they cannot be computed."""
     if not metadata or "DMS_score" not in metadata[0]:
         return ""
-    from biotf.scoring.metrics import fitness_metrics
+    from biotf.scoring.fitness_metrics import fitness_metrics
 
     bins = [m["DMS_score_bin"] for m in metadata] if "DMS_score_bin" in metadata[0] else None
     try:

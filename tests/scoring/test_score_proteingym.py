@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from biotf.cli import main
-from biotf.scoring.metrics import fitness_metrics
+from biotf.scoring.fitness_metrics import fitness_metrics
 from forked_process import Forked
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "proteins" / "proteingym"

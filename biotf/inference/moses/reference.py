@@ -25,6 +25,7 @@ from biotf.io.atomic import atomic_write
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError, InputError
 from biotf.inference.moses import chemnet, metrics
+from biotf.naming import parameter
 from biotf.progress import counting, reporting
 from biotf.tokenizers.base import PolicyStats
 from biotf.untrusted import file_crc32
@@ -162,9 +163,9 @@ def _load(target: Path, key: dict, kind: type) -> ReferenceStatistics | Training
     reason to compute them again, never an error. A directory in the entry's place (a link to one too) is refused:
     the cache deletes nothing it did not write."""
     if target.is_dir():
-        raise ConfigError("--cache-dir", str(target.parent),
+        raise ConfigError(parameter("cache_dir"), str(target.parent),
                           reason=f"{target} is a directory, where the cache keeps a file; it is left as it is: move it "
-                                 "away or give another --cache-dir")
+                                 f"away or give another {parameter('cache_dir')}")
     if not target.exists():
         return "absent"
     try:

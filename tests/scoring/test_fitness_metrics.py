@@ -1,4 +1,4 @@
-"""ProteinGym's five metrics (`biotf.scoring.metrics`) against scipy / scikit-learn and a literal transcription of
+"""ProteinGym's five metrics (`biotf.scoring.fitness_metrics`) against scipy / scikit-learn and a literal transcription of
 ProteinGym's NDCG and top-recall formulas, on the shipped ProteinGym assay (BLAT_ECOLX_Jacquier_2013)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from biotf.errors import InputError
 from biotf.scoring import make_variant, parse_code, substitution_score
-from biotf.scoring.metrics import fitness_metrics
+from biotf.scoring.fitness_metrics import fitness_metrics
 
 ASSAY = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "proteins" / "proteingym" / \
     "BLAT_ECOLX_Jacquier_2013.csv.gz"
