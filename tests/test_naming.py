@@ -70,7 +70,7 @@ def test_a_search_query_names_its_parameters_to_python_and_its_flags_to_the_comm
                                        "--input)\n")
     assert main(["search", "query", "--index", str(tmp_path), "--ids", "a", "-k", "0", "--output",
                  str(tmp_path / "hits.tsv")]) == 2
-    assert capsys.readouterr().err == "biotf search: error: invalid -k=0 (allowed: an integer >= 1)\n"
+    assert capsys.readouterr().err == "biotf search query: error: invalid -k=0 (allowed: an integer >= 1)\n"
 
 
 def test_a_field_within_a_parameter_reads_as_its_flag_and_name(tmp_path, capsys):

@@ -67,8 +67,6 @@ TESTED_IN = {
     "model/hf/encoder.py": "export/test_hf_encoders.py",
     "model/hf/esmc.py": "model/test_hf_esmc.py",
     "model/hf/llama.py": "model/test_hf_decoders.py",
-    "model/hf/albert.py": "model/test_hf_t5_albert.py",
-    "model/hf/t5.py": "model/test_hf_t5_albert.py",
     "model/hf/weights.py": "reliability/test_safe_loading.py",
     "model/mlp.py": "model/test_hf_esmc.py",
     "model/modes.py": "finetune/test_finetune.py",
@@ -84,7 +82,6 @@ TESTED_IN = {
     "training/optim.py": "training/test_training_units.py",
     "training/run.py": "checkpoint/test_checkpoint.py",
     "training/rundir.py": "finetune/test_finetune_resume.py",
-    "training/resumable.py": "training/test_training_rundir.py",
     "training/summary.py": "training/test_printed_commands.py",
 }
 
@@ -100,12 +97,14 @@ EXERCISED_BY = {
     "io/tables.py": ("analysis/test_analysis_search.py", "the hit tables of biotf search query"),
     "lazy.py": ("test_api.py", "biotf's lazy top-level names"),
     "model/head.py": ("model/test_transformer.py", "the LM head of every Transformer"),
+    "model/hf/albert.py": ("model/test_hf_t5_albert.py", "ALBERT directories read, against transformers"),
     "model/hf/bloom.py": ("model/test_hf_decoders.py", "the BLOOM family, read and written"),
     "model/hf/convert.py": ("commands/test_export_model_hf.py", "biotf export-model --hf"),
     "model/hf/esm.py": ("inference/test_esm_checkpoint.py", "ESM-2 directories read"),
     "model/hf/families.py": ("model/test_hf_decoders.py", "the table of Hugging Face families"),
     "model/hf/family.py": ("model/test_hf_decoders.py", "each Hugging Face family's reader"),
     "model/hf/gpt2.py": ("model/test_hf_decoders.py", "the GPT-2 family, read and written"),
+    "model/hf/t5.py": ("model/test_hf_t5_albert.py", "T5 encoders read and written, against transformers"),
     "scoring/baselines.py": ("scoring/test_score_command.py", "biotf score's substitution baseline"),
     "scoring/files.py": ("scoring/test_score_command.py", "biotf score's job (score_file)"),
     "scoring/variant_files.py": ("scoring/test_mutations.py", "variant files read by biotf score"),
@@ -114,6 +113,7 @@ EXERCISED_BY = {
     "tokenizers/vocabulary.py": ("tokenizers/test_hf_directory.py", "Hugging Face vocabularies read"),
     "training/datamodule.py": ("training/test_training_run.py", "the data of every training run"),
     "training/finetune_config.py": ("finetune/test_finetune.py", "fine-tuning configs"),
+    "training/resumable.py": ("training/test_training_rundir.py", "every resume's check of its checkpoint"),
     "training/metrics_log.py": ("training/test_training_run.py", "metrics.csv of every run"),
 }
 
