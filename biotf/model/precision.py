@@ -23,7 +23,8 @@
 batch (`calibration_batch`: 4 seeded sequences of up to 64 tokens over the content vocabulary, each also copied
 with every 4th content position masked) in fp32 and then converted. It must keep every sequence's mean-pooled last
 hidden state within `COSINE_GATE` (cosine) of fp32 and its strided pseudo-log-likelihood (each content token
-masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats. A precision asked
+masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats; a network without an
+LM head has no likelihoods, so it is gated on its hidden states alone and its figures say so. A precision asked
 for by name that fails is refused in one line (`PrecisionError`); `auto` tries its next and says why. The cost
 is two forwards of 20 x 64 tokens at load for each precision tried, and no copy of the network: the fp32 weights are kept until the gate
 passes (a bf16 network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8).
@@ -61,16 +62,24 @@ class PrecisionError(BiotfError):
 @dataclass(frozen=True)
 class Fidelity:
     """The gate's figures, each the worst over the calibration sequences, of the converted network against fp32:
-    the embedding cosine, and the drift of the (pseudo-)log-likelihood in nats per sequence."""
+    the embedding cosine, and the drift of the (pseudo-)log-likelihood in nats per sequence (None for a network
+    without an LM head: it has no likelihoods, so it is gated on its hidden states alone, and says so)."""
 
     cosine: float
-    drift: float
+    drift: float | None
 
     def passes(self, precision: str) -> bool:
-        return self.cosine >= COSINE_GATE[precision] and self.drift < LIKELIHOOD_GATE
+        return self.cosine >= COSINE_GATE[precision] and (self.drift is None or self.drift < LIKELIHOOD_GATE)
 
     def __str__(self) -> str:
+        if self.drift is None:
+            return f"cosine >= {self.cosine:.5f} (hidden states only: no LM head)"
         return f"cosine >= {self.cosine:.5f}, log-likelihood drift <= {self.drift:.3f} nats"
+
+    def needs(self, precision: str) -> str:
+        """What the gate requires of the figures it measured."""
+        cosine = f"cosine >= {COSINE_GATE[precision]}"
+        return cosine if self.drift is None else f"{cosine}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
 
 
 @dataclass(frozen=True)
@@ -133,8 +142,8 @@ def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len
                        causal or mask_id is None)
 
 
-def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sequences, d_model) mean-pooled last hidden states and (sequences,) float64 log-likelihoods in nats (zeros
+def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(sequences, d_model) mean-pooled last hidden states and (sequences,) float64 log-likelihoods in nats (None
     for a network without an LM head, which has no likelihoods to drift)."""
     device = network.device
     ids = calibration.ids.to(device)
@@ -142,7 +151,7 @@ def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[
         trunk = network.encode(ids)
         pooled = trunk.last_hidden_state[:calibration.sequences].double().mean(dim=1).cpu()
         if not network.config.lm_head:
-            return pooled, torch.zeros(calibration.sequences, dtype=torch.float64)
+            return pooled, None
         log_probs = torch.log_softmax(network.logits(network.token_states(trunk)).double(), dim=-1).cpu()
     ids = ids.cpu()
     if calibration.causal:  # position t predicts token t + 1
@@ -153,10 +162,12 @@ def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[
     return pooled, totals.index_add_(0, calibration.source, (picked * calibration.masked).sum(dim=1))
 
 
-def fidelity(reference: tuple[torch.Tensor, torch.Tensor], converted: tuple[torch.Tensor, torch.Tensor]) -> Fidelity:
+def fidelity(reference: tuple[torch.Tensor, torch.Tensor | None],
+             converted: tuple[torch.Tensor, torch.Tensor | None]) -> Fidelity:
     """The gate's figures between fp32 `reference` and `converted` outputs of `_calibration_outputs`."""
     cosine = torch.nn.functional.cosine_similarity(reference[0], converted[0], dim=-1)
-    return Fidelity(float(cosine.min()), float((reference[1] - converted[1]).abs().max()))
+    drift = None if reference[1] is None else float((reference[1] - converted[1]).abs().max())
+    return Fidelity(float(cosine.min()), drift)
 
 
 @functools.cache
@@ -283,7 +294,7 @@ def set_precision(network: nn.Module, precision: str, calibration: Calibration, 
         if figures.passes(candidate):
             return PrecisionChoice(candidate, precision, "; ".join([*failed, reason]), figures)
         undo()
-        gate = f"cosine >= {COSINE_GATE[candidate]}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
+        gate = figures.needs(candidate)
         failed.append(f"{reason}, but {candidate} failed the gate ({figures}; needs {gate})")
     raise PrecisionError(f"precision {precision} is refused for {model_name}: against fp32 on the calibration batch "
                          f"{figures}, the gate needs {gate} (use --precision fp32)")

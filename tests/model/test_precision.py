@@ -238,3 +238,23 @@ def test_an_unknown_precision_is_one_line_naming_the_allowed_ones(trained_model)
 
     with pytest.raises(ConfigError, match=r"precision='fp16' \(allowed: fp32 \| bf16 \| int8 \| auto\)"):
         biotf.Model.load(trained_model, precision="fp16")
+
+
+def test_a_model_without_an_lm_head_is_gated_on_its_hidden_states_and_says_so(esm_encoder_checkpoints, monkeypatch):
+    directory, _ = esm_encoder_checkpoints["EsmModel"]
+    chosen = biotf.Model.load(directory, precision="bf16").precision
+    assert chosen.fidelity.drift is None and chosen.fidelity.passes("bf16")
+    assert "hidden states only: no LM head" in str(chosen) and "nats" not in str(chosen), str(chosen)
+
+    def noisy_int8(network):
+        undo = precision._to_int8(network)
+        with torch.no_grad():
+            network.embed.weight.add_(torch.randn_like(network.embed.weight))
+        return undo
+
+    monkeypatch.setitem(precision.CONVERSIONS, "int8", noisy_int8)
+    with pytest.raises(PrecisionError) as refused:
+        biotf.Model.load(directory, precision="int8")
+    message = str(refused.value)
+    assert "hidden states only: no LM head" in message and "the gate needs cosine >= 0.99 (" in message
+    assert "nats" not in message and "drift" not in message, message
