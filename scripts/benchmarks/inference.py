@@ -55,6 +55,7 @@ def peak_growth_mib(fn) -> float:
 def load_models(bench, directory: str) -> tuple[dict, set[str]]:
     """{precision: biotf.Model} and the precisions the gate refused, converted without it (and said so)."""
     import biotf
+    from biotf.api import _calibration
     from biotf.model import precision as precisions
 
     models, refused = {}, set()
@@ -64,7 +65,8 @@ def load_models(bench, directory: str) -> tuple[dict, set[str]]:
             note = str(models[name].precision)
         except precisions.PrecisionError as refused_message:
             models[name] = biotf.Model.load(directory)
-            precisions.CONVERSIONS[name](models[name].network)
+            network = models[name].network
+            precisions.CONVERSIONS[name](network, _calibration(network, models[name].tokenizer))
             note = f"REFUSED by the gate, timed without it: {refused_message}"
             refused.add(name)
         print(f"  {name}: {note}", flush=True)
