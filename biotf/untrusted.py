@@ -141,11 +141,15 @@ def read_safetensors(path: str | Path, what: str = "weights",
 
 def check_finite(tensors: Iterable[tuple[str, Any]], source: str | Path) -> None:
     """CheckpointError naming `source` and the first of the (name, tensor) pairs whose floating-point tensor holds a
-    NaN or an infinity; one `isfinite` pass per tensor (a fraction of the time reading it takes)."""
+    NaN or an infinity. A tensor's sum is finite only if every element is (a NaN or an infinity carries through
+    every addition), so one sum clears a tensor; only a non-finite sum (also reached by overflow) is checked element
+    by element. The sum allocates nothing: `isfinite(tensor).all()` on every tensor, a mask as large as each, took
+    20x as long (30 MB of ESM-2 8M weights: 0.5 s against 0.025 s on one thread, 5-8 s on two busy cores)."""
     import torch
 
     for name, tensor in tensors:
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if (isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum()))
+                and not bool(torch.isfinite(tensor).all())):
             kind = "NaN" if bool(torch.isnan(tensor).any()) else "an infinity"
             raise CheckpointError(f"cannot load weights {source}: tensor {name} holds {kind} (the weights are "
                                   "damaged or come from a diverged training run; use an earlier checkpoint)")
