@@ -90,11 +90,18 @@ class LearnedPositions(PositionEncoding):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         rows = -(-config.max_seq_len // config.stem_factor)
-        self.table = nn.Embedding(rows + config.position_offset, config.d_model)
+        self.table = embedding_table(rows + config.position_offset, config.d_model)
         self.offset = config.position_offset
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x + self.table(positions + self.offset if self.offset else positions)
+
+
+def embedding_table(rows: int, dim: int) -> nn.Embedding:
+    """An nn.Embedding left uninitialised (`Transformer.reset_parameters` initialises every table): its own normal_
+    on the meta device, where a checkpoint's model is built before its weights are assigned, imports torch._dynamo
+    (1.5-9 s of a job's start-up)."""
+    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
 
 
 def reading_length(config: TransformerConfig, requested: int | None, key: str = "max_length") -> int:
@@ -158,8 +165,11 @@ class SinusoidalPositions(PositionEncoding):
 
 
 def rope_inverse_frequency(head_dim: int, theta: float) -> torch.Tensor:
-    """theta^(-2i/d) for i < d/2, in float32, computed as HF's `compute_default_rope_parameters` does."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    """theta^(-2i/d) for i < d/2, in float32, computed as HF's `compute_default_rope_parameters` does, on the CPU
+    whatever device a model is built under (the tables follow the input's device): on the meta device, where a
+    checkpoint's model is built before its weights are assigned, the division runs through torch's Python reference
+    and imports torch._dynamo (1.5-5 s of a job's start-up)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").to(torch.float32) / head_dim
     return 1.0 / (theta ** exponents)
 
 
