@@ -105,8 +105,9 @@ class PrecisionChoice:
         return f"precision {self.precision}" + (f" ({'; '.join(notes)})" if notes else "")
 
     def identity(self) -> dict[str, str]:
-        """What decides the outputs' numbers, for an output's identity: the precision and how it was made."""
-        return {"precision": self.precision, **({"scheme": self.scheme} if self.scheme else {})}
+        """What decides the outputs' numbers, for an output's identity: the precision and, where it says more than
+        its name (int8), how it was made and on what it was fitted."""
+        return {"precision": self.precision, **({"precision_scheme": self.scheme} if self.scheme else {})}
 
 
 @dataclass(frozen=True)
