@@ -98,10 +98,12 @@ class LearnedPositions(PositionEncoding):
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
-    """An nn.Embedding left uninitialised (`Transformer.reset_parameters` initialises every table): its own normal_
-    on the meta device, where a checkpoint's model is built before its weights are assigned, imports torch._dynamo
-    (1.5-9 s of a job's start-up)."""
-    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+    """An nn.Embedding, left uninitialised on the meta device, where a checkpoint's model is built before its weights
+    are assigned: its own normal_ there imports torch._dynamo (1.5-9 s of a job's start-up). Elsewhere it draws its
+    initial weights as before, so that a seed gives the same model."""
+    if torch.get_default_device().type == "meta":
+        return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+    return nn.Embedding(rows, dim)
 
 
 def reading_length(config: TransformerConfig, requested: int | None, key: str = "max_length") -> int:
