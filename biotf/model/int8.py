@@ -11,6 +11,10 @@ sequences, the calibration batch's fitting rows, recording each linear's per-cha
   call with one scale per tensor, so an input channel with outliers (as real ESM-2 checkpoints have) coarsens every
   other channel. Each input channel j is divided by s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) and the weights'
   column j multiplied by it: the same product, its range moved from the activations into the per-channel weights.
+  alpha is 0.5 for every model. The best value differs between models (on a small model trained here with
+  outliers, 0.5 drifted 0.208 nats where 0.75 drifted 0.033; on the random ESM-2 8M shape 0.4 drifted 0.043 and 0.75
+  0.164), but choosing it on the fitting rows, by their drift or by their hidden states' squared error, picked
+  values that drifted more on the gate's rows than 0.5 did.
 - **bias correction** (Nagel et al. 2019; `Int8Scheme.bias_correction`): the rounded weights shift every output by
   (Q(W) - W) @ mean(x) on average; the bias takes that shift back, measured on the same inputs.
 - **the product**: torch's dynamic quantized linear (`torch.ops.quantized.linear_dynamic`, fbgemm, VNNI where the
