@@ -288,7 +288,8 @@ def test_outliers_refuse_per_tensor_int8_and_pass_per_channel_smoothed_int8(trai
                                biotf.Model.load(trained_model).embed(sequences), rtol=1e-4, atol=1e-5)
     chosen = biotf.Model.load(outliers, precision="int8").precision
     assert chosen.precision == "int8" and chosen.fidelity.cosine >= 0.999 and chosen.fidelity.drift < 0.05, chosen
-    assert "per-channel int8 weights, SmoothQuant alpha 0.5" in str(chosen) and "fitted on 20 seeded rows" in str(chosen)
+    assert "per-channel int8 weights, SmoothQuant alpha 0.5" in str(chosen), str(chosen)
+    assert "fitted on 20 seeded rows" in str(chosen)
     assert chosen.identity() == {"precision": "int8", "precision_scheme": chosen.scheme}
     monkeypatch.setitem(precision.CONVERSIONS, "int8", functools.partial(precision._to_int8, scheme=PER_TENSOR))
     with pytest.raises(PrecisionError, match="precision int8 is refused for") as refused:
