@@ -169,14 +169,31 @@ def read_safetensors(path: str | Path, what: str = "weights",
 
 def check_finite(tensors: Iterable[tuple[str, Any]], source: str | Path) -> None:
     """CheckpointError naming `source` and the first of the (name, tensor) pairs whose floating-point tensor holds a
-    NaN or an infinity; one `isfinite` pass per tensor (a fraction of the time reading it takes)."""
+    NaN or an infinity. A tensor's sum is finite only if every element is (a NaN or an infinity carries through
+    every addition), so one sum clears a tensor; only a non-finite sum (also reached by overflow) is checked element
+    by element. The sum allocates nothing: `isfinite(tensor).all()` on every tensor, a mask as large as each, took
+    20x as long (30 MB of ESM-2 8M weights: 0.5 s against 0.025 s on one thread). The sums run on one thread: a
+    pass over memory gains little from more, and on busy cores each parallel region waits for a descheduled worker
+    (the same sums took 2.5 s on two threads of a loaded 2-core machine)."""
     import torch
 
-    for name, tensor in tensors:
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            kind = "NaN" if bool(torch.isnan(tensor).any()) else "an infinity"
-            raise CheckpointError(f"cannot load weights {source}: tensor {name} holds {kind} (the weights are "
-                                  "damaged or come from a diverged training run; use an earlier checkpoint)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name, tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not _finite(tensor):
+                kind = "NaN" if bool(torch.isnan(tensor).any()) else "an infinity"
+                raise CheckpointError(f"cannot load weights {source}: tensor {name} holds {kind} (the weights are "
+                                      "damaged or come from a diverged training run; use an earlier checkpoint)")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _finite(tensor: Any) -> bool:
+    """Whether every element of a floating-point tensor is finite (`check_finite`: its sum first)."""
+    import torch
+
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 def file_crc32(path: str | Path, chunk: int = 1 << 22) -> int:

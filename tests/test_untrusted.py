@@ -96,3 +96,16 @@ def test_tensors_and_plain_values_load(tmp_path):
     torch.save({"w": torch.ones(2), "step": 3, "name": "x"}, tmp_path / "ok.pt")
     loaded = load_tensors(tmp_path / "ok.pt", "checkpoint", map_location="cpu")
     assert loaded["step"] == 3 and torch.equal(loaded["w"], torch.ones(2))
+
+
+def test_finite_weights_whose_sum_overflows_pass_and_one_non_finite_element_is_refused():
+    from biotf.untrusted import check_finite
+
+    large = torch.full((64,), 60000.0, dtype=torch.float16)  # finite, but their float16 sum is an infinity
+    assert torch.isinf(large.sum())
+    check_finite([("large", large), ("empty", torch.empty(0))], "weights.safetensors")
+    for value, kind in ((float("nan"), "NaN"), (float("inf"), "an infinity"), (float("-inf"), "an infinity")):
+        damaged = torch.zeros(1000)
+        damaged[517] = value
+        with pytest.raises(CheckpointError, match=f"tensor damaged holds {kind}"):
+            check_finite([("fine", torch.ones(3)), ("damaged", damaged)], "weights.safetensors")

@@ -270,21 +270,22 @@ class LoadedModel:
     tokenizer_options: dict[str, Any] = field(default_factory=dict)  # the policies changed at load (`with_options`)
 
 
-def inference_precision(loaded: LoadedModel) -> str:
-    """What `loaded`'s network computes in (fp32 | bf16 | int8 | fp16): the precision `biotf.Model.load` converted it
-    to (a `biotf.Model` carries that choice as `precision`), else its weights' dtype (a model loaded in bfloat16)."""
+def inference_precision(loaded: LoadedModel) -> dict[str, str]:
+    """What `loaded`'s network computes in: `precision` (fp32 | bf16 | int8 | fp16) and, where the name says less
+    than how it was made (int8), `precision_scheme`: the choice `biotf.Model.load` converted it with (a `biotf.Model`
+    carries it as `precision`, `PrecisionChoice.identity`), else its weights' dtype (a model loaded in bfloat16)."""
     choice = getattr(loaded, "precision", None)
     if choice is not None and choice.precision != "fp32":
-        return choice.precision
+        return choice.identity()
     dtype = next(loaded.network.parameters()).dtype
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+    return {"precision": {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")}
 
 
 def model_identity(model: torch.nn.Module, loaded: LoadedModel) -> dict[str, str]:
     """What every output records of the model that made it (embedding info, sharded manifests): the precision it
-    computed in and the fingerprint of `model` (`loaded`'s network, or a fine-tuned one's task model). A change of
-    precision changes the fingerprint too; the precision is what names it."""
-    return {"precision": inference_precision(loaded), "model_fingerprint": model_fingerprint(model)}
+    computed in (and int8's scheme) and the fingerprint of `model` (`loaded`'s network, or a fine-tuned one's task
+    model). A change of precision changes the fingerprint too; the precision is what names it."""
+    return {**inference_precision(loaded), "model_fingerprint": model_fingerprint(model)}
 
 
 def as_loaded(model: str | Path | LoadedModel | Callable[[], LoadedModel], device: str | torch.device | None = None,

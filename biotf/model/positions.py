@@ -90,11 +90,20 @@ class LearnedPositions(PositionEncoding):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         rows = -(-config.max_seq_len // config.stem_factor)
-        self.table = nn.Embedding(rows + config.position_offset, config.embed_width)
+        self.table = embedding_table(rows + config.position_offset, config.embed_width)
         self.offset = config.position_offset
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x + self.table(positions + self.offset if self.offset else positions)
+
+
+def embedding_table(rows: int, dim: int) -> nn.Embedding:
+    """An nn.Embedding, left uninitialised on the meta device, where a checkpoint's model is built before its weights
+    are assigned: its own normal_ there imports torch._dynamo (1.5-9 s of a job's start-up). Elsewhere it draws its
+    initial weights as before, so that a seed gives the same model."""
+    if torch.get_default_device().type == "meta":
+        return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+    return nn.Embedding(rows, dim)
 
 
 def reading_length(config: TransformerConfig, requested: int | None, key: str = "max_length") -> int:
@@ -159,8 +168,11 @@ class SinusoidalPositions(PositionEncoding):
 
 
 def rope_inverse_frequency(head_dim: int, theta: float) -> torch.Tensor:
-    """theta^(-2i/d) for i < d/2, in float32, computed as HF's `compute_default_rope_parameters` does."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    """theta^(-2i/d) for i < d/2, in float32, computed as HF's `compute_default_rope_parameters` does, on the CPU
+    whatever device a model is built under (the tables follow the input's device): on the meta device, where a
+    checkpoint's model is built before its weights are assigned, the division runs through torch's Python reference
+    and imports torch._dynamo (1.5-5 s of a job's start-up)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").to(torch.float32) / head_dim
     return 1.0 / (theta ** exponents)
 
 
@@ -338,7 +350,7 @@ class T5RelativePositions(PositionEncoding):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.buckets, self.max_distance = config.relative_buckets, config.relative_max_distance
-        self.relative_bias = nn.Embedding(config.relative_buckets, config.n_heads)
+        self.relative_bias = embedding_table(config.relative_buckets, config.n_heads)
 
     def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor,
                        causal: bool) -> torch.Tensor:

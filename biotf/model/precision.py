@@ -9,11 +9,14 @@
   residues, the rest of the network by ~0.01. Measured against CPU autocast on an Intel Xeon with AMX (ESM-2 8M
   shape, 8 x 512 tokens): bf16 weights 1.5x fp32, autocast 1.1x (it casts every weight on every call), float32
   activations around bf16 products 0.9x (the casts).
-- **int8**: every nn.Linear of the transformer blocks becomes torch's dynamic-quantization linear (int8 weights
-  with one scale per matrix, activations quantized per call; `torch.ao.quantization.quantize_dynamic`'s module,
-  fbgemm's kernels, VNNI where the CPU has it). The embedding, the norms, attention itself, the residual stream, the
-  LM head and task or contact heads stay in fp32. torchao 0.18's int8 configurations were measured slower than fp32
-  in eager mode on the same CPU (0.5-0.65x on a 320 x 1280 MLP), where this path ran 1.7x.
+- **int8**: every nn.Linear of the transformer blocks becomes a `SmoothedInt8Linear` (`biotf.model.int8`): int8
+  weights with one scale per output channel, activations smoothed per channel (SmoothQuant) and quantized per call,
+  biases corrected, all fitted on a forward of the calibration batch's fitting rows (seeded sequences other than the
+  gate's); torch's dynamic-quantization product (fbgemm's kernels, VNNI where the CPU has it). The embedding, the
+  norms, attention itself, the residual stream, the LM head and task or contact heads stay in fp32. What was fitted
+  is in `PrecisionChoice.scheme` (the summary line and `identity()`). torchao 0.18's int8 configurations were
+  measured slower than fp32 in eager mode on the same CPU (0.5-0.65x on a 320 x 1280 MLP), where this path ran
+  1.7x; `torch._int_mm` 1.2x and `torch._weight_int8pack_mm` 0.55x fp32 on a 8192 x 320 x 1280 product.
 - **auto** (`auto_precisions`): the first that passes the gate of bf16 where the device computes it natively (x86
   flags `amx_bf16` or `avx512_bf16`, ARM `bf16`; a CUDA device that supports bf16), then int8 where the CPU has int8
   dot products (`amx_int8`, `avx512_vnni`, `avx_vnni`, ARM `asimddp`), then fp32: bf16 was measured faster than int8
@@ -23,16 +26,17 @@
 batch (`calibration_batch`: 4 seeded sequences of up to 64 tokens over the content vocabulary, each also copied
 with every 4th content position masked) in fp32 and then converted. It must keep every sequence's mean-pooled last
 hidden state within `COSINE_GATE` (cosine) of fp32 and its strided pseudo-log-likelihood (each content token
-masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats. A precision asked
+masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats; a network without an
+LM head has no likelihoods, so it is gated on its hidden states alone and its figures say so. A precision asked
 for by name that fails is refused in one line (`PrecisionError`); `auto` tries its next and says why. The cost
-is two forwards of 20 x 64 tokens at load for each precision tried, and no copy of the network: the fp32 weights are kept until the gate
-passes (a bf16 network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8).
+is two forwards of 20 x 64 tokens at load for each precision tried (int8: a third, on the fitting rows), and no copy
+of the network: the fp32 weights are kept until the gate passes (a bf16 network's peak is fp32 + bf16 weights, an
+int8 one's fp32 + int8).
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +46,7 @@ from torch import nn
 
 from biotf.conventions import PRECISIONS
 from biotf.errors import BiotfError, check_choice
+from biotf.model.int8 import Int8Scheme, quantize_linears
 from biotf.model.transformer import Transformer
 from biotf.naming import given
 
@@ -62,16 +67,24 @@ class PrecisionError(BiotfError):
 @dataclass(frozen=True)
 class Fidelity:
     """The gate's figures, each the worst over the calibration sequences, of the converted network against fp32:
-    the embedding cosine, and the drift of the (pseudo-)log-likelihood in nats per sequence."""
+    the embedding cosine, and the drift of the (pseudo-)log-likelihood in nats per sequence (None for a network
+    without an LM head: it has no likelihoods, so it is gated on its hidden states alone, and says so)."""
 
     cosine: float
-    drift: float
+    drift: float | None
 
     def passes(self, precision: str) -> bool:
-        return self.cosine >= COSINE_GATE[precision] and self.drift < LIKELIHOOD_GATE
+        return self.cosine >= COSINE_GATE[precision] and (self.drift is None or self.drift < LIKELIHOOD_GATE)
 
     def __str__(self) -> str:
+        if self.drift is None:
+            return f"cosine >= {self.cosine:.5f} (hidden states only: no LM head)"
         return f"cosine >= {self.cosine:.5f}, log-likelihood drift <= {self.drift:.3f} nats"
+
+    def needs(self, precision: str) -> str:
+        """What the gate requires of the figures it measured."""
+        cosine = f"cosine >= {COSINE_GATE[precision]}"
+        return cosine if self.drift is None else f"{cosine}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
 
 
 @dataclass(frozen=True)
@@ -83,19 +96,29 @@ class PrecisionChoice:
     requested: str
     reason: str = ""
     fidelity: Fidelity | None = None
+    scheme: str = ""  # how a reduced precision was made, and on what it was fitted (int8)
 
     def __str__(self) -> str:
         notes = [self.reason] if self.reason else []
         if self.fidelity is not None:
             notes.append(f"gate: {self.fidelity}")
+        if self.scheme:
+            notes.append(f"{self.precision}: {self.scheme}")
         return f"precision {self.precision}" + (f" ({'; '.join(notes)})" if notes else "")
+
+    def identity(self) -> dict[str, str]:
+        """What decides the outputs' numbers, for an output's identity: the precision and, where it says more than
+        its name (int8), how it was made and on what it was fitted."""
+        return {"precision": self.precision, **({"precision_scheme": self.scheme} if self.scheme else {})}
 
 
 @dataclass(frozen=True)
 class Calibration:
     """The gate's batch: `ids` (rows, length) with the first `sequences` rows plain and the rest masked copies;
     `masked` (rows, length) True where a copy's token is replaced by the mask (no masked copies for a causal model
-    or a vocabulary without a mask: the plain rows are scored by their logits); `source` the row each came from."""
+    or a vocabulary without a mask: the plain rows are scored by their logits); `source` the row each came from.
+    `fitting`: rows built as `ids` are from other seeded sequences, on which a conversion fits what it needs (int8's
+    smoothing), so that the gate checks it on sequences it was not fitted on."""
 
     ids: torch.Tensor
     masked: torch.Tensor
@@ -103,6 +126,11 @@ class Calibration:
     source: torch.Tensor
     sequences: int
     causal: bool
+    fitting: torch.Tensor
+
+    def describe_fitting(self) -> str:
+        rows, length = self.fitting.shape
+        return f"fitted on {rows} seeded rows of {length} tokens"
 
 
 def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len: int | None, causal: bool,
@@ -111,12 +139,22 @@ def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len
     """`CALIBRATION_SEQUENCES` seeded sequences of content ids (every id not in `special_ids`) framed by `prefix` /
     `suffix` (e.g. <cls>, <eos>), at most `CALIBRATION_TOKENS` or `max_seq_len` tokens, each also copied
     `MASK_STRIDE` times with every `MASK_STRIDE`-th content token masked (not for a causal model, nor without a
-    `mask_id`)."""
+    `mask_id`); `fitting`: the same built from the next `CALIBRATION_SEQUENCES` sequences of the seed."""
     content_ids = torch.tensor([i for i in range(vocab_size) if i not in set(special_ids)])
     length = CALIBRATION_TOKENS if max_seq_len is None else min(CALIBRATION_TOKENS, max_seq_len)
     width = max(1, length - len(prefix) - len(suffix))
     generator = torch.Generator().manual_seed(seed)
-    content = content_ids[torch.randint(len(content_ids), (CALIBRATION_SEQUENCES, width), generator=generator)]
+    gate, fitting = (content_ids[torch.randint(len(content_ids), (CALIBRATION_SEQUENCES, width), generator=generator)]
+                     for _ in range(2))
+    ids, masked, originals, source = _calibration_rows(gate, causal, mask_id, prefix, suffix, max_seq_len)
+    return Calibration(ids, masked, originals, source, CALIBRATION_SEQUENCES, causal or mask_id is None,
+                       _calibration_rows(fitting, causal, mask_id, prefix, suffix, max_seq_len)[0])
+
+
+def _calibration_rows(content: torch.Tensor, causal: bool, mask_id: int | None, prefix: tuple[int, ...],
+                      suffix: tuple[int, ...], max_seq_len: int | None) -> tuple[torch.Tensor, ...]:
+    """(ids, masked, originals, source) of `calibration_batch` for the (sequences, width) content ids `content`."""
+    width = content.shape[1]
     frame = lambda ids: torch.tensor(ids, dtype=torch.long).expand(CALIBRATION_SEQUENCES, len(ids))  # noqa: E731
     plain = torch.cat([frame(prefix), content, frame(suffix)], dim=1)[:, :max_seq_len]
     content_at = torch.zeros_like(plain, dtype=torch.bool)
@@ -129,13 +167,11 @@ def calibration_batch(vocab_size: int, special_ids: Collection[int], max_seq_len
             rows.append(plain.masked_fill(hidden, mask_id))
             masked.append(hidden)
             source.append(torch.arange(CALIBRATION_SEQUENCES))
-    originals = plain.repeat(len(rows), 1)
-    return Calibration(torch.cat(rows), torch.cat(masked), originals, torch.cat(source), CALIBRATION_SEQUENCES,
-                       causal or mask_id is None)
+    return torch.cat(rows), torch.cat(masked), plain.repeat(len(rows), 1), torch.cat(source)
 
 
-def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sequences, d_model) mean-pooled last hidden states and (sequences,) float64 log-likelihoods in nats (zeros
+def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(sequences, d_model) mean-pooled last hidden states and (sequences,) float64 log-likelihoods in nats (None
     for a network without an LM head, which has no likelihoods to drift)."""
     device = network.device
     ids = calibration.ids.to(device)
@@ -143,7 +179,7 @@ def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[
         trunk = network.encode(ids)
         pooled = trunk.last_hidden_state[:calibration.sequences].double().mean(dim=1).cpu()
         if not network.config.lm_head:
-            return pooled, torch.zeros(calibration.sequences, dtype=torch.float64)
+            return pooled, None
         log_probs = torch.log_softmax(network.logits(network.token_states(trunk)).double(), dim=-1).cpu()
     ids = ids.cpu()
     if calibration.causal:  # position t predicts token t + 1
@@ -154,10 +190,12 @@ def _calibration_outputs(network: nn.Module, calibration: Calibration) -> tuple[
     return pooled, totals.index_add_(0, calibration.source, (picked * calibration.masked).sum(dim=1))
 
 
-def fidelity(reference: tuple[torch.Tensor, torch.Tensor], converted: tuple[torch.Tensor, torch.Tensor]) -> Fidelity:
+def fidelity(reference: tuple[torch.Tensor, torch.Tensor | None],
+             converted: tuple[torch.Tensor, torch.Tensor | None]) -> Fidelity:
     """The gate's figures between fp32 `reference` and `converted` outputs of `_calibration_outputs`."""
     cosine = torch.nn.functional.cosine_similarity(reference[0], converted[0], dim=-1)
-    return Fidelity(float(cosine.min()), float((reference[1] - converted[1]).abs().max()))
+    drift = None if reference[1] is None else float((reference[1] - converted[1]).abs().max())
+    return Fidelity(float(cosine.min()), drift)
 
 
 @functools.cache
@@ -195,23 +233,19 @@ def auto_precisions(device: torch.device | str = "cpu", flags: Collection[str] |
                      f"{', '.join(NATIVE_BF16_FLAGS + NATIVE_INT8_FLAGS)}")]
 
 
-def quantized_linear(linear: nn.Linear) -> nn.Module:
-    """`linear` as torch's dynamic int8 linear: weights int8 with one per-tensor scale, activations quantized per
-    call, output float32."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-    from torch.ao.quantization import default_dynamic_qconfig
-
-    with warnings.catch_warnings():  # torch.ao's eager quantization warns of its planned move to torchao
-        warnings.simplefilter("ignore")
-        linear.qconfig = default_dynamic_qconfig
-        converted = DynamicLinear.from_float(linear)
-        del linear.qconfig
-    return converted
+def int8_scheme(flags: Collection[str] | None = None) -> Int8Scheme:
+    """The int8 scheme for this CPU (`flags`: default `cpu_flags()`): 8-bit activations where it has int8 dot
+    products (VNNI, AMX), else 7 (fbgemm's AVX2 products saturate at 8)."""
+    flags = cpu_flags() if flags is None else flags
+    return Int8Scheme(activation_bits=8 if any(flag in flags for flag in NATIVE_INT8_FLAGS) else 7)
 
 
-def _to_bf16(network: nn.Module) -> Callable[[], None]:
+Conversion = tuple[Callable[[], None], str]  # its undo, and what it did where a summary should say more than its name
+
+
+def _to_bf16(network: nn.Module, calibration: Calibration) -> Conversion:
     """`network` (or a module holding it, as a task model) in bfloat16 in place, its LM head kept in float32
-    (`Transformer.float_head`); returns the undo."""
+    (`Transformer.float_head`)."""
     trunks = [module for module in network.modules() if isinstance(module, Transformer)]
     for trunk in trunks:
         if trunk.config.lm_head:
@@ -226,26 +260,22 @@ def _to_bf16(network: nn.Module) -> Callable[[], None]:
             tensor.data = data
         for trunk in trunks:
             trunk.float_head = None
-    return undo
+    return undo, ""
 
 
-def _to_int8(network: nn.Module) -> Callable[[], None]:
-    """Every plain nn.Linear of `network.blocks` replaced by `quantized_linear` in place; returns the undo.
-    Adapters (LoRALinear: a subclass) keep their forward, in fp32."""
-    swapped = []
-    for parent in list(network.blocks.modules()):
-        for name, child in parent.named_children():
-            if type(child) is nn.Linear:
-                swapped.append((parent, name, child))
-                setattr(parent, name, quantized_linear(child))
+def _to_int8(network: nn.Module, calibration: Calibration, scheme: Int8Scheme | None = None) -> Conversion:
+    """Every plain nn.Linear of `network.blocks` replaced by an int8 one (`biotf.model.int8`, `scheme`: default
+    `int8_scheme()`) fitted on `calibration.fitting`, in place."""
+    scheme = scheme or int8_scheme()
+    swapped = quantize_linears(network, calibration.fitting, scheme)
 
     def undo() -> None:
         for parent, name, child in swapped:
             setattr(parent, name, child)
-    return undo
+    return undo, f"{scheme.describe()}, {calibration.describe_fitting()}"
 
 
-CONVERSIONS: dict[str, Callable[[nn.Module], Callable[[], None]]] = {"bf16": _to_bf16, "int8": _to_int8}
+CONVERSIONS: dict[str, Callable[[nn.Module, Calibration], Conversion]] = {"bf16": _to_bf16, "int8": _to_int8}
 
 
 def check_device(precision: str, device: torch.device | str) -> None:
@@ -256,12 +286,13 @@ def check_device(precision: str, device: torch.device | str) -> None:
 
 
 def _gated(network: nn.Module, precision: str, calibration: Calibration,
-           converted: nn.Module | None) -> tuple[Fidelity, Callable[[], None]]:
+           converted: nn.Module | None) -> tuple[Fidelity, Conversion]:
     """`network` converted to `precision` in place (`converted`: the module holding it whose other weights follow for
-    bf16), with the gate's figures against its fp32 outputs and the undo."""
+    bf16), with the gate's figures against its fp32 outputs and the conversion's undo and description."""
     reference = _calibration_outputs(network, calibration)
-    undo = CONVERSIONS[precision](network if precision == "int8" or converted is None else converted)
-    return fidelity(reference, _calibration_outputs(network, calibration)), undo
+    conversion = CONVERSIONS[precision](network if precision == "int8" or converted is None else converted,
+                                        calibration)
+    return fidelity(reference, _calibration_outputs(network, calibration)), conversion
 
 
 def set_precision(network: nn.Module, precision: str, calibration: Calibration, model_name: str = "this model",
@@ -280,11 +311,11 @@ def set_precision(network: nn.Module, precision: str, calibration: Calibration, 
         if network.embed.weight.dtype != torch.float32:
             raise PrecisionError(f"precision {candidate} converts a float32 model; {model_name} was loaded in "
                                  f"{network.embed.weight.dtype} (load it in float32)")
-        figures, undo = _gated(network, candidate, calibration, converted)
+        figures, (undo, scheme) = _gated(network, candidate, calibration, converted)
         if figures.passes(candidate):
-            return PrecisionChoice(candidate, precision, "; ".join([*failed, reason]), figures)
+            return PrecisionChoice(candidate, precision, "; ".join([*failed, reason]), figures, scheme)
         undo()
-        gate = f"cosine >= {COSINE_GATE[candidate]}, log-likelihood drift < {LIKELIHOOD_GATE} nats"
+        gate = figures.needs(candidate)
         failed.append(f"{reason}, but {candidate} failed the gate ({figures}; needs {gate})")
     raise PrecisionError(f"precision {precision} is refused for {model_name}: against fp32 on the calibration batch "
                          f"{figures}, the gate needs {gate} (use {given('precision', 'fp32')})")

@@ -77,7 +77,7 @@ from biotf.model.contacts import ContactHead, predict_contacts
 from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
-from biotf.model.positions import build_positions
+from biotf.model.positions import build_positions, embedding_table
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -156,12 +156,12 @@ class Transformer(nn.Module):
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"Transformer needs a TransformerConfig, got {type(config).__name__}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.embed_width)
+        self.embed = embedding_table(config.vocab_size, config.embed_width)
         self.stem = Stem(config) if config.stem == "conv" else None
         self.positions = build_positions(config)
         # Optional stages are None when absent (not Identity): decoding one token runs this forward hundreds of
         # times, and each skipped module call saves a few microseconds of Python.
-        self.token_type_embed = (nn.Embedding(config.type_vocab_size, config.embed_width) if config.type_vocab_size
+        self.token_type_embed = (embedding_table(config.type_vocab_size, config.embed_width) if config.type_vocab_size
                                  else None)
         self.embed_norm = build_norm(config, config.embed_width) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
@@ -184,7 +184,11 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Normal(0, init_std) weights, zero biases, unit norm gains; the projections that write into the
-        residual stream (attention output, MLP down) get init_std / sqrt(2 n_layers) (GPT-2, section 2.3)."""
+        residual stream (attention output, MLP down) get init_std / sqrt(2 n_layers) (GPT-2, section 2.3). A model on
+        the meta device (a skeleton for a checkpoint's weights) has nothing to initialise: normal_ there imports
+        torch._dynamo."""
+        if self.embed.weight.is_meta:
+            return
         std = self.config.init_std
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Conv1d)):

@@ -55,7 +55,7 @@ def test_few_records_are_drawn_with_pca_and_say_why(monkeypatch, records, umap_i
     assert method == "pca" and coordinates.shape == (records, 2) and np.isfinite(coordinates).all()
     assert choose_projection("auto", records)[1].startswith(f"{records} record")
     assert np.ptp(coordinates[:, 0]) > 0 if records > 1 else not coordinates.any()
-    with pytest.raises(InputError, match=f"--method umap needs more than 15 records .* got {records}; use --method"):
+    with pytest.raises(InputError, match=f"method=.umap. needs more than 15 records .* got {records}; use method="):
         project(vectors, "umap")
 
 

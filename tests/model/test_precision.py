@@ -142,16 +142,16 @@ def test_an_esm2_checkpoint_stays_at_the_gates_against_transformers_fp32(esm2_ch
 
 
 def test_a_broken_int8_scale_is_refused_in_one_line_naming_the_model(trained_model, monkeypatch):
-    quantize = precision.quantized_linear
+    from biotf.model import int8
 
-    def wrong_scale(linear):
-        converted = quantize(linear)
-        weight = converted.weight()
-        broken = torch._make_per_tensor_quantized_tensor(weight.int_repr(), weight.q_scale() * 4, 0)
-        converted.set_weight_bias(broken, converted.bias())
-        return converted
+    quantize = int8.quantized_weight
 
-    monkeypatch.setattr(precision, "quantized_linear", wrong_scale)
+    def wrong_scale(weight, per_channel):  # the right integers under four times their scale
+        right = quantize(weight, per_channel)
+        return torch._make_per_channel_quantized_tensor(right.int_repr(), right.q_per_channel_scales() * 4,
+                                                        right.q_per_channel_zero_points(), 0)
+
+    monkeypatch.setattr(int8, "quantized_weight", wrong_scale)
     with pytest.raises(PrecisionError) as refused:
         biotf.Model.load(trained_model, precision="int8")
     message = str(refused.value)
@@ -160,12 +160,12 @@ def test_a_broken_int8_scale_is_refused_in_one_line_naming_the_model(trained_mod
 
 
 def test_auto_tries_its_next_precision_when_one_fails_the_gate(trained_model, monkeypatch):
-    def noisy_bf16(network):
-        undo = precision._to_bf16(network)
+    def noisy_bf16(network, calibration):
+        conversion = precision._to_bf16(network, calibration)
         with torch.no_grad():
             for parameter in network.blocks.parameters():
                 parameter.add_(torch.randn_like(parameter) * 0.5)
-        return undo
+        return conversion
 
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(XEON_AMX))
     monkeypatch.setitem(precision.CONVERSIONS, "bf16", noisy_bf16)
@@ -238,3 +238,63 @@ def test_an_unknown_precision_is_one_line_naming_the_allowed_ones(trained_model)
 
     with pytest.raises(ConfigError, match=r"precision='fp16' \(allowed: fp32 \| bf16 \| int8 \| auto\)"):
         biotf.Model.load(trained_model, precision="fp16")
+
+
+def test_a_model_without_an_lm_head_is_gated_on_its_hidden_states_and_says_so(esm_encoder_checkpoints, monkeypatch):
+    directory, _ = esm_encoder_checkpoints["EsmModel"]
+    chosen = biotf.Model.load(directory, precision="bf16").precision
+    assert chosen.fidelity.drift is None and chosen.fidelity.passes("bf16")
+    assert "hidden states only: no LM head" in str(chosen) and "nats" not in str(chosen), str(chosen)
+
+    def noisy_int8(network, calibration):
+        conversion = precision._to_int8(network, calibration)
+        with torch.no_grad():
+            network.embed.weight.add_(torch.randn_like(network.embed.weight))
+        return conversion
+
+    monkeypatch.setitem(precision.CONVERSIONS, "int8", noisy_int8)
+    with pytest.raises(PrecisionError) as refused:
+        biotf.Model.load(directory, precision="int8")
+    message = str(refused.value)
+    assert "hidden states only: no LM head" in message and "the gate needs cosine >= 0.99 (" in message
+    assert "nats" not in message and "drift" not in message, message
+
+
+def with_outlier_channels(directory, out_directory, factor: float = 30.0):
+    """The model of `directory` rewritten to compute the same function with outliers such as real checkpoints have:
+    four channels of each block's attention norm scaled up by `factor` and the query/key/value columns that read
+    them scaled down by it (activation outliers), and the same four value rows scaled up with the output
+    projection's columns that read them scaled down (weight rows far larger than the rest)."""
+    model = biotf.Model.load(directory)
+    channels = torch.tensor([3, 17, 40, 51])
+    with torch.no_grad():
+        for block in model.network.blocks:
+            d_model = block.attn.out.weight.shape[0]
+            block.attn_norm.weight[channels] *= factor
+            block.attn.qkv.weight[:, channels] /= factor
+            block.attn.qkv.weight[2 * d_model + channels] *= factor  # the value rows (n_kv_heads = n_heads)
+            block.attn.out.weight[:, channels] /= factor
+    return save_pretrained(model.network, model.tokenizer, out_directory)
+
+
+def test_outliers_refuse_per_tensor_int8_and_pass_per_channel_smoothed_int8(trained_model, tmp_path, monkeypatch):
+    import functools
+
+    from biotf.model.int8 import PER_TENSOR
+
+    outliers = with_outlier_channels(trained_model, tmp_path / "outliers")
+    sequences = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "MSLEQKKGADIISKILQIQNS"]
+    np.testing.assert_allclose(biotf.Model.load(outliers).embed(sequences),
+                               biotf.Model.load(trained_model).embed(sequences), rtol=1e-4, atol=1e-5)
+    chosen = biotf.Model.load(outliers, precision="int8").precision
+    assert chosen.precision == "int8" and chosen.fidelity.cosine >= 0.999 and chosen.fidelity.drift < 0.05, chosen
+    assert "per-channel int8 weights, SmoothQuant alpha 0.5" in str(chosen), str(chosen)
+    assert "fitted on 20 seeded rows" in str(chosen)
+    assert chosen.identity() == {"precision": "int8", "precision_scheme": chosen.scheme}
+    monkeypatch.setitem(precision.CONVERSIONS, "int8", functools.partial(precision._to_int8, scheme=PER_TENSOR))
+    with pytest.raises(PrecisionError, match="precision int8 is refused for") as refused:
+        biotf.Model.load(outliers, precision="int8")
+    drift = float(str(refused.value).split("log-likelihood drift <= ")[1].split()[0])
+    assert drift >= LIKELIHOOD_GATE, str(refused.value)
+    # per-tensor int8 passes the same model without the outliers
+    assert biotf.Model.load(trained_model, precision="int8").precision.precision == "int8"
