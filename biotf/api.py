@@ -205,12 +205,12 @@ class Model(LoadedModel):
         """Each sequence's (pseudo-)log-likelihood in nats, one row per sequence in order, with the columns of
         `biotf score`'s table (`biotf.scoring.files`): id, sequence, method, log_likelihood, mean_per_token,
         mean_per_residue, perplexity, tokens, scored_tokens, residues, windows. `method`: auto | causal | pll."""
-        scorer = Scorer(self.network, self.tokenizer, ScoreOptions(batch_tokens, max_length, overlap, packing))
+        scorer = Scorer.of(self, ScoreOptions(batch_tokens, max_length, overlap, packing))
         method = scorer.resolve(method)
         summary = summary if summary is not None else ScoreSummary()
         summary.method, summary.packing = method, packing
         rows = sequence_rows(scorer, method, as_records(sequences, ids), summary)
-        return _frame(rows, ("id", "sequence", "method", "log_likelihood"))
+        return _frame(rows, ("id", "sequence", "method", "precision", "log_likelihood"))
 
     @checked_arguments
     def score_assays(self, assays: str | Path | Sequence[str | Path], reference_file: str | Path, *,
@@ -226,7 +226,7 @@ class Model(LoadedModel):
                                                                       reference_metric)
         options = ScoreOptions(batch_tokens, max_length, overlap, packing, window)
         rows = assay_table(self, assays, reference_file, method, options, table, summary)
-        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", "windows", "window", *METRICS))
+        return _frame(rows, ("DMS_id", "variants", "multi_mutants", "method", "precision", "windows", "window", *METRICS))
 
     @checked_arguments
     def predict(self, sequences: str | Iterable[str | Record], *, ids: Sequence[str] | None = None,

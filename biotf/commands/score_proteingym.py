@@ -7,7 +7,7 @@ metrics (`biotf.scoring.assays`); `biotf.commands.score` adds it as the form `pr
 
 --assays: a directory or files in ProteinGym's layout (mutant, DMS_score, DMS_score_bin); --reference-file:
 ProteinGym's reference file (DMS_id, target_seq; DMS_filename and start_idx where given). Each row: DMS_id,
-variants, multi_mutants, method, windows and window (how a target longer than the model was read), Spearman (vs
+variants, multi_mutants, method, precision, windows and window (how a target longer than the model was read), Spearman (vs
 DMS_score), AUC and MCC (vs DMS_score_bin), NDCG and Top_recall (the top 10% by DMS_score), as ProteinGym's
 performance_DMS_benchmarks.py computes them; with --reference-table each --published column C as `C (published)`
 and `<metric> - C`. Masked models default to masked-marginal

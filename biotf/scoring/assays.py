@@ -9,9 +9,9 @@ Inputs, in ProteinGym's layout:
   `DMS_id` its name is (`<DMS_id>.csv[.gz]`). A listed file no row names is refused; a directory's other files,
   and the rows without a file, are counted in the summary, never scored silently or in part.
 Every variant of an assay is scored (`Scorer.variant_scores`) and the metrics computed on all of them
-(`biotf.scoring.fitness_metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `windows` (1 where the
-target fits the model; else the number of `biotf embed` windows it spans) and `window` (how it was read: `whole`, `centred` for
-masked-marginal with `ScoreOptions.window="centred"`, ProteinGym's window around each masked position, the default
+(`biotf.scoring.fitness_metrics`). Rows: `DMS_id`, `variants`, `multi_mutants`, `method`, `precision`, `windows` (1
+where the target fits the model; else the number of `biotf embed` windows it spans) and `window` (how it was read:
+`whole`, `centred` for masked-marginal with `ScoreOptions.window="centred"`, ProteinGym's window around each masked position, the default
 here, or `owned`: each position in the `biotf embed` window that owns it), `Spearman`,
 `AUC`, `MCC`, `NDCG`, `Top_recall`, then for each published column C the user names from a published table (ProteinGym's
 `DMS_substitutions_<metric>_DMS_level.csv`: `DMS ID` or `DMS_id`, then one column per model) `C (published)` and
@@ -197,7 +197,7 @@ def assay_row(scorer: Scorer, method: str, record: Record, path: Path, progress:
     metrics = fitness_metrics(scores, [m["DMS_score"] for m in metadata], bins, assay=f"{record.id} ({path})")
     multi_mutants = sum(len(variant.mutations) > 1 for variant in variants)
     return {"DMS_id": record.id, "variants": len(variants), "multi_mutants": multi_mutants, "method": resolved,
-            **_windows(scorer, resolved, target), **metrics}
+            "precision": scorer.precision, **_windows(scorer, resolved, target), **metrics}
 
 
 def _windows(scorer: Scorer, method: str, target: str) -> dict[str, Any]:
@@ -251,7 +251,7 @@ class AssayRun:
         output_format(output_path, TABLE_FORMATS)
         loaded = as_loaded(model, device, tokenizer_options)
         self.tokenizer_options = loaded.tokenizer_options
-        self.scorer = Scorer(loaded.network, loaded.tokenizer, options)
+        self.scorer = Scorer.of(loaded, options)
         if method not in METHODS:
             raise ConfigError("method", method, allowed=", ".join(METHODS))
         self.method, self.assays, self.published, self.progress = method, assays, published, progress

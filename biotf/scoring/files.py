@@ -3,9 +3,10 @@
 Output: one row per input record, in input order, as .csv, .tsv or .parquet (written under a temporary name
 and renamed, so the output name holds a complete file or nothing). Columns: `id`, the scores, then the
 record's metadata exactly as read (FASTA descriptions, every other CSV column), as the embedding files do.
-- sequences: `sequence`, `method`, `log_likelihood`, `mean_per_token`, `mean_per_residue`, `perplexity`,
-  `tokens`, `scored_tokens`, `residues`, `windows` (nats; means and perplexity over scored tokens);
-- variants: `variant` (the mutations, numbered from `offset`), `mutations`, `method`, `score`, and with
+- sequences: `sequence`, `method`, `precision` (what the model computed in: fp32, bf16, int8), `log_likelihood`,
+  `mean_per_token`, `mean_per_residue`, `perplexity`, `tokens`, `scored_tokens`, `residues`, `windows` (nats; means
+  and perplexity over scored tokens);
+- variants: `variant` (the mutations, numbered from `offset`), `mutations`, `method`, `precision`, `score`, and with
   both strands `score_forward` and `score_reverse` (`score` is their mean).
 Under torchrun `ScoreRun` scores the records in parts (`biotf.data.sharded`) and rank 0 writes the table from them.
 """
@@ -87,7 +88,7 @@ def sequence_rows(scorer: Scorer, method: str, records: Iterable[Record], summar
             summary.windows += score.windows
             summary.chunked += score.windows > 1
             rows.append(_with_metadata(record, {
-                "id": record.id, "sequence": record.sequence, "method": method,
+                "id": record.id, "sequence": record.sequence, "method": method, "precision": scorer.precision,
                 "log_likelihood": score.log_likelihood, "mean_per_token": score.mean_per_token,
                 "mean_per_residue": score.mean_per_residue, "perplexity": score.perplexity,
                 "tokens": score.tokens, "scored_tokens": score.scored_tokens, "residues": score.residues,
@@ -107,7 +108,7 @@ class ScoreRun:
         self.input_path, self.output_path, self.progress = input_path, output_path, progress
         self.loaded = loaded = as_loaded(model, device, tokenizer_options)
         self.tokenizer_options = loaded.tokenizer_options
-        self.scorer = Scorer(loaded.network, loaded.tokenizer, options)
+        self.scorer = Scorer.of(loaded, options)
         self.method = self.scorer.resolve(method)
 
     def rows(self, records: Iterable[Record], summary: ScoreSummary) -> list[dict[str, object]]:
@@ -169,7 +170,7 @@ def score_variants_file(model: str | Path | LoadedModel, variants_path: str | Pa
     reference_sequence = summary.reference.sequence
     pairs = read_variants(variants_path, reference_sequence, offset, reader_options, mutation_column, summary.policies)
     loaded = as_loaded(model, device, tokenizer_options)
-    scorer = Scorer(loaded.network, loaded.tokenizer, options)
+    scorer = Scorer.of(loaded, options)
     try:
         scorer.check_reference(reference_sequence, summary.reference.name, both_strands)
     except TokenizationError as error:
@@ -187,7 +188,7 @@ def score_variants_file(model: str | Path | LoadedModel, variants_path: str | Pa
     for (record, variant), score in zip(pairs, scores):
         columns: dict[str, object] = {"id": record.id, "variant": variant.code(offset),
                                       "mutations": len(variant.mutations), "method": summary.method,
-                                      "score": score.score}
+                                      "precision": scorer.precision, "score": score.score}
         if both_strands:
             columns.update(score_forward=score.strands[0], score_reverse=score.strands[1])
         rows.append(_with_metadata(record, columns))

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from biotf.checkpoint.loading import LoadedModel, inference_precision
 from biotf.errors import ConfigError, InputError
 from biotf.data.packing import check_packable
 from biotf.data.windows import Window, plan_windows
@@ -115,8 +116,16 @@ class VariantScore:
 class Scorer:
     """Scores sequences and variants with one model; see the module docstring."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, options: ScoreOptions = ScoreOptions()):
-        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+    @classmethod
+    def of(cls, loaded: LoadedModel, options: ScoreOptions = ScoreOptions()) -> Scorer:
+        """A scorer of a loaded model (a `biotf.Model` too), knowing the precision it was loaded in."""
+        return cls(loaded.network, loaded.tokenizer, options, inference_precision(loaded)["precision"])
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, options: ScoreOptions = ScoreOptions(),
+                 precision: str = "fp32"):
+        """`precision`: what `model` computes in (`biotf.checkpoint.loading.inference_precision`), written into every
+        table row beside the method, since the scores depend on it."""
+        self.model, self.tokenizer, self.options, self.precision = model.eval(), tokenizer, options, precision
         check_packable(options.packing, model.config)
         self.max_length = reading_length(model.config, options.max_length)
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0  # padding is masked anyway

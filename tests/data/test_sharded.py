@@ -211,6 +211,15 @@ def test_outputs_record_the_precision_and_a_resume_under_another_is_refused_nami
         status, err = run(capsys, *embed_args(model, fasta, other, "--precision", "bf16"))
         assert status == 0, err
         assert json.loads(str(np.load(other)["info"]))["precision"] == "bf16"
+    if command == "score":  # a score table records it on every row, beside the method
+        for precision in ("fp32", "bf16"):
+            table = tmp_path / f"{precision}.csv"
+            status, err = run(capsys, "score", "--model", str(model), "--input", str(fasta), "--output", str(table),
+                              "--precision", precision)
+            assert status == 0, err
+            with open(table, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            assert rows and {row["precision"] for row in rows} == {precision}
 
 
 @pytest.mark.parametrize("command,suffix", [("embed", ".npz"), ("score", ".csv"), ("predict", ".tsv")])

@@ -93,6 +93,7 @@ def test_dna_pos_ref_alt_on_both_strands(tmp_path, capsys):
     assert status == 0, err
     table = pd.read_csv(tmp_path / "out.csv")
     assert table["variant"].tolist() == ["C12T", "20AG>A", "5->GG"] and set(table["method"]) == {"pll"}
+    assert set(table["precision"]) == {"fp32"}  # what the model computed in, on every row
     assert ((table["score_forward"] + table["score_reverse"]) / 2 - table["score"]).abs().max() <= 1e-12
     pll = lambda sequence: reference.pseudo_log_likelihood(model, tokenizer, sequence)  # noqa: E731
     deletion = "ACGTTGCAAGGCTTAACGTAGCATTACG"

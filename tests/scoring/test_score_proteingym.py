@@ -94,7 +94,7 @@ def test_a_killed_run_rerun_equals_an_uninterrupted_one(assays, tmp_path, capsys
 
     table = pandas.read_csv(whole)
     assert list(table.DMS_id) == [SINGLES, DOUBLES]
-    assert list(table.columns) == ["DMS_id", "variants", "multi_mutants", "method", "windows", "window", "Spearman",
+    assert list(table.columns) == ["DMS_id", "variants", "multi_mutants", "method", "precision", "windows", "window", "Spearman",
                                    "AUC", "MCC", "NDCG", "Top_recall", "ESM2 (8M) (published)", "Spearman - ESM2 (8M)",
                                    "Site-Independent (published)", "Spearman - Site-Independent"]
     singles, doubles = table.iloc[0], table.iloc[1]
