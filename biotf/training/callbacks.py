@@ -16,7 +16,6 @@ otherwise drop ("best_model_score won't be reloaded") and so export a worse "bes
 from __future__ import annotations
 
 import math
-import shutil
 import signal
 import threading
 import time
@@ -28,8 +27,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from biotf.io.atomic import atomic_write
 from biotf.checkpoint import read_checkpoint, save_checkpoint
+from biotf.checkpoint.sharded import copy_checkpoint
 from biotf.errors import CheckpointError
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM
@@ -219,14 +218,15 @@ def carry_best(resumed: dict[str, Any], ckpt_path: str | Path, directory: Path) 
         return
     recorded = Path(state["best_model_path"])
     target = directory / recorded.name
-    if target.is_file():
+    if target.exists():
         return
-    source = next((p for p in (Path(ckpt_path).parent / recorded.name, recorded) if p.is_file()), None)
+    source = next((p for p in (Path(ckpt_path).parent / recorded.name, recorded) if p.exists()), None)
     if source is None:
         raise CheckpointError(f"{ckpt_path} records the best checkpoint {recorded} (score "
                               f"{float(state['best_model_score']):.6g}), which is gone; put it beside {ckpt_path} to "
                               "resume, or start a new run")
-    atomic_write(target, lambda temporary: shutil.copyfile(source, temporary))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    copy_checkpoint(source, target)  # a file, or an FSDP run's sharded directory
 
 
 class CarryBest(L.Callback):
