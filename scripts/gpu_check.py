@@ -19,7 +19,7 @@ Every check runs on --device and compares with --reference (default cpu), in flo
   and a finite validation loss. Skipped where --device has fewer than 2 devices.
 - fsdp: FSDP2 as `trainer.strategy=fsdp` shards a model (`biotf.training.sharding.shard_blocks`: each block, then
   the root) on 2 processes against DDP on the same 2, from the same weights on the same batches (gpt2-small's blocks
-  on the protein vocabulary, 14 of them at full size: 99.4M parameters; `training_rank`, which
+  on the protein vocabulary, 14 of them at full size: 100.0M parameters; `training_rank`, which
   `scripts/bench.py scale` runs on the CPU): every
   step's loss equal within `FSDP_LOSS_TOLERANCE`, and the peak memory per device of each printed. Skipped, saying it
   was not run, where --device has fewer than 2 devices.
@@ -399,9 +399,11 @@ def training_run(mode: str, widths: dict, steps: int, device: str, directory: Pa
 
 def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type: str) -> int:
     """One process of `training_run` (launched by torchrun): a ~100M-parameter model wrapped by DDP or sharded by
-    `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory (RSS on
-    the CPU, allocated memory on CUDA) and step time, and the mean loss of each step, to `output`."""
-    import resource
+    `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory while it
+    trains and its memory before the model was built (CUDA: allocated, the peak as CUDA counts it; CPU: the resident
+    set, read after each forward, backward and optimizer step) and step time, and each step's mean loss, to
+    `output`."""
+    import ctypes
     from dataclasses import replace
 
     import torch.distributed as distributed
@@ -418,15 +420,17 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
     distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
     def memory_mib() -> float:
+        """Memory in use now: allocated tensors on CUDA, the resident set on the CPU."""
         if device.type == "cuda":
-            return torch.cuda.max_memory_allocated(device) / 2**20
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+            return torch.cuda.memory_allocated(device) / 2**20
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
     try:
         before = memory_mib()
         tokenizer = AminoAcidTokenizer()
         config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
-        torch.manual_seed(0)
+        torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
         model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
         parameters = model.num_parameters()
         if mode == "fsdp":
@@ -435,20 +439,30 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
         else:
             step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # what the whole model held before sharding is returned (glibc keeps freed memory otherwise): training's own
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        else:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
         batches = torch.Generator().manual_seed(1000 + rank)
-        losses, seconds = [], []
+        losses, seconds, peak = [], [], memory_mib()
         for _ in range(steps):
             ids = torch.randint(4, 24, TRAINING_BATCH, generator=batches).to(device)
             start = time.perf_counter()
             loss = step_model(ids, labels=ids).loss
+            peak = max(peak, memory_mib())  # activations
             loss.backward()
+            peak = max(peak, memory_mib())  # gradients
             optimizer.step()
+            peak = max(peak, memory_mib())  # AdamW's state
             optimizer.zero_grad(set_to_none=True)
             mean = loss.detach().clone()
             distributed.all_reduce(mean)
             seconds.append(time.perf_counter() - start)
             losses.append(float(mean) / world)
-        figures = torch.tensor([memory_mib(), before], dtype=torch.float64, device=device)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device) / 2**20
+        figures = torch.tensor([peak, before], dtype=torch.float64, device=device)
         gathered = [torch.zeros_like(figures) for _ in range(world)]
         distributed.all_gather(gathered, figures)
         if rank == 0:

@@ -75,6 +75,12 @@ def verify_sharded(path: str | Path) -> dict[str, Any]:
     return metadata
 
 
+def read_resumable(path: str | Path) -> dict[str, Any]:
+    """What a resume reads before training starts, checked: a checkpoint file's content, or a sharded checkpoint's
+    `meta.pt` once every file matches its CRC-32 (`verify_sharded`)."""
+    return verify_sharded(path) if is_sharded(path) else read_checkpoint(path)
+
+
 def replace_directory(staging: Path, target: Path) -> None:
     """Put the finished `staging` directory at `target`, the previous one (a directory or a file) removed after: a
     crash in between leaves the previous one beside it as `.<name>.previous`."""

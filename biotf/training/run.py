@@ -28,9 +28,9 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, Progress
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from biotf.io.atomic import atomic_write, atomic_write_text
-from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint)
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint)
 from biotf.checkpoint.loading import load_checkpoint
-from biotf.checkpoint.sharded import consolidate, is_sharded
+from biotf.checkpoint.sharded import consolidate, is_sharded, read_resumable
 from biotf.data import PreparedData, is_validation, prepare_dataset
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
@@ -183,7 +183,7 @@ def read_resumed(config: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
     checkpoints/ when it is not there (`carry_best`: a resume from another directory keeps the run's best)."""
     if config.ckpt_path is None:
         return None
-    resumed = read_checkpoint(config.ckpt_path)
+    resumed = read_resumable(config.ckpt_path)
     if is_launch_rank_zero():
         carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
     return resumed

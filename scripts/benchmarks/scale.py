@@ -11,10 +11,12 @@ the processes, sets the figure as it does on a real proteome; the machine's othe
 (`os.getloadavg`).
 
 Then sharded training (`trainer.strategy=fsdp`): peak memory per process of a ~100M-parameter model (gpt2-small's
-blocks, 14 of them, on the protein vocabulary: 99.4M parameters; quick: 4 blocks) training with AdamW on 2 processes
+blocks, 14 of them, on the protein vocabulary: 100.0M parameters; quick: 4 blocks) training with AdamW on 2 processes
 (gloo, one thread each), DDP against FSDP2 sharded as biotf shards it (`biotf.training.sharding.shard_blocks`; `scripts/gpu_check.py`'s worker), from
-the same weights on the same batches: each rank's peak RSS, and its growth over the RSS before the model was built
-(parameters, gradients, AdamW state and activations), the median step time, and the two runs' losses side by side.
+the same weights on the same batches: each rank's peak resident memory while it trains (read after every forward,
+backward and optimizer step, once the whole model each rank built before sharding it is freed), and its growth over
+the memory before the model was built (parameters, gradients, AdamW state, activations and communication buffers),
+the median step time, and the largest difference between the two runs' losses.
 The same worker, on 2 GPUs, is `scripts/gpu_check.py`'s fsdp check (memory: `torch.cuda.max_memory_allocated`).
 
 Then data of any size: peak RSS and MB/s of building the token cache from a generated FASTA of 0.1, 1 and 10 GB
@@ -116,8 +118,8 @@ def sharded_training(bench, quick: bool) -> None:
     parameters = runs["ddp"]["parameters"]
     for mode, report in runs.items():
         for rank, (peak, before) in enumerate(zip(report["peak_mib"], report["before_mib"])):
-            bench.record(f"{mode} peak RSS of rank {rank}, {parameters / 1e6:.1f}M parameters, AdamW", peak, "MiB",
-                         note=f"{peak - before:.0f} MiB above the RSS before the model was built")
+            bench.record(f"{mode} peak memory of rank {rank} training {parameters / 1e6:.1f}M parameters, AdamW", peak,
+                         "MiB", note=f"{peak - before:.0f} MiB above its memory before the model was built")
         rows, length = _gpu_check().TRAINING_BATCH
         bench.record(f"{mode} training step ({rows}x{length} tokens per rank)",
                      report["step_seconds"], "s", note=f"median of {steps - 1} (the first left out)")

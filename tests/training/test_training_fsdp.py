@@ -14,6 +14,7 @@ import torch
 from biotf.checkpoint import save_checkpoint
 from biotf.checkpoint.sharded import is_sharded, read_full
 from biotf.cli import main as biotf_main
+from biotf.entry import train as entry
 from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command, write_proteins
 
 STEPS = 20
@@ -21,6 +22,22 @@ STEPS = 20
 # in another order, and 20 AdamW steps carry those last-bit differences (measured: below 1e-6 here).
 LOSS_TOL = 1e-5
 WEIGHT_TOL = 1e-5
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    pytest.param(["trainer.accelerator=gpu"], "invalid config trainer.accelerator='gpu': trainer.strategy=fsdp on GPUs "
+                 "needs CUDA (NCCL), and this machine has no CUDA GPU; on CPUs FSDP2 shards over gloo (allowed: auto | "
+                 "cpu)", id="gpu-without-cuda",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of a machine without CUDA")),
+    pytest.param(["optim=muon"], "invalid config optim.optimizer='muon': trainer.strategy=fsdp splits each weight "
+                 "matrix across ranks, and Muon orthogonalises whole matrices (allowed: adamw)", id="muon"),
+])
+def test_fsdp_where_it_cannot_run_is_one_line_naming_the_key(overrides, expected, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert entry.main(["experiment=quickstart", "trainer.strategy=fsdp", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert err.split(": error: ")[1] == expected + "\n", err
+    assert not (tmp_path / "outputs").exists()
 
 
 @pytest.fixture(scope="module")
