@@ -377,7 +377,7 @@ def fsdp_check(device: str, reference: str, size: Size, workdir: Path) -> list[R
         sys.stderr.write((error.stdout or "") + (error.stderr or ""))
         return [Result(name, "FAIL", f"torchrun exit status {error.returncode}")]
     difference = float(np.max(np.abs(np.subtract(runs["fsdp"]["losses"], runs["ddp"]["losses"]))))
-    unit = "GPU (max_memory_allocated)" if kind == "cuda" else "process (peak RSS)"
+    unit = "GPU (max_memory_allocated)" if kind == "cuda" else "process (resident memory)"
     memory = ", ".join(f"{mode} {max(run['peak_mib']):,.0f} MiB" for mode, run in runs.items())
     return [Result(name, verdict(difference <= FSDP_LOSS_TOLERANCE),
                    f"{runs['ddp']['parameters'] / 1e6:.1f}M parameters, {len(runs['ddp']['losses'])} AdamW steps: "
@@ -389,7 +389,9 @@ def training_run(mode: str, widths: dict, steps: int, device: str, directory: Pa
     """`training_rank` on 2 processes under torchrun (one thread each): rank 0's report (every rank's figures).
     `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1")
+    # glibc's mmap threshold fixed (it grows as large blocks are freed): a freed tensor then leaves the resident set at
+    # once, which then follows the live tensors instead of what the allocator kept
+    env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
     output = directory / f"{mode}.json"
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                     str(Path(__file__).resolve()), TRAINING_WORKER, mode, str(output),

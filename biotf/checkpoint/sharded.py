@@ -111,6 +111,16 @@ def _optimizer_by_index(state: dict[str, Any]) -> dict[str, Any]:
     return {"state": {index[name]: value for name, value in state["state"].items()}, "param_groups": groups}
 
 
+def optimizer_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """`Optimizer.state_dict`'s form keyed by parameter name, the inverse of `_optimizer_by_index`: `names` are the
+    optimizer's parameters in the order its groups list them."""
+    groups, start = [], 0
+    for group in state["param_groups"]:
+        groups.append({**group, "params": names[start:start + len(group["params"])]})
+        start += len(group["params"])
+    return {"state": {names[index]: value for index, value in state["state"].items()}, "param_groups": groups}
+
+
 def read_full(path: str | Path) -> dict[str, Any]:
     """A sharded checkpoint as the single-file checkpoint DDP writes: full `state_dict`, `optimizer_states` and the
     rest of `meta.pt`, checked first (`verify_sharded`). Reads every shard into this process's memory."""

@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from biotf.checkpoint.digest import DIGEST_KEY
-from biotf.checkpoint.sharded import SHARDS_KEY, rank_files, replace_directory, write_metadata
+from biotf.checkpoint.sharded import SHARDS_KEY, optimizer_by_name, rank_files, replace_directory, write_metadata
 
 
 def shard_blocks(root: torch.nn.Module, blocks: list[torch.nn.Module], mesh: Any = None,
@@ -78,9 +78,30 @@ class ShardedStrategy(ModelParallelStrategy):
         self.barrier()
 
     def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
-        """The checkpoint (a sharded directory, resharded onto this run's ranks, or a single file), which the run
-        checked against its CRC-32s before it started (`biotf.training.run.read_resumed`)."""
-        metadata = super().load_checkpoint(checkpoint_path, weights_only=True)
+        """The checkpoint, which the run checked against its CRC-32s before it started
+        (`biotf.training.run.read_resumed`): a sharded directory, resharded onto this run's ranks by DCP, or a single
+        file (a finished FSDP run's, or a DDP run's), each rank taking its shard of the full tensors."""
+        path = Path(self.broadcast(str(checkpoint_path)))
+        if path.is_dir():
+            metadata = super().load_checkpoint(path, weights_only=True)
+        else:
+            metadata = self._load_file(path)
         for key in (DIGEST_KEY, SHARDS_KEY):
             metadata.pop(key, None)
         return metadata
+
+    def _load_file(self, path: Path) -> dict[str, Any]:
+        """A single-file checkpoint into the sharded model and optimizer. Its optimizer state numbers the parameters
+        as `Optimizer.state_dict` does (in the order of the groups), which Lightning's own reader of full checkpoints
+        would take for the module's order: it is keyed by name here instead."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, checkpoint.pop("state_dict"), options=options)
+        names = {id(parameter): name for name, parameter in self.model.named_parameters()}
+        for optimizer, state in zip(self.optimizers, checkpoint.pop("optimizer_states", [])):
+            order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+            set_optimizer_state_dict(self.model, optimizer, optimizer_by_name(state, order), options=options)
+        return checkpoint
