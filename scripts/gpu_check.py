@@ -378,7 +378,8 @@ def fsdp_check(device: str, reference: str, size: Size, workdir: Path) -> list[R
         return [Result(name, "FAIL", f"torchrun exit status {error.returncode}")]
     difference = float(np.max(np.abs(np.subtract(runs["fsdp"]["losses"], runs["ddp"]["losses"]))))
     unit = "GPU (max_memory_allocated)" if kind == "cuda" else "process (resident memory)"
-    memory = ", ".join(f"{mode} {max(run['peak_mib']):,.0f} MiB" for mode, run in runs.items())
+    memory = ", ".join(f"{mode} {max(run['peak_mib']):,.0f} MiB (of which parameters, gradients and AdamW state "
+                       f"{max(run['state_mib']):,.0f})" for mode, run in runs.items())
     return [Result(name, verdict(difference <= FSDP_LOSS_TOLERANCE),
                    f"{runs['ddp']['parameters'] / 1e6:.1f}M parameters, {len(runs['ddp']['losses'])} AdamW steps: "
                    f"losses differ by at most {difference:.1e} (tolerance {FSDP_LOSS_TOLERANCE:g}); peak per {unit}: "
@@ -389,9 +390,7 @@ def training_run(mode: str, widths: dict, steps: int, device: str, directory: Pa
     """`training_rank` on 2 processes under torchrun (one thread each): rank 0's report (every rank's figures).
     `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    # glibc's mmap threshold fixed (it grows as large blocks are freed): a freed tensor then leaves the resident set at
-    # once, which then follows the live tensors instead of what the allocator kept
-    env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
+    env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1")
     output = directory / f"{mode}.json"
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                     str(Path(__file__).resolve()), TRAINING_WORKER, mode, str(output),
@@ -403,8 +402,9 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
     """One process of `training_run` (launched by torchrun): a ~100M-parameter model wrapped by DDP or sharded by
     `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory while it
     trains and its memory before the model was built (CUDA: allocated, the peak as CUDA counts it; CPU: the resident
-    set, read after each forward, backward and optimizer step) and step time, and each step's mean loss, to
-    `output`."""
+    set, read after each forward, backward and optimizer step), what it holds of the parameters, gradients and AdamW
+    state after the last step (counted from the tensors: its shards under FSDP), its step time, and each step's mean
+    loss, to `output`."""
     import ctypes
     from dataclasses import replace
 
@@ -427,6 +427,11 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
             return torch.cuda.memory_allocated(device) / 2**20
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def local_mib(tensor: torch.Tensor) -> float:
+        """What this rank holds of a tensor: its shard of a sharded one."""
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        return local.numel() * local.element_size() / 2**20
 
     try:
         before = memory_mib()
@@ -457,6 +462,9 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
             peak = max(peak, memory_mib())  # gradients
             optimizer.step()
             peak = max(peak, memory_mib())  # AdamW's state
+            state = sum(local_mib(tensor) for parameter in model.parameters()
+                        for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
+                        if isinstance(tensor, torch.Tensor))
             optimizer.zero_grad(set_to_none=True)
             mean = loss.detach().clone()
             distributed.all_reduce(mean)
@@ -464,13 +472,14 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
             losses.append(float(mean) / world)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device) / 2**20
-        figures = torch.tensor([peak, before], dtype=torch.float64, device=device)
+        figures = torch.tensor([peak, before, state], dtype=torch.float64, device=device)
         gathered = [torch.zeros_like(figures) for _ in range(world)]
         distributed.all_gather(gathered, figures)
         if rank == 0:
             output.write_text(json.dumps({
                 "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
-                "before_mib": [float(g[1]) for g in gathered], "step_seconds": statistics.median(seconds[1:]),
+                "before_mib": [float(g[1]) for g in gathered],
+                "state_mib": [float(g[2]) for g in gathered], "step_seconds": statistics.median(seconds[1:]),
                 "losses": losses}))
         distributed.barrier()
     finally:

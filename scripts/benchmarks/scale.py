@@ -13,7 +13,8 @@ the processes, sets the figure as it does on a real proteome; the machine's othe
 Then sharded training (`trainer.strategy=fsdp`): peak memory per process of a ~100M-parameter model (gpt2-small's
 blocks, 14 of them, on the protein vocabulary: 100.0M parameters; quick: 4 blocks) training with AdamW on 2 processes
 (gloo, one thread each), DDP against FSDP2 sharded as biotf shards it (`biotf.training.sharding.shard_blocks`; `scripts/gpu_check.py`'s worker), from
-the same weights on the same batches: each rank's peak resident memory while it trains (read after every forward,
+the same weights on the same batches: what each rank holds of the parameters, gradients and AdamW state (counted from
+its tensors), its peak resident memory while it trains (read after every forward,
 backward and optimizer step, once the whole model each rank built before sharding it is freed), and its growth over
 the memory before the model was built (parameters, gradients, AdamW state, activations and communication buffers),
 the median step time, and the largest difference between the two runs' losses.
@@ -117,8 +118,9 @@ def sharded_training(bench, quick: bool) -> None:
                 for mode in ("ddp", "fsdp")}
     parameters = runs["ddp"]["parameters"]
     for mode, report in runs.items():
-        for rank, (peak, before) in enumerate(zip(report["peak_mib"], report["before_mib"])):
-            bench.record(f"{mode} peak memory of rank {rank} training {parameters / 1e6:.1f}M parameters, AdamW", peak,
+        for rank, (peak, before, state) in enumerate(zip(report["peak_mib"], report["before_mib"], report["state_mib"])):
+            bench.record(f"{mode} rank {rank}: parameters + gradients + AdamW state it holds", state, "MiB")
+            bench.record(f"{mode} rank {rank}: peak resident memory training {parameters / 1e6:.1f}M parameters", peak,
                          "MiB", note=f"{peak - before:.0f} MiB above its memory before the model was built")
         rows, length = _gpu_check().TRAINING_BATCH
         bench.record(f"{mode} training step ({rows}x{length} tokens per rank)",
