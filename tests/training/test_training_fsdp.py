@@ -129,8 +129,10 @@ def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
     assert last(on_one)["global_step"] == step + 2
 
     # stop-and-go equals uninterrupted, from the sharded directory and from its single file (what a finished FSDP run
-    # or a DDP run leaves: each rank takes its shard of the full tensors)
-    for name, source in (("resumed", checkpoint), ("from_file", consolidated)):
-        resumed = train(root, name, *common, "trainer.devices=2", "trainer.strategy=fsdp", f"ckpt_path={source}")
+    # or a DDP run leaves: each rank takes its shard of the full tensors); the latter recomputing every block in
+    # backward (activation checkpointing: each block gathers its shards again; the same dropout masks, the same sums)
+    for name, source, recompute in (("resumed", checkpoint, "false"), ("from_file", consolidated, "true")):
+        resumed = train(root, name, *common, "trainer.devices=2", "trainer.strategy=fsdp", f"ckpt_path={source}",
+                        f"trainer.gradient_checkpointing={recompute}")
         assert_same_state(last(resumed), last(fsdp_run), atol=1e-7)
         np.testing.assert_allclose(train_losses(resumed), train_losses(fsdp_run)[step:], rtol=0, atol=1e-7)
