@@ -755,8 +755,8 @@ def bench_check(device: str, reference: str, size: Size, workdir: Path) -> list[
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
-RUNS = {"training": training_checks, "ddp": ddp_check, "fsdp": fsdp_check, "commands": command_checks, "sdpa": sdpa_checks,
-        "bench": bench_check}
+RUNS = {"training": training_checks, "ddp": ddp_check, "fsdp": fsdp_check, "commands": command_checks,
+        "sdpa": sdpa_checks, "bench": bench_check}
 
 
 @dataclass

@@ -327,8 +327,8 @@ def validate(cfg: DictConfig) -> TrainConfig:
     from biotf.checkpoint.sharded import is_sharded  # imports torch, which composing a config needs not
 
     if config.ckpt_path is not None and not (Path(config.ckpt_path).is_file() or is_sharded(config.ckpt_path)):
-        raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. <run>/checkpoints/last.ckpt) "
-                          "or the sharded checkpoint directory of an FSDP run")
+        raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. "
+                          "<run>/checkpoints/last.ckpt) or the sharded checkpoint directory of an FSDP run")
     return config
 
 

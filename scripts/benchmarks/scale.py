@@ -10,14 +10,14 @@ default run's shape (protein-small: 128 wide, 4 layers, random weights), so that
 the processes, sets the figure as it does on a real proteome; the machine's other load is printed
 (`os.getloadavg`).
 
-Then sharded training (`trainer.strategy=fsdp`): peak memory per process of a ~100M-parameter model (gpt2-small's
-blocks, 14 of them, on the protein vocabulary: 100.0M parameters; quick: 4 blocks) training with AdamW on 2 processes
-(gloo, one thread each), DDP against FSDP2 sharded as biotf shards it (`biotf.training.sharding.shard_blocks`; `scripts/gpu_check.py`'s worker), from
-the same weights on the same batches: what each rank holds of the parameters, gradients and AdamW state (counted from
-its tensors), its peak resident memory while it trains (read after every forward,
-backward and optimizer step, once the whole model each rank built before sharding it is freed), and its growth over
-the memory before the model was built (parameters, gradients, AdamW state, activations and communication buffers),
-the median step time, and the largest difference between the two runs' losses.
+Then sharded training (`trainer.strategy=fsdp`): memory per process of a ~100M-parameter model (gpt2-small's blocks,
+14 of them, on the protein vocabulary: 100.0M parameters; quick: 4 blocks) training with AdamW on 2 processes (gloo,
+one thread each), DDP against FSDP2 sharded as biotf shards it (`biotf.training.sharding.shard_blocks`, run by
+`scripts/gpu_check.py`'s worker), from the same weights on the same batches: what each rank holds of the parameters,
+gradients and AdamW state (counted from its tensors), its peak resident memory while it trains (read after every
+forward, backward and optimizer step, once the whole model each rank built before sharding it is freed) and its
+growth over the memory before the model was built, the median step time, and the largest difference between the two
+runs' losses.
 The same worker, on 2 GPUs, is `scripts/gpu_check.py`'s fsdp check (memory: `torch.cuda.max_memory_allocated`).
 
 Then data of any size: peak RSS and MB/s of building the token cache from a generated FASTA of 0.1, 1 and 10 GB
@@ -118,7 +118,8 @@ def sharded_training(bench, quick: bool) -> None:
                 for mode in ("ddp", "fsdp")}
     parameters = runs["ddp"]["parameters"]
     for mode, report in runs.items():
-        for rank, (peak, before, state) in enumerate(zip(report["peak_mib"], report["before_mib"], report["state_mib"])):
+        figures = zip(report["peak_mib"], report["before_mib"], report["state_mib"])
+        for rank, (peak, before, state) in enumerate(figures):
             bench.record(f"{mode} rank {rank}: parameters + gradients + AdamW state it holds", state, "MiB")
             bench.record(f"{mode} rank {rank}: peak resident memory training {parameters / 1e6:.1f}M parameters", peak,
                          "MiB", note=f"{peak - before:.0f} MiB above its memory before the model was built")

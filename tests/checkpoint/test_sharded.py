@@ -43,7 +43,8 @@ def test_a_sharded_checkpoint_reads_as_the_single_file_ddp_writes(sharded):
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(full["state_dict"][f"model.{name}"], tensor, rtol=0, atol=0)
     expected = optimizer.state_dict()  # parameters numbered in the order the groups list them
-    assert [g["params"] for g in full["optimizer_states"][0]["param_groups"]] == [g["params"] for g in expected["param_groups"]]
+    groups = full["optimizer_states"][0]["param_groups"]
+    assert [g["params"] for g in groups] == [g["params"] for g in expected["param_groups"]]
     for index, moments in expected["state"].items():
         for key, value in moments.items():
             torch.testing.assert_close(full["optimizer_states"][0]["state"][index][key], value, rtol=0, atol=0)

@@ -28,7 +28,7 @@ WEIGHT_TOL = 1e-5
     pytest.param(["trainer.accelerator=gpu"], "invalid config trainer.accelerator='gpu': trainer.strategy=fsdp on GPUs "
                  "needs CUDA (NCCL), and this machine has no CUDA GPU; on CPUs FSDP2 shards over gloo (allowed: auto | "
                  "cpu)", id="gpu-without-cuda",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of a machine without CUDA")),
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a refusal where there is no CUDA")),
     pytest.param(["optim=muon"], "invalid config optim.optimizer='muon': trainer.strategy=fsdp splits each weight "
                  "matrix across ranks, and Muon orthogonalises whole matrices (allowed: adamw)", id="muon"),
 ])
