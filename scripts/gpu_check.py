@@ -17,6 +17,12 @@ Every check runs on --device and compares with --reference (default cpu), in flo
   protein-small: the all-reduced gradient against the reference's one-process gradient of the whole batch; then
   `python train.py` with DDP on 2 devices in bf16-mixed (the default run, 100 steps) ends with every step done
   and a finite validation loss. Skipped where --device has fewer than 2 devices.
+- fsdp: FSDP2 as `trainer.strategy=fsdp` shards a model (`biotf.training.sharding.shard_blocks`: each block, then
+  the root) on 2 processes against DDP on the same 2, from the same weights on the same batches (gpt2-small's blocks
+  on the protein vocabulary, 14 of them at full size: 100.0M parameters; `training_rank`, which
+  `scripts/bench.py scale` runs on the CPU): every
+  step's loss equal within `FSDP_LOSS_TOLERANCE`, and the peak memory per device of each printed. Skipped, saying it
+  was not run, where --device has fewer than 2 devices.
 - commands: `biotf embed` (plain and --packing), `score` (plain and --packing), `contacts` and `generate` (greedy)
   with --device, each against the same command with the reference's --device, on random protein-small models saved
   here (one with a contact head, one causal).
@@ -53,8 +59,13 @@ import numpy as np
 import torch
 
 SCRIPTS = Path(__file__).resolve().parent
-CHECKS = ("training", "ddp", "commands", "sdpa", "bench")
+CHECKS = ("training", "ddp", "fsdp", "commands", "sdpa", "bench")
+# float32 losses of FSDP2 and DDP over a few AdamW steps: the same sums in another order (reduce-scatter of shards
+# against all-reduce of whole gradients)
+FSDP_LOSS_TOLERANCE = 1e-4
 DDP_WORKER = "ddp-rank"  # the first argument of the processes the ddp check launches
+TRAINING_WORKER = "training-rank"  # ... and of those `training_run` launches (the fsdp check, bench.py scale)
+TRAINING_BATCH = (2, 128)  # each rank's batch of `training_rank`: rows x tokens of random residues
 RESIDUES = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
 
 
@@ -350,6 +361,132 @@ def ddp_training_run(kind: str, size: Size, workdir: Path) -> Result:
         f"validation loss {summary['final_val_loss']:.3f} (unigram baseline {summary['unigram_baseline']:.3f})"))
 
 
+# --- fsdp -------------------------------------------------------------------------------------------------------
+def fsdp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Result]:
+    """FSDP2 against DDP, both on 2 processes of --device (see the module docstring); --reference is not used: the two
+    strategies are each other's reference."""
+    kind = torch.device(device).type
+    name = f"fsdp2 2 processes ({'nccl' if kind == 'cuda' else 'gloo'}) vs ddp on the same 2"
+    if kind == "cuda" and torch.cuda.device_count() < 2:
+        return [Result(name, "SKIP", f"not run: needs 2 CUDA devices; torch sees {torch.cuda.device_count()}")]
+    widths = {"n_layers": 14} if size.widths == {} else {"n_layers": 2, "d_model": 48, "n_heads": 4, "n_kv_heads": 4,
+                                                         "d_ff": 96}
+    try:
+        runs = {mode: training_run(mode, widths, size.timed_steps + 1, kind, workdir) for mode in ("ddp", "fsdp")}
+    except subprocess.CalledProcessError as error:
+        sys.stderr.write((error.stdout or "") + (error.stderr or ""))
+        return [Result(name, "FAIL", f"torchrun exit status {error.returncode}")]
+    difference = float(np.max(np.abs(np.subtract(runs["fsdp"]["losses"], runs["ddp"]["losses"]))))
+    unit = "GPU (max_memory_allocated)" if kind == "cuda" else "process (resident memory)"
+    memory = ", ".join(f"{mode} {max(run['peak_mib']):,.0f} MiB (of which parameters, gradients and AdamW state "
+                       f"{max(run['state_mib']):,.0f})" for mode, run in runs.items())
+    return [Result(name, verdict(difference <= FSDP_LOSS_TOLERANCE),
+                   f"{runs['ddp']['parameters'] / 1e6:.1f}M parameters, {len(runs['ddp']['losses'])} AdamW steps: "
+                   f"losses differ by at most {difference:.1e} (tolerance {FSDP_LOSS_TOLERANCE:g}); peak per {unit}: "
+                   f"{memory}")]
+
+
+def training_run(mode: str, widths: dict, steps: int, device: str, directory: Path) -> dict:
+    """`training_rank` on 2 processes under torchrun (one thread each): rank 0's report (every rank's figures).
+    `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1")
+    output = directory / f"{mode}.json"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                    str(Path(__file__).resolve()), TRAINING_WORKER, mode, str(output),
+                    json.dumps(widths), str(steps), device], env=env, check=True, capture_output=True, text=True,
+                   cwd=directory)
+    return json.loads(output.read_text())
+
+def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type: str) -> int:
+    """One process of `training_run` (launched by torchrun): a ~100M-parameter model wrapped by DDP or sharded by
+    `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory while it
+    trains and its memory before the model was built (CUDA: allocated, the peak as CUDA counts it; CPU: the resident
+    set, read after each forward, backward and optimizer step), what it holds of the parameters, gradients and AdamW
+    state after the last step (counted from the tensors: its shards under FSDP), its step time, and each step's mean
+    loss, to `output`."""
+    import ctypes
+    from dataclasses import replace
+
+    import torch.distributed as distributed
+    from torch.nn.parallel import DistributedDataParallel
+
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import AminoAcidTokenizer
+    from biotf.training.sharding import shard_blocks
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    def memory_mib() -> float:
+        """Memory in use now: allocated tensors on CUDA, the resident set on the CPU."""
+        if device.type == "cuda":
+            return torch.cuda.memory_allocated(device) / 2**20
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def local_mib(tensor: torch.Tensor) -> float:
+        """What this rank holds of a tensor: its shard of a sharded one."""
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        return local.numel() * local.element_size() / 2**20
+
+    try:
+        before = memory_mib()
+        tokenizer = AminoAcidTokenizer()
+        config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
+        torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
+        model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
+        parameters = model.num_parameters()
+        if mode == "fsdp":
+            shard_blocks(model, list(model.blocks))
+            step_model = model
+        else:
+            step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # what the whole model held before sharding is returned (glibc keeps freed memory otherwise): training's own
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        else:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        batches = torch.Generator().manual_seed(1000 + rank)
+        losses, seconds, peak = [], [], memory_mib()
+        for _ in range(steps):
+            ids = torch.randint(4, 24, TRAINING_BATCH, generator=batches).to(device)
+            start = time.perf_counter()
+            loss = step_model(ids, labels=ids).loss
+            peak = max(peak, memory_mib())  # activations
+            loss.backward()
+            peak = max(peak, memory_mib())  # gradients
+            optimizer.step()
+            peak = max(peak, memory_mib())  # AdamW's state
+            state = sum(local_mib(tensor) for parameter in model.parameters()
+                        for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
+                        if isinstance(tensor, torch.Tensor))
+            optimizer.zero_grad(set_to_none=True)
+            mean = loss.detach().clone()
+            distributed.all_reduce(mean)
+            seconds.append(time.perf_counter() - start)
+            losses.append(float(mean) / world)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device) / 2**20
+        figures = torch.tensor([peak, before, state], dtype=torch.float64, device=device)
+        gathered = [torch.zeros_like(figures) for _ in range(world)]
+        distributed.all_gather(gathered, figures)
+        if rank == 0:
+            output.write_text(json.dumps({
+                "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
+                "before_mib": [float(g[1]) for g in gathered],
+                "state_mib": [float(g[2]) for g in gathered], "step_seconds": statistics.median(seconds[1:]),
+                "losses": losses}))
+        distributed.barrier()
+    finally:
+        distributed.destroy_process_group()
+    return 0
+
+
 class LossOf(torch.nn.Module):
     """A model whose forward is the training loss: what DistributedDataParallel wraps (as Lightning wraps the
     LightningModule), so that its gradient hooks are armed by the forward."""
@@ -618,8 +755,8 @@ def bench_check(device: str, reference: str, size: Size, workdir: Path) -> list[
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
-RUNS = {"training": training_checks, "ddp": ddp_check, "commands": command_checks, "sdpa": sdpa_checks,
-        "bench": bench_check}
+RUNS = {"training": training_checks, "ddp": ddp_check, "fsdp": fsdp_check, "commands": command_checks,
+        "sdpa": sdpa_checks, "bench": bench_check}
 
 
 @dataclass
@@ -682,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [DDP_WORKER]:
         return ddp_rank(Path(argv[1]), argv[2])
+    if argv[:1] == [TRAINING_WORKER]:
+        return training_rank(argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), argv[5])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checks", nargs="*", metavar="CHECK", help=f"checks to run (default all: {', '.join(CHECKS)})")
     parser.add_argument("--device", default="cuda", help="where the checked computation runs (default cuda)")

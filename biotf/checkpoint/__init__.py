@@ -6,6 +6,8 @@ Below training, fine-tuning, inference and export (which all import it) and abov
 - `digest`: the CRC-32 of a checkpoint's content;
 - `store`: `save_checkpoint` / `read_checkpoint` (Lightning .ckpt) and `save_pretrained` / `read_exported`
   (`save_hf_pretrained`: a Hugging Face directory of a model family);
+- `sharded`: an FSDP run's sharded checkpoint directory (every rank's shard, each file's CRC-32), checked, and
+  consolidated into the single file a DDP run writes;
 - `task_export`: a fine-tuned export's files beside the trunk (head, adapter, task.json), each with its CRC-32;
 - `task_model`: a fine-tuned model (the exported trunk with its head), written and read as one;
 - `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer;

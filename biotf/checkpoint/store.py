@@ -67,6 +67,9 @@ def save_checkpoint(checkpoint: dict[str, Any], path: str | Path) -> Path:
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """A checkpoint file's content, loaded without unpickling code and checked against its CRC-32."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory: a sharded checkpoint of an FSDP run is resumed by "
+                              "training (ckpt_path=...) and turned into a file when the run ends")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     checkpoint = load_tensors(path, "checkpoint", map_location=map_location)

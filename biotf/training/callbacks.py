@@ -28,8 +28,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from biotf.io.atomic import atomic_write
 from biotf.checkpoint import read_checkpoint, save_checkpoint
+from biotf.checkpoint.sharded import copy_checkpoint, read_resumable
 from biotf.errors import CheckpointError
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM
@@ -234,20 +234,24 @@ def carry_best(resumed: dict[str, Any], ckpt_path: str | Path, directory: Path) 
         return
     recorded = Path(state["best_model_path"])
     target = directory / recorded.name
-    if target.is_file():
+    if target.exists():
         return
-    source = next((p for p in (Path(ckpt_path).parent / recorded.name, recorded) if p.is_file()), None)
+    source = next((p for p in (Path(ckpt_path).parent / recorded.name, recorded) if p.exists()), None)
     if source is None:
         raise CheckpointError(f"{ckpt_path} records the best checkpoint {recorded} (score "
                               f"{float(state['best_model_score']):.6g}), which is gone; put it beside {ckpt_path} to "
                               "resume, or start a new run")
     created = not directory.exists()
-    atomic_write(target, lambda temporary: shutil.copyfile(source, temporary))
-    copied = read_checkpoint(target)  # what was copied, in case the source was replaced while it was read
+    directory.mkdir(parents=True, exist_ok=True)
+    copy_checkpoint(source, target)  # a file, or an FSDP run's sharded directory
+    copied = read_resumable(target)  # what was copied, in case the source was replaced while it was read
     copied_state = _best_state(copied) or {}
     if copied.get("global_step", 0) > resumed.get("global_step", 0) \
             or float(copied_state.get("best_model_score", math.nan)) != float(state["best_model_score"]):
-        target.unlink()
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
         if created:  # the run directory as it was: a checkpoints/ folder would mark it as used
             directory.rmdir()
         raise CheckpointError(f"{source} is no longer the best checkpoint {ckpt_path} records (score "

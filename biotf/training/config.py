@@ -272,21 +272,26 @@ def check_keys(values: dict[str, Any], schema: type, prefix: str = "") -> None:
             check_keys(value, fields[key], f"{name}.")
 
 
-def check_strategy(trainer: TrainerConfig) -> None:
-    """Refuse trainer.strategy=fsdp where it cannot run, naming what runs where: FSDP shards the model over CUDA GPUs,
-    and Lightning accepts it only with trainer.accelerator=gpu (or cuda) named."""
+def check_strategy(trainer: TrainerConfig, optim: OptimConfig) -> None:
+    """Refuse trainer.strategy=fsdp where it cannot run, naming why: NCCL needs CUDA GPUs (on CPUs FSDP2 runs
+    over gloo, with trainer.accelerator=auto or cpu), and Muon orthogonalises whole weight matrices, which FSDP2
+    splits across ranks."""
     if trainer.strategy != "fsdp":
         return
-    import torch  # a CUDA query; composing a config needs no torch otherwise
+    if trainer.accelerator in ("gpu", "cuda"):
+        import torch  # a CUDA query; composing a config needs no torch otherwise
 
-    if not torch.cuda.is_available():
-        where = "this machine has no CUDA GPU, so training runs on the CPU"
-    elif trainer.accelerator not in ("gpu", "cuda"):
-        where = f"trainer.accelerator={trainer.accelerator} does not name the GPUs (set trainer.accelerator=gpu)"
-    else:
-        return
-    raise ConfigError("trainer.strategy", "fsdp", "auto | ddp" if where.startswith("this") else None,
-                      reason=f"FSDP shards the model over CUDA GPUs, and {where}")
+        if not torch.cuda.is_available():
+            raise ConfigError("trainer.accelerator", trainer.accelerator, "auto | cpu",
+                              reason="trainer.strategy=fsdp on GPUs needs CUDA (NCCL), and this machine has no CUDA "
+                                     "GPU; on CPUs FSDP2 shards over gloo")
+    if trainer.accelerator == "mps":
+        raise ConfigError("trainer.accelerator", trainer.accelerator, "auto | cpu | gpu",
+                          reason="trainer.strategy=fsdp shards over gloo (CPU) or NCCL (CUDA), not MPS")
+    if optim.optimizer != "adamw":
+        raise ConfigError("optim.optimizer", optim.optimizer, "adamw",
+                          reason="trainer.strategy=fsdp splits each weight matrix across ranks, and Muon "
+                                 "orthogonalises whole matrices")
 
 
 def validate(cfg: DictConfig) -> TrainConfig:
@@ -301,7 +306,7 @@ def validate(cfg: DictConfig) -> TrainConfig:
                          task=cfg.task, init_from=cfg.init_from, **sections)
     if not 0 <= config.seed < 2**32:
         raise ConfigError("seed", config.seed, "an integer from 0 to 4294967295")
-    check_strategy(config.trainer)
+    check_strategy(config.trainer, config.optim)
     check_finetune(config.task, config.init_from, config.data.label_column, config.finetune, config.trainer.nonfinite)
     model, data = config.model, config.data
     # A fine-tuning run's model is init_from's, checked when it is loaded (`finetune.check_against_model`).
@@ -319,8 +324,11 @@ def validate(cfg: DictConfig) -> TrainConfig:
     if not path.is_file():
         raise InputError(f"data.path: input file {path} does not exist" if not path.exists()
                          else f"data.path: {path} is not a file")
-    if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
-        raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. <run>/checkpoints/last.ckpt)")
+    from biotf.checkpoint.sharded import is_sharded  # imports torch, which composing a config needs not
+
+    if config.ckpt_path is not None and not (Path(config.ckpt_path).is_file() or is_sharded(config.ckpt_path)):
+        raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. "
+                          "<run>/checkpoints/last.ckpt) or the sharded checkpoint directory of an FSDP run")
     return config
 
 

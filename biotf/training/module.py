@@ -123,6 +123,12 @@ class LanguageModelTask(L.LightningModule):
         self.log("val/acc", correct / max(scored, 1.0))
         self._last_batch_end = None  # validation time is not training throughput
 
+    def configure_model(self) -> None:
+        """Under `trainer.strategy=fsdp` (`biotf.training.sharding`), each block sharded, then this module."""
+        shard = getattr(self.trainer.strategy, "shard", None)
+        if shard is not None:
+            shard(self, list(self.model.blocks))
+
     # --- optimisation ----------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer, scheduler = build_optimizer(self.model, self.optim_config, self.total_steps)

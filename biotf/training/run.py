@@ -28,7 +28,9 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, Progress
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from biotf.io.atomic import atomic_write, atomic_write_text
-from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint, read_checkpoint)
+from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint)
+from biotf.checkpoint.loading import load_checkpoint
+from biotf.checkpoint.sharded import consolidate, is_sharded, read_resumable
 from biotf.data import PreparedData, is_validation, prepare_dataset
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
@@ -40,6 +42,7 @@ from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.resumable import check_resumable
 from biotf.training.module import LanguageModelTask
 from biotf.training.progress import progress_callbacks, quiet_lightning
+from biotf.training.sharding import ShardedStrategy
 from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
                                   is_launch_rank_zero, trim_metrics)
 from biotf.training.summary import FinalCheckRun, RunSummary, next_steps
@@ -109,10 +112,13 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=patience, check_on_train_epoch_end=False))
     progress = progress_callbacks(trainer.enable_progress_bar, trainer.progress)
     callbacks += progress
+    strategy, precision = trainer.strategy if distributed else "auto", trainer.precision
+    if strategy == "fsdp":  # FSDP2's own mixed precision (`ShardedStrategy.shard`), not Lightning's autocast
+        strategy, precision = ShardedStrategy(mixed_precision=precision == "bf16-mixed"), "32-true"
     built = L.Trainer(
         accelerator=trainer.accelerator, devices=trainer.devices if distributed else 1,
-        num_nodes=trainer.num_nodes if distributed else 1, strategy=trainer.strategy if distributed else "auto",
-        precision=trainer.precision, max_steps=trainer.max_steps, max_epochs=-1,
+        num_nodes=trainer.num_nodes if distributed else 1, strategy=strategy,
+        precision=precision, max_steps=trainer.max_steps, max_epochs=-1,
         # Validation every n training batches, counted across epoch boundaries.
         val_check_interval=trainer.val_check_interval, check_val_every_n_epoch=None,
         limit_val_batches=trainer.limit_val_batches, accumulate_grad_batches=trainer.accumulate_grad_batches,
@@ -130,6 +136,15 @@ def build_trainer(trainer: TrainerConfig, run_dir: Path, control: RunControl | N
                        "matrix products take a reference path, about 100x slower than float32. Use "
                        "trainer.precision=32 here.")
     return built
+
+
+def consolidate_run(checkpoints: Path) -> Path:
+    """An FSDP run's sharded checkpoints (last and best) turned into the single files a DDP run writes, so that every
+    command reads the run as any other; returns the last one."""
+    for name in ("best.ckpt", "last.ckpt"):
+        if is_sharded(checkpoints / name):
+            consolidate(checkpoints / name)
+    return checkpoints / "last.ckpt"
 
 
 @rank_zero_only
@@ -182,8 +197,9 @@ def stoppable(control: RunControl, stop: RunInterrupted) -> Iterator[None]:
 
 def read_resumed(config: TrainConfig) -> dict[str, Any] | None:
     """The checkpoint `ckpt_path` names (None when the run does not resume), read and checked against its CRC-32
-    before any data work, so that a damaged checkpoint fails in seconds."""
-    return None if config.ckpt_path is None else read_checkpoint(config.ckpt_path)
+    before any data work, so that a damaged checkpoint fails in seconds: a file, or a sharded (FSDP) checkpoint's
+    every shard (`read_resumable`)."""
+    return None if config.ckpt_path is None else read_resumable(config.ckpt_path)
 
 
 def continue_run(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | None, module: L.LightningModule,
@@ -194,8 +210,11 @@ def continue_run(config: TrainConfig, run_dir: Path, resumed: dict[str, Any] | N
     resumed step kept (`trim_metrics`: those after it are logged again)."""
     if resumed is None:
         return
-    check_resumable(resumed, module, trainer, str(config.ckpt_path))
-    trainer.strategy.checkpoint_io.hand_over(config.ckpt_path, resumed)  # fit loads what was checked, not a newer file
+    # A sharded checkpoint's weights and optimizer state are its ranks' shards: each checked against its CRC-32
+    # (`read_resumable`), resharded onto this run's ranks as they load.
+    if not is_sharded(config.ckpt_path):
+        check_resumable(resumed, module, trainer, str(config.ckpt_path))
+        trainer.strategy.checkpoint_io.hand_over(config.ckpt_path, resumed)  # fit loads what was checked
     if not is_launch_rank_zero():
         return
     carry_best(resumed, config.ckpt_path, run_dir / CHECKPOINT_DIR)
@@ -255,9 +274,13 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequ
         final_val_acc=float(final["val/acc"]), best_val_loss=float(best_score) if best_score is not None else None,
         unigram_baseline=prepared.unigram_baseline("validation"), data=prepared.summary())
     if trainer.is_global_zero:
+        model = task.model
+        if isinstance(trainer.strategy, ShardedStrategy):  # every rank wrote its shard; the other ranks are done
+            consolidated = consolidate_run(run_dir / CHECKPOINT_DIR)
+            model = load_checkpoint(consolidated).model if checks else model
         if checks:
             with stoppable(control, RunInterrupted(run_dir / CHECKPOINT_DIR / "last.ckpt", trainer.global_step)):
-                summary.checks = [check(task.model, tokenizer) for check in checks]
+                summary.checks = [check(model, tokenizer) for check in checks]
         summary.write(run_dir)
         print(summary.text())
         print(next_steps(run_dir, config.data.path, config.data.column, config.data.id_column))

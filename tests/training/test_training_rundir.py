@@ -350,16 +350,6 @@ def test_config_mistakes_are_one_line_before_any_data_is_read(override, expected
     assert not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of FSDP on a machine without CUDA")
-def test_fsdp_on_a_cpu_is_one_line_naming_the_key(capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    assert entry.main(["experiment=quickstart", "trainer.strategy=fsdp"]) == 2
-    err = capsys.readouterr().err
-    assert err.split(": error: ")[1] == ("invalid config trainer.strategy='fsdp': FSDP shards the model over CUDA GPUs, "
-                   "and this machine has no CUDA GPU, so training runs on the CPU (allowed: auto | ddp)\n"), err
-    assert not (tmp_path / "outputs").exists()
-
-
 def drop_adamw_state(checkpoint: dict) -> None:
     checkpoint["optimizer_states"][0]["members"].pop()
 

@@ -1,0 +1,138 @@
+"""`trainer.strategy=fsdp` (FSDP2) on 2 CPU processes over gloo: it trains as DDP does, its sharded checkpoints stop
+and resume exactly, reshard onto another number of processes, and end as the single file every command reads."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from biotf.checkpoint import save_checkpoint
+from biotf.checkpoint.sharded import is_sharded, read_full
+from biotf.cli import main as biotf_main
+from biotf.entry import train as entry
+from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command, write_proteins
+
+STEPS = 20
+# float32: DDP all-reduces whole gradients, FSDP2 reduce-scatters their shards; the sums are the same numbers added
+# in another order, and 20 AdamW steps carry those last-bit differences (measured: below 1e-6 here).
+LOSS_TOL = 1e-5
+WEIGHT_TOL = 1e-5
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    pytest.param(["trainer.accelerator=gpu"], "invalid config trainer.accelerator='gpu': trainer.strategy=fsdp on GPUs "
+                 "needs CUDA (NCCL), and this machine has no CUDA GPU; on CPUs FSDP2 shards over gloo (allowed: auto | "
+                 "cpu)", id="gpu-without-cuda",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a refusal where there is no CUDA")),
+    pytest.param(["optim=muon"], "invalid config optim.optimizer='muon': trainer.strategy=fsdp splits each weight "
+                 "matrix across ranks, and Muon orthogonalises whole matrices (allowed: adamw)", id="muon"),
+])
+def test_fsdp_where_it_cannot_run_is_one_line_naming_the_key(overrides, expected, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert entry.main(["experiment=quickstart", "trainer.strategy=fsdp", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert err.split(": error: ")[1] == expected + "\n", err
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp")
+    fasta = write_proteins(root / "proteins.fasta")
+    common = [*TINY, f"data.path={fasta}", f"data.cache_dir={root / 'cache'}", f"trainer.max_steps={STEPS}",
+              "trainer.checkpoint_every_n_steps=5", "trainer.val_check_interval=5", "optim.warmup_steps=3",
+              "model.dropout=0.1", "trainer.accelerator=cpu"]
+    return root, common
+
+
+def train(root, name, *overrides, timeout=400):
+    result = run_script([*overrides, f"hydra.run.dir={root / name}"], cwd=root, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / name
+
+
+def last(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+
+
+def train_losses(run_dir) -> np.ndarray:
+    import pandas as pd
+
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    return metrics.dropna(subset=["train/loss"]).sort_values("step")["train/loss"].to_numpy()
+
+
+def assert_same_state(actual, expected, atol):
+    assert actual["global_step"] == expected["global_step"]
+    for name, value in expected["state_dict"].items():
+        torch.testing.assert_close(actual["state_dict"][name], value, rtol=0, atol=atol, msg=name)
+    for index, moments in expected["optimizer_states"][0]["state"].items():
+        for key, value in moments.items():
+            torch.testing.assert_close(actual["optimizer_states"][0]["state"][index][key], value, rtol=0, atol=atol)
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(setup):
+    root, common = setup
+    return train(root, "fsdp", *common, "trainer.devices=2", "trainer.strategy=fsdp")
+
+
+@pytest.mark.slow
+def test_fsdp_trains_as_ddp_does_and_ends_as_one_checkpoint_file(setup, fsdp_run, tmp_path, capsys):
+    root, common = setup
+    ddp = train(root, "ddp", *common, "trainer.devices=2", "trainer.strategy=ddp")
+    np.testing.assert_allclose(train_losses(fsdp_run), train_losses(ddp), rtol=0, atol=LOSS_TOL)
+    assert len(train_losses(fsdp_run)) == STEPS
+    # consolidated: the single file DDP writes, full weights and optimizer state keyed alike
+    assert (fsdp_run / "checkpoints" / "last.ckpt").is_file() and (fsdp_run / "checkpoints" / "best.ckpt").is_file()
+    assert_same_state(last(fsdp_run), last(ddp), WEIGHT_TOL)
+    # ... which every command reads as any run's
+    output = tmp_path / "embeddings.npz"
+    assert biotf_main(["embed", "--model", str(fsdp_run), "--input", str(root / "proteins.fasta"),
+                       "--output", str(output)]) == 0, capsys.readouterr().err
+    assert np.load(output)["embeddings"].shape[0] == 60
+
+
+@pytest.mark.slow
+def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
+    root, common = setup
+    stopped = root / "stopped"
+    process = subprocess.Popen(train_command([*common, "trainer.devices=2", "trainer.strategy=fsdp",
+                                              f"hydra.run.dir={stopped}"]),
+                               cwd=root, env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    checkpoint = stopped / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not is_sharded(checkpoint) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err[-3000:]
+    assert is_sharded(checkpoint)  # written by both ranks, left sharded: the run did not end
+    saved = read_full(checkpoint)
+    step = saved["global_step"]
+    assert 5 <= step < STEPS, step
+
+    # resharded: written by 2 processes, resumed by 1 (DCP reads every tensor's slices from both ranks' files), equal
+    # to a plain 1-process run resumed from the same checkpoint consolidated into one file
+    consolidated = root / "consolidated.ckpt"
+    save_checkpoint(saved, consolidated)
+    more = [f"trainer.max_steps={step + 2}", "trainer.devices=1"]
+    on_one = train(root, "on_one", *common, *more, "trainer.strategy=fsdp", f"ckpt_path={checkpoint}")
+    plain = train(root, "plain", *common, *more, f"ckpt_path={consolidated}")
+    assert_same_state(last(on_one), last(plain), atol=1e-7)
+    assert last(on_one)["global_step"] == step + 2
+
+    # stop-and-go equals uninterrupted, from the sharded directory and from its single file (what a finished FSDP run
+    # or a DDP run leaves: each rank takes its shard of the full tensors); the latter recomputing every block in
+    # backward (activation checkpointing: each block gathers its shards again; the same dropout masks, the same sums)
+    for name, source, recompute in (("resumed", checkpoint, "false"), ("from_file", consolidated, "true")):
+        resumed = train(root, name, *common, "trainer.devices=2", "trainer.strategy=fsdp", f"ckpt_path={source}",
+                        f"trainer.gradient_checkpointing={recompute}")
+        assert_same_state(last(resumed), last(fsdp_run), atol=1e-7)
+        np.testing.assert_allclose(train_losses(resumed), train_losses(fsdp_run)[step:], rtol=0, atol=1e-7)
