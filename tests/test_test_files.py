@@ -67,6 +67,7 @@ TESTED_IN = {
     "model/hf/encoder.py": "export/test_hf_encoders.py",
     "model/hf/esmc.py": "model/test_hf_esmc.py",
     "model/hf/llama.py": "model/test_hf_decoders.py",
+    "model/int8.py": "model/test_precision.py",
     "model/hf/weights.py": "reliability/test_safe_loading.py",
     "model/mlp.py": "model/test_hf_esmc.py",
     "model/modes.py": "finetune/test_finetune.py",
@@ -114,6 +115,7 @@ EXERCISED_BY = {
     "training/datamodule.py": ("training/test_training_run.py", "the data of every training run"),
     "training/finetune_config.py": ("finetune/test_finetune.py", "fine-tuning configs"),
     "training/resumable.py": ("training/test_training_rundir.py", "every resume's check of its checkpoint"),
+    "training/sharding.py": ("training/test_training_fsdp.py", "every trainer.strategy=fsdp run (FSDP2 on gloo)"),
     "training/metrics_log.py": ("training/test_training_run.py", "metrics.csv of every run"),
 }
 

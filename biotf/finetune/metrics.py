@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from biotf.ranks import spearman
+
 LOWER_IS_BETTER = {"loss", "rmse"}
 
 
@@ -31,25 +33,10 @@ def classification_metrics(truth: np.ndarray, predicted: np.ndarray, n_classes: 
             "mcc": float(mcc)}
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties sharing their average rank."""
-    order = np.argsort(values, kind="stable")
-    sorted_values = values[order]
-    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
-    ends = np.r_[starts[1:], len(values)]
-    average = (starts + ends + 1) / 2.0
-    ranks = np.empty(len(values))
-    ranks[order] = np.repeat(average, ends - starts)
-    return ranks
-
-
 def regression_metrics(truth: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
     truth, predicted = np.asarray(truth, np.float64).ravel(), np.asarray(predicted, np.float64).ravel()
     rmse = float(np.sqrt(np.mean((truth - predicted) ** 2))) if len(truth) else float("nan")
-    a, b = _ranks(truth), _ranks(predicted)
-    a, b = a - a.mean(), b - b.mean()
-    scale = np.sqrt((a @ a) * (b @ b))
-    return {"rmse": rmse, "spearman": float(a @ b / scale) if scale > 0 else 0.0}
+    return {"rmse": rmse, "spearman": spearman(truth, predicted, constant=0.0)}
 
 
 def task_metrics(task: str, truth: np.ndarray, predicted: np.ndarray, n_classes: int) -> dict[str, float]:

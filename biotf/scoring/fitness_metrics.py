@@ -20,28 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from biotf.errors import InputError
+from biotf.ranks import average_ranks, spearman
 
 METRICS = ("Spearman", "AUC", "MCC", "NDCG", "Top_recall")
 TOP_PERCENT = 10  # ProteinGym's default for NDCG and top recall
-
-
-def average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties given the mean of the ranks they span (scipy's `rankdata(method="average")`)."""
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], len(values)]
-    mean_rank = (starts + ends + 1) / 2.0
-    ranks = np.empty(len(values))
-    ranks[order] = np.repeat(mean_rank, ends - starts)
-    return ranks
-
-
-def spearman(truth: np.ndarray, score: np.ndarray) -> float:
-    a, b = average_ranks(truth), average_ranks(score)
-    a, b = a - a.mean(), b - b.mean()
-    denominator = np.sqrt((a * a).sum() * (b * b).sum())
-    return float((a * b).sum() / denominator) if denominator else float("nan")
 
 
 def roc_auc(labels: np.ndarray, score: np.ndarray) -> float:
