@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from biotf.checkpoint import read_checkpoint, save_checkpoint
-from biotf.checkpoint.sharded import copy_checkpoint, read_resumable
+from biotf.checkpoint.sharded_checkpoint import copy_checkpoint, read_resumable
 from biotf.errors import CheckpointError
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # the exit status a shell reports for a process ended by SIGTERM

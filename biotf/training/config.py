@@ -324,7 +324,7 @@ def validate(cfg: DictConfig) -> TrainConfig:
     if not path.is_file():
         raise InputError(f"data.path: input file {path} does not exist" if not path.exists()
                          else f"data.path: {path} is not a file")
-    from biotf.checkpoint.sharded import is_sharded  # imports torch, which composing a config needs not
+    from biotf.checkpoint.sharded_checkpoint import is_sharded  # imports torch, which composing a config needs not
 
     if config.ckpt_path is not None and not (Path(config.ckpt_path).is_file() or is_sharded(config.ckpt_path)):
         raise ConfigError("ckpt_path", config.ckpt_path, "an existing checkpoint file (e.g. "

@@ -30,7 +30,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from biotf.io.atomic import atomic_write, atomic_write_text
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint)
 from biotf.checkpoint.loading import load_checkpoint
-from biotf.checkpoint.sharded import consolidate, is_sharded, read_resumable
+from biotf.checkpoint.sharded_checkpoint import consolidate, is_sharded, read_resumable
 from biotf.data import PreparedData, is_validation, prepare_dataset
 from biotf.io.readers import ReaderOptions, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer

@@ -7,8 +7,8 @@ time. The same code runs on CPU processes (gloo) and on GPUs (nccl). `trainer.pr
 mixed precision: parameters cast to bfloat16 for compute, gradients reduced and kept in float32, as are the
 sharded master weights and the optimizer.
 
-Checkpoints are sharded directories (`biotf.checkpoint.sharded`): every rank writes its shard, rank 0 the rest and
-the CRC-32 of every file, into a staging directory that replaces the previous checkpoint once complete.
+Checkpoints are sharded directories (`biotf.checkpoint.sharded_checkpoint`): every rank writes its shard, rank 0 the
+rest and the CRC-32 of every file, into a staging directory that replaces the previous checkpoint once complete.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from biotf.checkpoint.digest import DIGEST_KEY
-from biotf.checkpoint.sharded import SHARDS_KEY, optimizer_by_name, rank_files, replace_directory, write_metadata
+from biotf.checkpoint.sharded_checkpoint import (SHARDS_KEY, optimizer_by_name, rank_files, replace_directory,
+                                                 write_meta)data
 
 
 def shard_blocks(root: torch.nn.Module, blocks: list[torch.nn.Module], mesh: Any = None,

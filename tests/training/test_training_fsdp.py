@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from biotf.checkpoint import save_checkpoint
-from biotf.checkpoint.sharded import is_sharded, read_full
+from biotf.checkpoint.sharded_checkpoint import is_sharded, read_full
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
 from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command, write_proteins

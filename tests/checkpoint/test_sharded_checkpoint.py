@@ -1,5 +1,5 @@
-"""A sharded checkpoint directory (`biotf.checkpoint.sharded`), written here by one process as DCP writes each
-rank's part: every file checked against its CRC-32, and consolidated into the single file DDP writes."""
+"""A sharded checkpoint directory (`biotf.checkpoint.sharded_checkpoint`), written here by one process as DCP writes
+each rank's part: every file checked against its CRC-32, and consolidated into the single file DDP writes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from biotf.checkpoint import read_checkpoint
-from biotf.checkpoint.sharded import consolidate, is_sharded, rank_files, read_full, read_resumable, write_metadata
+from biotf.checkpoint.sharded_checkpoint import (consolidate, is_sharded, rank_files, read_full, read_resumable,
+                                                 write_metadata)
 from biotf.errors import CheckpointError
 
 # DCP writes here without a process group (one rank), as it says
