@@ -22,7 +22,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 from biotf.checkpoint.digest import DIGEST_KEY
 from biotf.checkpoint.sharded_checkpoint import (SHARDS_KEY, optimizer_by_name, rank_files, replace_directory,
-                                                 write_meta)data
+                                                 write_metadata)
 
 
 def shard_blocks(root: torch.nn.Module, blocks: list[torch.nn.Module], mesh: Any = None,
