@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from biotf import load_pretrained
-from biotf.errors import CheckpointError, ConfigError
+from biotf.errors import CheckpointError, ConfigError, InputError
 from biotf.inference.pretrained import load_hf_checkpoint
 from biotf.tokenizers import AminoAcidTokenizer
 
@@ -37,18 +37,25 @@ def copy_with_vocab(source, target, tokens):
     return target
 
 
-def test_a_vocabulary_with_other_ids_is_refused(esm2_checkpoint, tmp_path):
+def test_a_vocabulary_with_other_ids_reads_as_transformers_reads_it_and_one_too_long_is_refused(esm2_checkpoint,
+                                                                                                 tmp_path):
+    """A vocab.txt that is not ESM-2's layout is the checkpoint's own (Nucleotide Transformer, SaProt): its ids are
+    those of transformers' EsmTokenizer, not biotf's protein tokenizer's; one longer than the embedding is refused."""
+    from transformers import AutoTokenizer
+
     directory, _ = esm2_checkpoint
     tokens = (directory / "vocab.txt").read_text().split()
     swapped = tokens.copy()
     swapped[4], swapped[5] = swapped[5], swapped[4]  # L and A exchanged
-    with pytest.raises(CheckpointError, match=r"id 4 is 'A', biotf's protein tokenizer .* has 'L'"):
-        load_pretrained(copy_with_vocab(directory, tmp_path / "swapped", swapped))
-    with pytest.raises(CheckpointError, match="has 34 tokens, ESM-2's layout .* has 33"):
+    swapped_directory = copy_with_vocab(directory, tmp_path / "swapped", swapped)
+    _, tokenizer = load_pretrained(swapped_directory)
+    reference = AutoTokenizer.from_pretrained(str(swapped_directory))
+    assert list(tokenizer.encode("LAK")) == reference("LAK")["input_ids"] == [0, 5, 4, 15, 2]
+    with pytest.raises(CheckpointError, match="the tokenizer has 34 tokens but the model's embedding only 33 rows"):
         load_pretrained(copy_with_vocab(directory, tmp_path / "longer", tokens + ["<extra>"]))
     missing = shutil.copytree(directory, tmp_path / "missing")
     (missing / "vocab.txt").unlink()
-    with pytest.raises(CheckpointError, match="vocab.txt does not exist"):
+    with pytest.raises(InputError, match="has no tokenizer files: biotf reads tokenizer.json, vocab.txt"):
         load_pretrained(missing)
 
 

@@ -150,7 +150,7 @@ def test_skip_leaving_out_every_smiles_says_so_in_the_probe():
     ids = np.array([f"m{i}" for i in range(len(NOT_SMILES))])
     arrays = {"embeddings": np.random.default_rng(0).standard_normal((len(ids), 4)).astype(np.float32)}
     with pytest.raises(InputError, match=r"RDKit parses none of the 6 SMILES \(records 'm0', 'm1', 'm2', \.\.\.\): "
-                                         r"--invalid-smiles skip would leave every record out"):
+                                         r"invalid_smiles=skip would leave every record out"):
         run_probe(arrays, np.array(["a", "b"] * 3), np.array(NOT_SMILES), ids, "smiles", folds=2,
                   invalid_smiles="skip")
 

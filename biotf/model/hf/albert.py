@@ -23,7 +23,7 @@ from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.bert import HIDDEN_ACTS
 from biotf.model.hf.encoder import Names, linear, read
-from biotf.model.hf.family import Family, refuser
+from biotf.model.hf.family import Family, read_architectures, refuser, trunk_prefix
 
 MASKED_LM = ("AlbertForMaskedLM", "AlbertForPreTraining")
 ENCODERS = ("AlbertModel", "AlbertForSequenceClassification", "AlbertForTokenClassification")
@@ -44,13 +44,11 @@ def albert_config(hf: Mapping[str, Any]) -> TransformerConfig:
     activation = hf.get("hidden_act", "gelu_new")
     if activation not in HIDDEN_ACTS:
         raise refuse("hidden_act", activation, f"biotf computes {' | '.join(HIDDEN_ACTS)}")
-    architectures = hf.get("architectures") or [MASKED_LM[0]]
-    if not set(architectures) & set(MASKED_LM + ENCODERS):
-        raise refuse("architectures", architectures, f"biotf reads {' | '.join(MASKED_LM + ENCODERS)}")
+    architectures = read_architectures(hf, MASKED_LM + ENCODERS, refuse, "biotf reads")
     d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
     if d_model % n_heads:
         raise refuse("hidden_size", d_model, f"not a multiple of num_attention_heads={n_heads}")
-    lm_head = bool(set(architectures) & set(MASKED_LM))
+    lm_head = bool(architectures & set(MASKED_LM))
     mlp = HIDDEN_ACTS[activation]
     return TransformerConfig(
         vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["num_hidden_layers"], n_heads=n_heads,
@@ -89,9 +87,7 @@ def albert_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConf
     """Rename and fuse ALBERT tensors into a biotf state dict; a bare AlbertModel's have no `albert.` prefix, a
     torch.compile'd model's an `_orig_mod.` before it."""
     anchor = "embeddings.word_embeddings.weight"
-    trunk = next((p for p in ("albert.", "", "_orig_mod.albert.", "_orig_mod.") if p + anchor in weights), None)
-    if trunk is None:
-        raise CheckpointError(f"not an ALBERT checkpoint: no {anchor}, with or without 'albert.'")
+    trunk = trunk_prefix(weights, "ALBERT", "albert.", anchor)
     head = trunk.removesuffix("albert.") + "predictions."
     if config.lm_head and head + "dense.weight" not in weights:
         raise CheckpointError("ALBERT checkpoint has no masked-LM head (predictions.*) although its config.json says "

@@ -30,7 +30,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family, check_holds, refuser
+from biotf.model.hf.family import Family, check_holds, read_architectures, refuser, trunk_prefix
 
 # HF hidden_act -> biotf's mlp (and BERT's lm_head_activation); the first name of each is the one written.
 HIDDEN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -81,11 +81,8 @@ def bert_config(layout: Layout, hf: Mapping[str, Any]) -> TransformerConfig:
     d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
     if d_model % n_heads:
         raise refuse("hidden_size", d_model, f"not a multiple of num_attention_heads={n_heads}")
-    architectures = hf.get("architectures") or [layout.masked_lm[0]]
-    known = layout.masked_lm + layout.encoders
-    if not set(architectures) & set(known):
-        raise refuse("architectures", architectures, f"biotf loads {' | '.join(known)}")
-    lm_head = bool(set(architectures) & set(layout.masked_lm))
+    architectures = read_architectures(hf, layout.masked_lm + layout.encoders, refuse)
+    lm_head = bool(architectures & set(layout.masked_lm))
     offset = 0
     if layout.positions_from_pad:
         if not isinstance(hf.get("pad_token_id"), int):
@@ -128,10 +125,7 @@ def bert_to_biotf(layout: Layout, weights: Mapping[str, torch.Tensor],
     """Rename and fuse BERT / RoBERTa tensors into a biotf state dict; a bare model's have no `bert.` / `roberta.`
     prefix, a torch.compile'd one's an `_orig_mod.` before it."""
     anchor = "embeddings.word_embeddings.weight"
-    trunk = next((p for p in (layout.trunk, "", "_orig_mod." + layout.trunk, "_orig_mod.") if p + anchor in weights),
-                 None)
-    if trunk is None:
-        raise CheckpointError(f"not a {layout.name} checkpoint: no {anchor}, with or without {layout.trunk!r}")
+    trunk = trunk_prefix(weights, layout.name, layout.trunk, anchor)
     head = trunk.removesuffix(layout.trunk) + layout.head
     if config.lm_head and head + layout.head_dense + ".weight" not in weights:
         raise CheckpointError(f"{layout.name} checkpoint has no masked-LM head ({head}*) although its config.json "

@@ -16,7 +16,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family, check_holds, refuser
+from biotf.model.hf.family import Family, check_holds, read_architectures, refuser
 from biotf.model.hf.weights import stored_inverse_frequency
 from biotf.model.positions import rope_inverse_frequency
 
@@ -62,9 +62,7 @@ def esm_config(hf: Mapping[str, Any]) -> TransformerConfig:
     if offset:
         max_positions -= offset
     token_dropout = bool(hf.get("token_dropout", False))
-    architectures = hf.get("architectures") or ["EsmForMaskedLM"]
-    if not set(architectures) & set(ESM_ARCHITECTURES):
-        raise refuse("architectures", architectures, f"biotf loads {' | '.join(ESM_ARCHITECTURES)}")
+    architectures = read_architectures(hf, ESM_ARCHITECTURES, refuse)
     lm_head = "EsmForMaskedLM" in architectures
     return TransformerConfig(
         vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["num_hidden_layers"], n_heads=n_heads,

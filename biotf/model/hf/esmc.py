@@ -26,7 +26,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, linear, read, write
-from biotf.model.hf.family import Family, check_holds, refuser
+from biotf.model.hf.family import Family, check_holds, read_architectures, refuser, trunk_prefix
 from biotf.model.positions import rope_inverse_frequency
 
 ESMC_ARCHITECTURES = ("EsmcForMaskedLM", "EsmcModel", "EsmcForSequenceClassification", "EsmcForTokenClassification")
@@ -61,9 +61,7 @@ def esmc_config(hf: Mapping[str, Any]) -> TransformerConfig:
     if attention_bias != mlp_bias:
         raise refuse("mlp_bias", mlp_bias, f"biotf has one bias switch for o_proj and the MLP, so mlp_bias must equal "
                                            f"attention_bias={attention_bias}")
-    architectures = hf.get("architectures") or ["EsmcForMaskedLM"]
-    if not set(architectures) & set(ESMC_ARCHITECTURES):
-        raise refuse("architectures", architectures, f"biotf loads {' | '.join(ESMC_ARCHITECTURES)}")
+    architectures = read_architectures(hf, ESMC_ARCHITECTURES, refuse)
     lm_head = "EsmcForMaskedLM" in architectures
     return TransformerConfig(
         vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["num_hidden_layers"], n_heads=n_heads,
@@ -105,9 +103,7 @@ def esmc_to_biotf(weights: Mapping[str, torch.Tensor], config: TransformerConfig
     """Rename and fuse ESM C tensors into a biotf state dict; a bare `EsmcModel`'s have no `esmc.` prefix, a
     torch.compile'd model's an `_orig_mod.` before it."""
     anchor = "embed_tokens.weight"
-    trunk = next((p for p in ("esmc.", "", "_orig_mod.esmc.", "_orig_mod.") if p + anchor in weights), None)
-    if trunk is None:
-        raise CheckpointError(f"not an ESM C checkpoint: no {anchor}, with or without 'esmc.'")
+    trunk = trunk_prefix(weights, "ESM C", "esmc.", anchor)
     head = trunk.removesuffix("esmc.")
     if config.lm_head and head + "lm_head.dense.weight" not in weights:
         raise CheckpointError("ESM C checkpoint has no masked-LM head (lm_head.*) although its config.json says "

@@ -4,7 +4,7 @@ the helpers those functions share (refusing a field, looking tensors up, checkin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -75,6 +75,25 @@ def tensor_reader(weights: Mapping[str, torch.Tensor], name: str, prefixes: tupl
         return weights[tensor_name]
 
     return take, prefix
+
+
+def read_architectures(hf: Mapping[str, Any], known: Sequence[str], refuse: Callable[[str, Any, str], Exception],
+                       reads: str = "biotf loads") -> set[str]:
+    """config.json's `architectures` (absent: the first of `known`, as hub checkpoints without the field are read),
+    refused naming the field unless one of them is `known`."""
+    architectures = hf.get("architectures") or [known[0]]
+    if not set(architectures) & set(known):
+        raise refuse("architectures", architectures, f"{reads} {' | '.join(known)}")
+    return set(architectures)
+
+
+def trunk_prefix(weights: Mapping[str, torch.Tensor], name: str, trunk: str, anchor: str) -> str:
+    """The prefix before the encoder's names in `weights`: `trunk` (a model with a head: `bert.`, `esmc.`), none (the
+    bare encoder), or either after the `_orig_mod.` of a torch.compile'd model; found by where `anchor` is."""
+    prefix = next((p for p in (trunk, "", "_orig_mod." + trunk, "_orig_mod.") if p + anchor in weights), None)
+    if prefix is None:
+        raise CheckpointError(f"not a {name} checkpoint: no {anchor}, with or without {trunk!r}")
+    return prefix
 
 
 def check_holds(config: TransformerConfig, name: str, shape: Mapping[str, tuple[Any, ...]],

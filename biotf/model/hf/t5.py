@@ -26,7 +26,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, read, write
-from biotf.model.hf.family import Family, check_holds, refuser
+from biotf.model.hf.family import Family, check_holds, read_architectures, refuser
 
 T5_ARCHITECTURES = ("T5EncoderModel", "T5ForConditionalGeneration", "T5WithLMHeadModel", "T5Model")
 # feed_forward_proj -> biotf's mlp ("gated-gelu" is gelu_new's, as transformers' T5Config maps it: T5 has no gated
@@ -50,9 +50,7 @@ def t5_config(hf: Mapping[str, Any]) -> TransformerConfig:
     """A TransformerConfig that computes the encoder this T5 config.json describes; a decoder-only config and an
     architecture other than `T5_ARCHITECTURES` are refused naming the field."""
     refuse = refuser("T5")
-    architectures = hf.get("architectures") or ["T5EncoderModel"]
-    if not set(architectures) & set(T5_ARCHITECTURES):
-        raise refuse("architectures", architectures, f"biotf reads the encoder of {' | '.join(T5_ARCHITECTURES)}")
+    read_architectures(hf, T5_ARCHITECTURES, refuse, "biotf reads the encoder of")
     if hf.get("is_decoder"):
         raise refuse("is_decoder", True, "biotf reads T5's bidirectional encoder")
     return TransformerConfig(
