@@ -44,7 +44,7 @@ def test_proteingym_csv_with_offset_to_parquet(saved_protein_mlm, protein_mlm, t
                       "--offset", 24, "--output", tmp_path / "out.parquet")
     assert status == 0, err
     scores = pd.read_parquet(tmp_path / "out.parquet")
-    assert scores.columns.tolist() == ["id", "variant", "mutations", "method", "score", "DMS_score"]
+    assert scores.columns.tolist() == ["id", "variant", "mutations", "method", "precision", "score", "DMS_score"]
     assert scores["variant"].tolist() == ["A27G", "K25R:I29L"] and scores["DMS_score"].tolist() == ["0.5", "-1.25"]
     assert set(scores["method"]) == {"masked-marginal"}
     expected = [reference.masked_marginal(model, tokenizer, WILD_TYPE, [("A", 3, "G")]),
