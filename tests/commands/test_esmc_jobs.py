@@ -82,18 +82,22 @@ def test_score_pll_and_masked_marginal_equal_the_transformers_loops(esmc_directo
 
     variants = tmp_path / "dms.csv"
     variants.write_text("mutant\nA4G\nK2R:I6L\n")
-    status = main(["score", "--no-progress", "--model", str(directory), "--variants", str(variants), "--reference",
-                   WILD_TYPE, "--method", "masked-marginal", "--output", str(tmp_path / "variants.csv")])
-    assert status == 0, capsys.readouterr().err
-    scores = pd.read_csv(tmp_path / "variants.csv")
-    expected = [hf_masked_marginal(hf, tokenizer, [("A", 3, "G")]),
-                hf_masked_marginal(hf, tokenizer, [("K", 1, "R"), ("I", 5, "L")])]
-    assert np.abs(scores["score"].to_numpy() - expected).max() <= 1e-5
+    single, double = [("A", 3, "G")], [("K", 1, "R"), ("I", 5, "L")]
+    # masked-marginal: each mutated position masked on its own and summed (ProteinGym); -joint: all in one forward
+    for method, expected in (("masked-marginal", [hf_masked_marginal(hf, tokenizer, single),
+                                                  sum(hf_masked_marginal(hf, tokenizer, [m]) for m in double)]),
+                             ("masked-marginal-joint", [hf_masked_marginal(hf, tokenizer, single),
+                                                        hf_masked_marginal(hf, tokenizer, double)])):
+        status = main(["score", "--no-progress", "--model", str(directory), "--variants", str(variants),
+                       "--reference", WILD_TYPE, "--method", method, "--output", str(tmp_path / f"{method}.csv")])
+        assert status == 0, capsys.readouterr().err
+        scores = pd.read_csv(tmp_path / f"{method}.csv")
+        assert np.abs(scores["score"].to_numpy() - expected).max() <= 1e-5
 
 
 def hf_masked_marginal(hf, tokenizer, mutations: list[tuple[str, int, str]]) -> float:
-    """Meier et al. 2021 on the transformers model: every mutated residue (0-based) masked in one forward, the sum of
-    log p(alt) - log p(wt) there (token = residue + 1, after <cls>)."""
+    """Meier et al. 2021 on the transformers model: every residue of `mutations` (0-based) masked in one forward, the
+    sum of log p(alt) - log p(wt) there (token = residue + 1, after <cls>)."""
     ids = torch.tensor([tokenizer(WILD_TYPE)["input_ids"]])
     for _, position, _ in mutations:
         ids[0, position + 1] = tokenizer.mask_token_id
