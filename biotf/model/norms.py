@@ -77,5 +77,10 @@ NORM_CLASSES: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": R
 
 def build_norm(config: TransformerConfig, width: int | None = None, bias: bool | None = None) -> nn.Module:
     """A `config.norm` over `width` features (default d_model; ALBERT's embedding norm: d_embed), with a bias where
-    the class has one and `bias` (default: `config.norm_has_bias`, the blocks' and the embedding's) says so."""
-    return NORM_CLASSES[config.norm](config, width, bias)
+    the class has one and `bias` (default: `config.norm_has_bias`, the blocks' and the embedding's) says so. Only
+    what differs from those defaults is passed, so that a registered norm class taking the config alone still serves
+    every model that needs nothing else of it."""
+    options = {name: value for name, value, default in (("width", width, config.d_model),
+                                                        ("bias", bias, config.norm_has_bias))
+               if value is not None and value != default}
+    return NORM_CLASSES[config.norm](config, **options)
