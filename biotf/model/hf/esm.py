@@ -16,7 +16,7 @@ import torch
 from biotf.errors import CheckpointError
 from biotf.model.config import TransformerConfig
 from biotf.model.hf.encoder import Names, block_names, linear, read, write
-from biotf.model.hf.family import Family, check_holds, read_architectures, refuser
+from biotf.model.hf.family import Family, check_holds, read_architectures, refuser, trunk_prefix
 from biotf.model.hf.weights import stored_inverse_frequency
 from biotf.model.positions import rope_inverse_frequency
 
@@ -26,10 +26,7 @@ ESM_POSITIONS = {"rotary": "rope", "absolute": "learned"}
 def esm_prefix(weights: Mapping[str, torch.Tensor]) -> str:
     """What precedes `embeddings.word_embeddings.weight`: "esm." in a model with a head, "" in a bare EsmModel,
     each after the "_orig_mod." of a torch.compile'd model."""
-    for prefix in ("esm.", "", "_orig_mod.esm.", "_orig_mod."):
-        if prefix + "embeddings.word_embeddings.weight" in weights:
-            return prefix
-    raise CheckpointError("not an ESM checkpoint: no embeddings.word_embeddings.weight, with or without 'esm.'")
+    return trunk_prefix(weights, "ESM", "esm.", "embeddings.word_embeddings.weight")
 
 
 # The ESM architectures biotf loads; all but EsmForMaskedLM load as an encoder without LM head.

@@ -59,12 +59,17 @@ def refuser(name: str) -> Callable[[str, Any, str], CheckpointError]:
     return refuse
 
 
+def first_prefix(weights: Mapping[str, torch.Tensor], prefixes: Sequence[str], anchor: str) -> str | None:
+    """The first of `prefixes` under which `weights` holds `anchor`, None if none does."""
+    return next((p for p in prefixes if p + anchor in weights), None)
+
+
 def tensor_reader(weights: Mapping[str, torch.Tensor], name: str, prefixes: tuple[str, ...],
                   anchor: str) -> tuple[Callable[[str], torch.Tensor], str]:
     """(take, prefix): `take(full name)` looks one tensor up (a lazy mapping then frees each source as it goes),
     naming a missing one; `prefix` is the first of `prefixes` under which the checkpoint holds `anchor` (the
     architecture's or a torch.compile'd model's "_orig_mod." before the names)."""
-    prefix = next((p for p in prefixes if p + anchor in weights), None)
+    prefix = first_prefix(weights, prefixes, anchor)
     if prefix is None:
         raise CheckpointError(f"not a {name} checkpoint: no tensor {anchor!r} (under any of the prefixes "
                               f"{', '.join(repr(p) for p in prefixes)})")
@@ -90,9 +95,10 @@ def read_architectures(hf: Mapping[str, Any], known: Sequence[str], refuse: Call
 def trunk_prefix(weights: Mapping[str, torch.Tensor], name: str, trunk: str, anchor: str) -> str:
     """The prefix before the encoder's names in `weights`: `trunk` (a model with a head: `bert.`, `esmc.`), none (the
     bare encoder), or either after the `_orig_mod.` of a torch.compile'd model; found by where `anchor` is."""
-    prefix = next((p for p in (trunk, "", "_orig_mod." + trunk, "_orig_mod.") if p + anchor in weights), None)
+    prefix = first_prefix(weights, (trunk, "", "_orig_mod." + trunk, "_orig_mod."), anchor)
     if prefix is None:
-        raise CheckpointError(f"not a {name} checkpoint: no {anchor}, with or without {trunk!r}")
+        article = "an" if name[0] in "AEIOU" else "a"
+        raise CheckpointError(f"not {article} {name} checkpoint: no {anchor}, with or without {trunk!r}")
     return prefix
 
 
