@@ -48,12 +48,12 @@ from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_che
 from biotf.conventions import PRECISIONS
 from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.assays import AssaySummary, PublishedTable, assay_table
-from biotf.scoring.files import ScoreSummary, sequence_rows
+from biotf.scoring.score_job import ScoreSummary, sequence_rows
 from biotf.scoring.fitness_metrics import METRICS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contact_files import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
 from biotf.tokenizers.base import Tokenizer
-from biotf.tokenizers.loading import with_options
+from biotf.tokenizers.build import with_options
 
 if TYPE_CHECKING:
     import pandas
@@ -203,7 +203,7 @@ class Model(LoadedModel):
               overlap: int | None = None, packing: bool = False,
               summary: ScoreSummary | None = None) -> pandas.DataFrame:
         """Each sequence's (pseudo-)log-likelihood in nats, one row per sequence in order, with the columns of
-        `biotf score`'s table (`biotf.scoring.files`): id, sequence, method, log_likelihood, mean_per_token,
+        `biotf score`'s table (`biotf.scoring.score_job`): id, sequence, method, log_likelihood, mean_per_token,
         mean_per_residue, perplexity, tokens, scored_tokens, residues, windows. `method`: auto | causal | pll."""
         scorer = Scorer.of(self, ScoreOptions(batch_tokens, max_length, overlap, packing))
         method = scorer.resolve(method)

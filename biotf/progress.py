@@ -9,7 +9,7 @@ A single long record reports its own progress through `detail` (windows of its b
 layers one forward has passed, and the query rows of a layer whose attention runs in chunks), so a one-pass record
 of 150 kb says something every interval too; a step that counts nothing (loading a model's weights) is announced
 every interval by `waiting`. Nothing goes to stdout, which may be a command's data. Training's
-plain lines (`biotf.training.progress`) share the interval and the number and duration forms.
+plain lines (`biotf.training.fit_progress`) share the interval and the number and duration forms.
 
 Every entry point runs its job under `messages_to_stderr()`: what it says on stderr (progress, summaries, warnings)
 can never fail the job, nor land in its data. A closed stderr (`2>&-`, where Python's `print(file=sys.stderr)`

@@ -296,12 +296,12 @@ def groups_section() -> list[str]:
 
 
 def config_page() -> str:
-    from biotf.training.config import TrainConfig
+    from biotf.training.train_config import TrainConfig
 
     lines = ["# Training configuration", "", GENERATED, "",
              "`python train.py KEY=VALUE ...` (or `biotf train KEY=VALUE ...`) sets any key below; every value is "
              "checked before any data is read, and a bad one is one line naming the key and the allowed values. "
-             "The keys come from the config dataclasses (`biotf.training.config.TrainConfig` and the nodes it "
+             "The keys come from the config dataclasses (`biotf.training.train_config.TrainConfig` and the nodes it "
              "holds), which type and validate every group file under `conf/`. \"allowed\" is what that validation "
              "accepts with the other keys at their defaults.", "",
              "## Keys", ""]

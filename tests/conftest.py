@@ -37,7 +37,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir(tmp_path_factory) -> Path:
     """A decompressed copy of ../shared/qwen2.5-tokenizer, loadable by transformers and biotf."""
-    from biotf.tokenizers.loading import unpacked_copy
+    from biotf.tokenizers.build import unpacked_copy
 
     source = SHARED / "qwen2.5-tokenizer"
     if not source.is_dir():

@@ -70,7 +70,7 @@ def test_imports_follow_the_map():
     ("biotf.training.run", "biotf.inference.generation"),  # training never imports inference
     ("biotf.training.module", "biotf.analysis.probe"),  # nor analysis
     ("biotf.model.transformer", "biotf.tokenizers.base"),  # the model knows nothing of tokenizers
-    ("biotf.checkpoint.loading", "biotf.finetune.run"),  # lower parts never import higher ones
+    ("biotf.checkpoint.loading", "biotf.finetune.finetune_run"),  # lower parts never import higher ones
     ("biotf.export.embed", "biotf.commands.embed"),  # nothing imports the Face
 ])
 def test_a_wrong_import_is_caught(source, target):

@@ -35,7 +35,7 @@ def test_each_caller_keeps_its_settings():
     from rdkit.Chem import rdFingerprintGenerator
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    from biotf.analysis.baselines import morgan_fingerprints
+    from biotf.analysis.feature_baselines import morgan_fingerprints
     from biotf.data.splits import scaffold_groups
     from biotf.inference.moses import metrics
 

@@ -15,9 +15,9 @@ LIBRARY, TESTS = ROOT / "biotf", ROOT / "tests"
 # Modules whose tests live in a file named after something else, and that file (under tests/).
 TESTED_IN = {
     "__main__.py": "commands/test_cli.py",
-    "analysis/baselines.py": "analysis/test_analysis_baselines.py",
-    "analysis/labels.py": "analysis/test_analysis_probe.py",
+    "analysis/feature_baselines.py": "analysis/test_analysis_baselines.py",
     "analysis/plot.py": "analysis/test_analysis_plot.py",
+    "analysis/probe_labels.py": "analysis/test_analysis_probe.py",
     "analysis/scales.py": "analysis/test_tokens.py",
     "analysis/search/agreement.py": "analysis/test_analysis_search.py",
     "analysis/search/classical.py": "analysis/test_analysis_search.py",
@@ -27,24 +27,25 @@ TESTED_IN = {
     "analysis/search/query.py": "analysis/test_analysis_search.py",
     "checkpoint/digest.py": "model/test_contacts.py",
     "checkpoint/format.py": "checkpoint/test_checkpoint.py",
+    "checkpoint/hf_directory.py": "inference/test_hf_checkpoint.py",
     "checkpoint/store.py": "checkpoint/test_checkpoint.py",
     "checkpoint/task_export.py": "finetune/test_finetune_export.py",
     "checkpoint/task_model.py": "checkpoint/test_checkpoint.py",
     "conventions.py": "commands/test_sharded_launch.py",
-    "devices.py": "reliability/test_api_arguments.py",
     "data/collators.py": "data/test_data_collators.py",
     "data/datasets.py": "data/test_clm_document_masking.py",
     "data/labels.py": "analysis/test_analysis_plot.py",
     "data/prepare.py": "data/test_data_prepare.py",
     "data/token_cache.py": "data/test_cache_pinned.py",
     "data/windows.py": "export/test_export_embed.py",
+    "devices.py": "reliability/test_api_arguments.py",
     "entry/train.py": "training/test_training_multinode.py",
     "experiments/annotation_anchors.py": "experiments/test_annotation_scores.py",
     "finetune/features.py": "finetune/test_finetune_features.py",
+    "finetune/finetune_run.py": "commands/test_esmc_jobs.py",
     "finetune/labelled.py": "finetune/test_finetune.py",
-    "finetune/module.py": "finetune/test_finetune.py",
     "finetune/results.py": "finetune/test_finetune_results.py",
-    "finetune/run.py": "commands/test_esmc_jobs.py",
+    "finetune/task_module.py": "finetune/test_finetune.py",
     "inference/chat.py": "inference/test_generate.py",
     "inference/fast/decoding.py": "inference/test_fast_decoding.py",
     "inference/fast/layout.py": "inference/test_fast_decoding.py",
@@ -54,6 +55,7 @@ TESTED_IN = {
     "inference/generation.py": "inference/test_generate.py",
     "inference/moses/chemnet.py": "inference/test_moses_metrics.py",
     "inference/moses/filters.py": "inference/test_moses_metrics.py",
+    "inference/moses/metrics.py": "inference/test_moses_metrics.py",
     "inference/pretrained.py": "inference/test_esm_checkpoint.py",
     "inference/validity.py": "inference/test_smiles_clm.py",
     "io/atomic.py": "checkpoint/test_checkpoint.py",
@@ -67,8 +69,8 @@ TESTED_IN = {
     "model/hf/encoder.py": "export/test_hf_encoders.py",
     "model/hf/esmc.py": "model/test_hf_esmc.py",
     "model/hf/llama.py": "model/test_hf_decoders.py",
-    "model/int8.py": "model/test_precision.py",
     "model/hf/weights.py": "reliability/test_safe_loading.py",
+    "model/int8.py": "model/test_precision.py",
     "model/mlp.py": "model/test_hf_esmc.py",
     "model/modes.py": "finetune/test_finetune.py",
     "scoring/assays.py": "scoring/test_score_proteingym.py",
@@ -77,7 +79,9 @@ TESTED_IN = {
     "structure/contact_precision.py": "structure/test_fit_evaluate.py",
     "structure/fit.py": "structure/test_fit_evaluate.py",
     "tokenizers/base.py": "commands/test_tokenize.py",
+    "tokenizers/build.py": "tokenizers/test_interface.py",
     "training/callbacks.py": "training/test_training_rundir.py",
+    "training/fit_progress.py": "training/test_console.py",
     "training/hints.py": "training/test_printed_commands.py",
     "training/module.py": "reliability/test_faults.py",
     "training/optim.py": "training/test_training_units.py",
@@ -88,7 +92,7 @@ TESTED_IN = {
 
 # Modules exercised only through a command or their package (no test names them), the test file that does, and how.
 EXERCISED_BY = {
-    "export/files.py": ("commands/test_embed.py", "biotf embed's job (embed_file)"),
+    "export/embed_job.py": ("commands/test_embed.py", "biotf embed's job (embed_file)"),
     "export/pooling.py": ("export/test_export_embed.py", "the pooling of every embedding"),
     "export/sentence_transformers.py": ("commands/test_embed_sentence_transformers.py", "embed of such directories"),
     "finetune/batches.py": ("finetune/test_finetune.py", "the batches of every fine-tuning run"),
@@ -107,11 +111,11 @@ EXERCISED_BY = {
     "model/hf/gpt2.py": ("model/test_hf_decoders.py", "the GPT-2 family, read and written"),
     "model/hf/t5.py": ("model/test_hf_t5_albert.py", "T5 encoders read and written, against transformers"),
     "scoring/baselines.py": ("scoring/test_score_command.py", "biotf score's substitution baseline"),
-    "scoring/files.py": ("scoring/test_score_command.py", "biotf score's job (score_file)"),
+    "scoring/score_job.py": ("scoring/test_score_command.py", "biotf score's job (score_file)"),
     "scoring/variant_files.py": ("scoring/test_mutations.py", "variant files read by biotf score"),
     "structure/formats.py": ("structure/test_contacts_command.py", "the contact-map files biotf contacts writes"),
     "tokenizers/_arrays.py": ("tokenizers/test_interface.py", "the array helpers of every tokenizer"),
-    "tokenizers/vocabulary.py": ("tokenizers/test_hf_directory.py", "Hugging Face vocabularies read"),
+    "tokenizers/vocabulary.py": ("tokenizers/test_hf_tokenizer_directory.py", "Hugging Face vocabularies read"),
     "training/datamodule.py": ("training/test_training_run.py", "the data of every training run"),
     "training/finetune_config.py": ("finetune/test_finetune.py", "fine-tuning configs"),
     "training/resumable.py": ("training/test_training_rundir.py", "every resume's check of its checkpoint"),
@@ -155,3 +159,14 @@ def test_every_stated_test_file_exists_uses_its_module_and_is_still_needed():
     assert [module for module in stated if f"test_{Path(module).stem}.py" in named] == []  # it has its own now
     assert [test for test in stated.values() if not (TESTS / test).is_file()] == []
     assert [f"{module}: {test}" for module, test in TESTED_IN.items() if not uses(TESTS / test, module)] == []
+
+
+def test_no_two_library_modules_share_a_name():
+    """A module's name says what it holds, so no two library modules share one. Command modules keep their verb
+    (`commands/embed.py` beside `export/embed.py`), as does the entry point of `python train.py` (`entry/train.py`)."""
+    by_name: dict[str, list[str]] = {}
+    for path in LIBRARY.rglob("*.py"):
+        relative = path.relative_to(LIBRARY)
+        if path.name != "__init__.py" and relative.parts[0] not in ("commands", "entry"):
+            by_name.setdefault(path.name, []).append(relative.as_posix())
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}

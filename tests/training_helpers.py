@@ -11,7 +11,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from biotf.conventions import CONF_DIR
-from biotf.training.config import TrainConfig, register_configs, validate
+from biotf.training.train_config import TrainConfig, register_configs, validate
 
 REPO = Path(__file__).resolve().parents[1]
 

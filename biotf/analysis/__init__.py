@@ -6,8 +6,8 @@ from biotf.lazy import lazy_exports
 
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
-    "BASELINES": "baselines", "kmer_frequencies": "baselines", "morgan_fingerprints": "baselines",
-    "labels": "labels", "plot_file": "plot", "plot_map": "plot", "project": "plot", "ProbeReport": "probe",
+    "BASELINES": "feature_baselines", "kmer_frequencies": "feature_baselines", "morgan_fingerprints": "feature_baselines",
+    "labels": "probe_labels", "plot_file": "plot", "plot_map": "plot", "project": "plot", "ProbeReport": "probe",
     "run_probe": "probe", "AMINO_ACID_SCALES": "scales", "analyse_tokens": "tokens", "loo_ridge_r2": "tokens",
     "read_property_table": "tokens",
 }

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from biotf.analysis.labels import labels
+from biotf.analysis.probe_labels import labels
 from biotf.data.labels import numeric, parse_labels
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.io.atomic import atomic_write

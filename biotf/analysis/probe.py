@@ -1,7 +1,7 @@
 """Linear probes: do the embeddings carry the label, and more than a classical baseline does?
 
 The same probe, on the same cross-validation folds, is fitted to every embedding array of the file (one
-per exported layer), to the classical baseline of the sequence kind (`biotf.analysis.baselines`) and to a
+per exported layer), to the classical baseline of the sequence kind (`biotf.analysis.feature_baselines`) and to a
 trivial predictor (majority class / training mean), so one table answers "did the model beat counting?".
 Probes are deliberately linear (standardised features, then logistic regression or ridge with its penalty
 chosen by internal CV) as in the probing literature (Alain & Bengio 2016; Rives et al. 2021 for proteins):
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.baselines import baseline
-from biotf.analysis.labels import labels as column_labels, left_out_lines
+from biotf.analysis.feature_baselines import baseline
+from biotf.analysis.probe_labels import labels as column_labels, left_out_lines
 from biotf.data.labels import numeric
 from biotf.errors import ConfigError, InputError
 from biotf.naming import given, parameter
@@ -128,7 +128,7 @@ def run_probe(arrays: dict[str, np.ndarray], values: np.ndarray, sequences: np.n
     folds by that one split: fitted on train + validation, scored on test; records with "" are left out (counted).
 
     `kind` is the tokenizer kind the file was made with; `baseline_kind` "auto" uses it, None skips the
-    baseline, any other value names one of `biotf.analysis.baselines.BASELINES`. A SMILES RDKit cannot parse has no
+    baseline, any other value names one of `biotf.analysis.feature_baselines.BASELINES`. A SMILES RDKit cannot parse has no
     Morgan fingerprint: refused naming `--invalid-smiles` (`invalid_smiles` "error"), or left out of every row,
     counted and listed ("skip").
     """

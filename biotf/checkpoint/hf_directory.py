@@ -27,7 +27,7 @@ from biotf.model.hf import CONFIG_FILE, FAMILIES, Materialise, hf_model_config, 
 from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
-from biotf.tokenizers.hf_directory import from_transformers, read_hf_tokenizer
+from biotf.tokenizers.hf_tokenizer_directory import from_transformers, read_hf_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"

@@ -42,7 +42,7 @@ from biotf.model.contacts import ContactHead
 from biotf.model.hf.fair_esm import is_fair_esm_file
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer, load_tokenizer
-from biotf.tokenizers.loading import with_options
+from biotf.tokenizers.build import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from biotf.untrusted import check_finite, read_json_object
 

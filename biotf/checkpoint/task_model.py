@@ -21,7 +21,7 @@ from biotf.checkpoint.task_export import ADAPTER_FILE, HEAD_FILE, TaskInfo, read
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.tasks import TaskModel
 from biotf.tokenizers.base import Tokenizer
-from biotf.tokenizers.loading import with_options
+from biotf.tokenizers.build import with_options
 
 __all__ = ["ADAPTER_FILE", "HEAD_FILE", "MODEL_DIR", "TaskInfo", "load_task_model", "save_task_model"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from biotf.io.readers import INPUT_FORMATS, ReaderOptions
-from biotf.tokenizers.loading import option_errors, parse_options
+from biotf.tokenizers.build import option_errors, parse_options
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -30,7 +30,7 @@ def reader_options(args: argparse.Namespace) -> ReaderOptions:
 
 
 def add_tokenizer_options(parser: argparse.ArgumentParser, help: str) -> None:
-    """--option KEY=VALUE (repeatable), read by `biotf.tokenizers.loading.parse_options`."""
+    """--option KEY=VALUE (repeatable), read by `biotf.tokenizers.build.parse_options`."""
     parser.add_argument("--option", dest="tokenizer_options", action="append", default=[], metavar="KEY=VALUE",
                         help=help)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from biotf.analysis.baselines import BASELINES
+    from biotf.analysis.feature_baselines import BASELINES
     from biotf.analysis.probe import TASKS
     from biotf.chemistry import INVALID_SMILES
 

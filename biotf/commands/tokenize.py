@@ -19,7 +19,7 @@ import sys
 from biotf.commands.input_options import add_input_arguments, add_tokenizer_options, as_option_errors, reader_options
 from biotf.data.tokenize import tokenize_file
 from biotf.errors import ConfigError
-from biotf.tokenizers.loading import parse_options
+from biotf.tokenizers.build import parse_options
 from biotf.tokenizers.presets import resolve_tokenizer
 
 

@@ -1,5 +1,5 @@
 """`python train.py [overrides]` and `biotf train [overrides]`: compose with Hydra, validate, train: a language
-model (`biotf.training.run`) or, when the config names a `task`, a fine-tuned one (`biotf.finetune.run`). It sits
+model (`biotf.training.run`) or, when the config names a `task`, a fine-tuned one (`biotf.finetune.finetune_run`). It sits
 above both packages (`biotf.training` never imports `biotf.finetune`), in a package of its own so that running this
 file as a script (Lightning's DDP workers do) puts no folder on sys.path whose modules shadow others' (`biotf/`
 holds `tokenizers/`, `biotf/commands/` `tokenize.py`).
@@ -39,7 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from biotf.errors import BiotfError, ConfigError, user_error
 from biotf.conventions import CONF_DIR
 from biotf.progress import messages_to_stderr
-from biotf.training.config import TrainConfig, check_key, describe, register_configs, validate
+from biotf.training.train_config import TrainConfig, check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
 from biotf.training.rundir import (check_resume, check_run_dir, check_writable, checkpoint_run_dir,
                                    is_launch_rank_zero)
@@ -163,13 +163,13 @@ def final_checks(config: TrainConfig) -> list[FinalCheckRun]:
 def _hydra_job(cfg: DictConfig) -> float:
     """One Hydra job; returns the final validation loss (the objective a Hydra sweeper minimises)."""
     from biotf.training.callbacks import SIGTERM_STATUS, RunInterrupted
-    from biotf.finetune.run import train_task  # Lightning is imported only once a job really runs
+    from biotf.finetune.finetune_run import train_task  # Lightning is imported only once a job really runs
     from biotf.training.run import train
 
     try:
         config = validate(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        if config.task is not None:  # a task fine-tunes (biotf.finetune.run)
+        if config.task is not None:  # a task fine-tunes (biotf.finetune.finetune_run)
             return train_task(config, run_dir).final_val_loss
         return train(config, run_dir, final_checks(config)).final_val_loss
     except (BiotfError, OSError) as caught:  # an OSError: a write the system refused that no writer named

@@ -1,7 +1,7 @@
 """The anchors a genome-annotation model is held against: a k-mer logistic baseline and Prodigal.
 
 - k-mer logistic: each base is described by the frequencies of the k-mers (k = 1..3 by default) in the window
-  around it (`biotf.analysis.baselines.kmer_window_frequencies`); the probe's multinomial logistic regression
+  around it (`biotf.analysis.feature_baselines.kmer_window_frequencies`); the probe's multinomial logistic regression
   (standardised features, `biotf.analysis.probe.probe_estimators`) learns the class. Both strands: it trains on each training sequence and its
   reverse complement (cds_plus and cds_minus swapped), and predicts the mean of the forward call and the reverse
   complement's call mapped back, so the two strands are treated alike (as a model trained on reverse complements).
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biotf.analysis.baselines import NUCLEOTIDES, kmer_window_frequencies
+from biotf.analysis.feature_baselines import NUCLEOTIDES, kmer_window_frequencies
 from biotf.experiments.annotation_labels import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, OTHER
 from biotf.errors import BiotfError, ConfigError, InputError
 

@@ -28,7 +28,7 @@ from biotf.errors import InputError
 from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, seed_note, summarize, write_markdown
 from biotf.experiments.runs import Run, compose_config, group_status, train_job
 from biotf.conventions import SAMPLES_DIR
-from biotf.training.config import TrainConfig
+from biotf.training.train_config import TrainConfig
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 TRAIN_LENGTH = 128

@@ -225,7 +225,7 @@ def init_model(overrides: list[str], directory: Path, seed: int):
     from biotf.checkpoint import save_pretrained
     from biotf.checkpoint.loading import load_pretrained
     from biotf.model import Transformer
-    from biotf.tokenizers.loading import build_tokenizer
+    from biotf.tokenizers.build import build_tokenizer
 
     if not (directory / "config.json").is_file():
         config = compose_config([*overrides, "task=null", "init_from=null"])

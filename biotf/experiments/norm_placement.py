@@ -17,7 +17,7 @@ from biotf.experiments.report import markdown_table, mean_or_none, plot_panels, 
 from biotf.experiments.runs import Run, compose_config, curve_series, group_status, train_job
 
 if TYPE_CHECKING:
-    from biotf.training.config import TrainConfig
+    from biotf.training.train_config import TrainConfig
 
 NORM_POSITIONS = ("pre", "post")
 LEARNING_RATES = (1e-3, 5e-3)

@@ -23,7 +23,7 @@ from biotf.training.summary import SUMMARY_JSON  # written when training finishe
 from biotf.untrusted import read_json_object
 
 if TYPE_CHECKING:
-    from biotf.training.config import TrainConfig
+    from biotf.training.train_config import TrainConfig
 
 METRICS_FILE = "metrics.csv"
 ERROR_FILE = "error.txt"  # written by `train_job` when training raised, so the run is reported, not lost
@@ -182,7 +182,7 @@ def compose_config(overrides: list[str]) -> TrainConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     from biotf.conventions import CONF_DIR
-    from biotf.training.config import describe, register_configs, validate
+    from biotf.training.train_config import describe, register_configs, validate
 
     register_configs()
     try:
@@ -198,8 +198,8 @@ def train_job(config: TrainConfig, run_dir: Path) -> Run:
     stopped). A run whose training raises is recorded in error.txt and reported as failed instead of ending the
     whole experiment."""
     from biotf.finetune.results import RESULT_FILE
-    from biotf.finetune.run import train_task
-    from biotf.training.config import to_plain
+    from biotf.finetune.finetune_run import train_task
+    from biotf.training.train_config import to_plain
     from biotf.training.run import train
 
     if (run_dir / (SUMMARY_JSON if config.task is None else RESULT_FILE)).is_file():

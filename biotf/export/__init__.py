@@ -16,7 +16,7 @@ EMBED_LONG_POLICIES = ("chunk", "truncate", "error")
 # name -> submodule; each is imported when first used (see biotf/lazy.py).
 _EXPORTS = {
     "EmbedOptions": "embed", "EmbedStats": "embed", "Embedder": "embed",
-    "embed_file": "files", "EmbedRun": "files", "stats_from_counts": "files", "POOLS": "pooling",
+    "embed_file": "embed_job", "EmbedRun": "embed_job", "stats_from_counts": "embed_job", "POOLS": "pooling",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted([*_EXPORTS, "EMBED_LONG_POLICIES"])

@@ -3,8 +3,8 @@
 - the `finetune` node of the training config (mode, head, pooling, split, LoRA) is `biotf.training.finetune_config`,
   and the modes (full | frozen | lora) are `biotf.model.modes`: the training schema checks both, below this package;
 - `labelled`: records and their labels in the task's form; `batches`: their batches and the resumable loader;
-- `module`: the LightningModule around a `TaskModel`; `metrics`: the task's metrics;
-- `results`: predictions_test.tsv and finetune.json; `run`: `train_task`, the run from data to export.
+- `task_module`: the LightningModule around a `TaskModel`; `task_metrics`: the task's metrics;
+- `results`: predictions_test.tsv and finetune.json; `finetune_run`: `train_task`, the run from data to export.
 
 Runs share pretraining's machinery (`biotf.training`: trainer, run directory, stop and resume); the fine-tuned model's
 file format is `biotf.checkpoint.task_model`.

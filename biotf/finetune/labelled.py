@@ -25,7 +25,7 @@ from biotf.data.long_policy import CROPPED, encode_for_task
 from biotf.errors import InputError
 from biotf.conventions import IGNORE_INDEX
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.training.config import TrainConfig
+from biotf.training.train_config import TrainConfig
 
 
 @dataclass

@@ -21,7 +21,7 @@ _EXPORTS = {
     "substitution_score": "baselines",
     "AssaySummary": "assays", "PublishedTable": "assays", "find_assays": "assays", "score_assays": "assays",
     "METRICS": "fitness_metrics", "fitness_metrics": "fitness_metrics",
-    "ScoreSummary": "files", "ScoreRun": "files", "score_file": "files", "score_variants_file": "files",
+    "ScoreSummary": "score_job", "ScoreRun": "score_job", "score_file": "score_job", "score_variants_file": "score_job",
     "Mutation": "mutations", "Variant": "mutations", "apply": "mutations", "difference": "mutations",
     "make_variant": "mutations", "parse_code": "mutations", "parse_pos_ref_alt": "mutations",
     "ScoreOptions": "scorer", "Scorer": "scorer", "SequenceScore": "scorer", "VariantScore": "scorer",

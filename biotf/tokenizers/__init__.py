@@ -17,7 +17,7 @@ from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.kmer import KmerTokenizer, reverse_complement
 from biotf.tokenizers.smiles import SmilesTokenizer
 from biotf.tokenizers.bpe import BPETokenizer
-from biotf.tokenizers.loading import build_tokenizer, load_tokenizer
+from biotf.tokenizers.build import build_tokenizer, load_tokenizer
 
 # The policies of the built-in schemes (`Tokenizer.policy_options`): the keys `finetune.tokenizer_options` declares.
 POLICY_OPTIONS = tuple(dict.fromkeys(option for scheme in (AminoAcidTokenizer, KmerTokenizer, SmilesTokenizer,

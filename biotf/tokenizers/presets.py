@@ -11,7 +11,7 @@ import yaml
 from biotf.errors import ConfigError
 from biotf.conventions import CONF_DIR
 from biotf.tokenizers.base import Tokenizer, registered_tokenizers
-from biotf.tokenizers.loading import build_tokenizer, with_options
+from biotf.tokenizers.build import build_tokenizer, with_options
 from biotf.naming import parameter
 
 

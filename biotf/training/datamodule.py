@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from biotf.data import LengthGroupedBatchSampler, MLMCollator, PreparedData
 from biotf.data.packing import PackedBatchSampler
-from biotf.training.config import DataConfig
+from biotf.training.train_config import DataConfig
 from biotf.tokenizers.base import Tokenizer
 
 

@@ -61,7 +61,7 @@ class FinetuneConfig:
     null means optim.lr. patience: validations without improvement of `monitor` before training stops early.
     monitor: the validation metric that picks the best checkpoint (loss, or a metric of the task).
     tokenizer_options: policies of init_from's tokenizer to change (`unknown: to_unk`, `stop: strip_terminal`, ...;
-    null keeps the saved one), never its vocabulary: `biotf.tokenizers.loading.with_options`."""
+    null keeps the saved one), never its vocabulary: `biotf.tokenizers.build.with_options`."""
 
     mode: str = "full"
     cache_features: bool = True

@@ -27,7 +27,7 @@ from biotf.model.loss import language_model_loss
 from biotf.tokenizers.base import Tokenizer
 from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
                                      save_rng_state)
-from biotf.training.config import OptimConfig
+from biotf.training.train_config import OptimConfig
 from biotf.training.optim import build_optimizer
 
 SKIPPED_KEY = "biotf_nonfinite_skipped"

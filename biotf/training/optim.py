@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from biotf.training.config import OptimConfig
+from biotf.training.train_config import OptimConfig
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -36,12 +36,12 @@ from biotf.io.readers import ReaderOptions, read_records
 from biotf.tokenizers import Tokenizer, build_tokenizer
 from biotf.training.callbacks import (CarryBest, LastCheckpoint, RunControl, RunInterrupted, VerifiedCheckpointIO,
                                      carry_best)
-from biotf.training.config import TrainConfig, TrainerConfig, to_plain
+from biotf.training.train_config import TrainConfig, TrainerConfig, to_plain
 from biotf.training.datamodule import SequenceDataModule
 from biotf.training.metrics_log import RunCSVLogger
 from biotf.training.resumable import check_resumable
 from biotf.training.module import LanguageModelTask
-from biotf.training.progress import progress_callbacks, quiet_lightning
+from biotf.training.fit_progress import progress_callbacks, quiet_lightning
 from biotf.training.sharding import ShardedStrategy
 from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
                                   is_launch_rank_zero, trim_metrics)

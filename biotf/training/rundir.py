@@ -35,7 +35,7 @@ from biotf.errors import BiotfError, InputError, disk_errors
 from biotf.training.hints import command_line, hydra_override
 
 if TYPE_CHECKING:
-    from biotf.training.config import TrainConfig
+    from biotf.training.train_config import TrainConfig
 
 RESOLVED_CONFIG = "config.yaml"
 METRICS_FILE = "metrics.csv"
@@ -101,7 +101,7 @@ def read_run_config(path: Path) -> dict[str, Any]:
 def check_resume(config: TrainConfig) -> None:
     """Refuse a resume whose settings differ from those of the run its checkpoint belongs to (`RESUMABLE` aside),
     naming each key with both values. Reads only: called before anything is written (Hydra's .hydra/ included)."""
-    from biotf.training.config import to_plain  # Hydra's schema: not for `biotf compare`, which reads run configs
+    from biotf.training.train_config import to_plain  # Hydra's schema: not for `biotf compare`, which reads run configs
 
     origin = checkpoint_run_dir(config.ckpt_path) if config.ckpt_path is not None else None
     if origin is None or not (origin / RESOLVED_CONFIG).is_file():

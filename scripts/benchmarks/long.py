@@ -49,7 +49,7 @@ def status(field):
         return next(int(line.split()[1]) for line in handle if line.startswith(field + ":"))
 
 from biotf.model import Transformer, TransformerConfig
-from biotf.tokenizers.loading import build_tokenizer
+from biotf.tokenizers.build import build_tokenizer
 from biotf.conventions import CONF_DIR
 import yaml
 

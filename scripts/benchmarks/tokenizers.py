@@ -116,7 +116,7 @@ def smiles(bench, quick: bool) -> None:
 
 def bpe(bench, quick: bool) -> None:
     from biotf.tokenizers import load_tokenizer
-    from biotf.tokenizers.loading import unpacked_copy
+    from biotf.tokenizers.build import unpacked_copy
 
     with tempfile.TemporaryDirectory() as directory:
         tokenizer = load_tokenizer(unpacked_copy(SHARED / "qwen2.5-tokenizer", directory))

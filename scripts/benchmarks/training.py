@@ -27,7 +27,7 @@ def _task_and_plain(total_steps: int):
     from biotf.model import Transformer, TransformerConfig
     from biotf.model.loss import language_model_loss
     from biotf.tokenizers import build_tokenizer
-    from biotf.training.config import OptimConfig
+    from biotf.training.train_config import OptimConfig
     from biotf.training.module import LanguageModelTask
     from biotf.training.optim import build_optimizer
 
@@ -101,7 +101,7 @@ def loader_vs_step(bench, quick: bool) -> None:
     from hydra import compose, initialize_config_dir
 
     from biotf.conventions import CONF_DIR
-    from biotf.training.config import register_configs, validate
+    from biotf.training.train_config import register_configs, validate
     from biotf.training.datamodule import SequenceDataModule
     from biotf.training.run import build_run_tokenizer, prepare_data
 

@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from biotf.analysis.baselines import (dna_features, kmer_frequencies, kmer_window_frequencies, morgan_fingerprints,
+from biotf.analysis.feature_baselines import (dna_features, kmer_frequencies, kmer_window_frequencies, morgan_fingerprints,
                                       protein_features)
 from biotf.errors import BiotfError, ConfigError, InputError
-from biotf.analysis.baselines import baseline
+from biotf.analysis.feature_baselines import baseline
 
 
 def test_kmer_frequencies_by_hand():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.analysis.labels import labels
+from biotf.analysis.probe_labels import labels
 from biotf.analysis.probe import run_probe
 from biotf.errors import InputError
 from biotf.io.embeddings import EmbeddingTable

@@ -115,7 +115,7 @@ def test_fine_tuning_trains_a_per_residue_classifier_on_esmc(mode, esmc_to_fine_
 
     from biotf.checkpoint.loading import load_pretrained
     from biotf.checkpoint.task_model import load_task_model
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
     from biotf.model.lora import load_adapter
     from training_helpers import finetune_config
 

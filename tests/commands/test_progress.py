@@ -178,7 +178,7 @@ def test_the_interval_is_one_constant_overridden_by_the_environment(monkeypatch)
 
 
 def test_training_lines_follow_the_same_interval(monkeypatch):
-    from biotf.training.progress import ProgressLines
+    from biotf.training.fit_progress import ProgressLines
 
     monkeypatch.setenv(SECONDS_VARIABLE, "5")
     assert ProgressLines().every_seconds == 5.0

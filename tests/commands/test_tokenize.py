@@ -96,7 +96,7 @@ def test_every_tokenizer_preset_works_by_name(capsys, tmp_path, request, name):
     the preset's own options (dna_char: one base per token); bpe needs its `path` as an option."""
     from omegaconf import OmegaConf
 
-    from biotf.tokenizers.loading import build_tokenizer
+    from biotf.tokenizers.build import build_tokenizer
     from biotf.conventions import CONF_DIR
 
     qwen_tokenizer_dir = request.getfixturevalue("qwen_tokenizer_dir") if name == "bpe" else None

@@ -512,7 +512,7 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 
 def override_problems(words: list[str]) -> list[str]:
     from biotf.errors import ConfigError
-    from biotf.training.config import check_key
+    from biotf.training.train_config import check_key
 
     problems = []
     for word in words:

@@ -71,7 +71,7 @@ def test_a_renamed_option_makes_the_cli_page_stale(monkeypatch):
 
 
 def test_every_config_key_and_conf_file_is_on_the_config_page():
-    from biotf.training.config import TrainConfig
+    from biotf.training.train_config import TrainConfig
 
     page = generator.config_page()
 
@@ -93,7 +93,7 @@ def test_every_config_key_and_conf_file_is_on_the_config_page():
 
 def test_allowed_values_come_from_the_validation():
     from biotf.model.config import TransformerConfig
-    from biotf.training.config import TrainerConfig
+    from biotf.training.train_config import TrainerConfig
 
     assert generator.allowed_values(TransformerConfig, "pos") == " | ".join(TransformerConfig.choices()["pos"])
     assert generator.allowed_values(TrainerConfig, "precision") == "32 | 32-true | bf16-mixed"

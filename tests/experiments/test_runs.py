@@ -11,7 +11,7 @@ import biotf.training.run
 from biotf.errors import BiotfError, ConfigError, InputError
 from biotf.experiments.runs import (ERROR_FILE, compose_config, find_runs, group_by_setting, metric_column, read_run,
                                     train_job, varying_keys)
-from biotf.training.config import to_plain
+from biotf.training.train_config import to_plain
 from experiment_helpers import config, write_run
 
 

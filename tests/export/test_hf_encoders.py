@@ -77,7 +77,7 @@ def test_fine_tuning_trains_a_per_residue_classifier_on_the_loaded_encoder(encod
     from safetensors.torch import load_file
 
     from biotf.checkpoint import save_pretrained
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
     from training_helpers import finetune_config
 
     family, _, model, tokenizer = encoder

@@ -85,7 +85,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
     from biotf.checkpoint.loading import load_pretrained
     from biotf.checkpoint.task_model import load_task_model
     from biotf.model.lora import load_adapter
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     cfg = finetune_config(pretrained, "data.label_column=value", "task=regression", "finetune.mode=lora",
                  "finetune.lora.targets=[qkv,out,gate_up,down]", "finetune.monitor=spearman",
@@ -109,7 +109,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
 
 
 def test_frozen_token_head_on_a_group_split_keeps_families_apart_and_the_trunk_unchanged(pretrained, tmp_path):
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     cfg = finetune_config(pretrained, "data.label_column=ss", "task=token", "finetune.mode=frozen", "optim.lr=3e-2",
                  "finetune.split.method=group", "finetune.split.group_column=family", "finetune.monitor=accuracy")
@@ -151,7 +151,7 @@ def test_the_worked_examples_are_experiment_presets_on_shipped_data(name, record
     from hydra import compose, initialize_config_dir
 
     from biotf.conventions import CONF_DIR
-    from biotf.training.config import register_configs, validate
+    from biotf.training.train_config import register_configs, validate
     from biotf.finetune.labelled import _label_values
 
     register_configs()
@@ -172,7 +172,7 @@ def test_bad_fine_tuning_configs_stop_before_training(pretrained, tmp_path):
         finetune_config(pretrained, "data.label_column=label", "finetune.split.method=group")
     with pytest.raises(ConfigError, match="init_from"):
         finetune_config(pretrained, "data.label_column=label", f"init_from={tmp_path / 'missing'}")
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     with pytest.raises(InputError, match="column 'labels' not found"):
         train_task(finetune_config(pretrained, "data.label_column=labels"), tmp_path / "a")
@@ -220,7 +220,7 @@ def with_records(pretrained: Path, path: Path, edit) -> str:
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
 def test_a_non_finite_regression_label_is_refused_naming_file_record_and_value(value, pretrained, tmp_path):
     """One such label in train made every prediction NaN, exported with exit 0."""
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     def edit(lines):
         fields = lines[8].split(",")  # record p7
@@ -237,7 +237,7 @@ def test_a_non_finite_regression_label_is_refused_naming_file_record_and_value(v
 def test_a_non_finite_loss_stops_the_run_in_one_line_and_exports_nothing(pretrained, tmp_path, capsys, monkeypatch):
     """Training loss: learning rates that overflow the weights; validation loss: a NaN from the model's outputs."""
     from biotf.entry import train as entry
-    from biotf.finetune.module import NonFiniteLoss, TaskModule
+    from biotf.finetune.task_module import NonFiniteLoss, TaskModule
 
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "diverged"
@@ -248,7 +248,7 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_and_exports_nothing(pretrai
     assert "nothing exported" in err[-1]
     collected = TaskModule.collected_metrics
     monkeypatch.setattr(TaskModule, "collected_metrics", lambda self: {**collected(self), "loss": float("nan")})
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     with pytest.raises(NonFiniteLoss, match="non-finite validation loss nan at step 10"):
         train_task(finetune_config(pretrained, "data.label_column=label"), tmp_path / "nan")
@@ -261,7 +261,7 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_and_exports_nothing(pretrai
 def test_two_different_records_with_one_id_are_refused_naming_both(pretrained, tmp_path):
     """split.tsv and predictions name records by id; a record repeated whole (UCI splice) is kept, see
     test_the_worked_examples_are_experiment_presets_on_shipped_data."""
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     data = with_records(pretrained, tmp_path / "labelled.csv", lambda lines: lines.append(
         lines[4].replace(lines[4].split(",")[1], "MKKLLW")))  # a second p3, with another sequence
@@ -292,7 +292,7 @@ def smiles_model(tmp_path: Path) -> Path:
 
 
 def test_settings_the_model_cannot_use_are_refused_before_any_data_is_read(pretrained, causal, tmp_path):
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     cases = [
         # a causal model's first token sees nothing: every record would get the same prediction
@@ -331,7 +331,7 @@ def test_settings_the_model_cannot_use_are_refused_before_any_data_is_read(pretr
 def test_max_length_defaults_to_the_models_and_the_summary_says_where_the_run_is(pretrained, tmp_path, monkeypatch,
                                                                                  capsys):
     """data.max_length was 1024 in experiment=finetune, which every model of max_seq_len < 1024 refused."""
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     monkeypatch.chdir(pretrained)
     summary = train_task(finetune_config(pretrained, "data.label_column=label", "data.max_length=null",
@@ -382,7 +382,7 @@ def majority_counts(labels: list[str], factor: int) -> dict[str, int]:
 def test_a_stem_model_fine_tunes_a_token_head_at_either_resolution(pretrained, tmp_path, resolution, mode):
     from biotf.checkpoint.task_model import load_task_model
     from biotf.io.readers import ReaderOptions
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
     from biotf.inference.predict import predict_file
 
     run = tmp_path / "run"

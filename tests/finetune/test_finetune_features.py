@@ -37,7 +37,7 @@ def test_features_are_the_trunks_outputs_of_each_record_alone(pretrained, task, 
 
 
 def test_a_frozen_head_on_cached_features_is_the_head_that_runs_the_trunk(pretrained, tmp_path, capsys):
-    from biotf.finetune.run import train_task
+    from biotf.finetune.finetune_run import train_task
 
     heads = {}
     for cache in ("true", "false"):

@@ -20,8 +20,8 @@ import torch
 from biotf.errors import InputError
 from biotf.entry import train as entry
 from biotf.training import callbacks
-from biotf.finetune.module import TaskModule
-from biotf.finetune.run import train_task
+from biotf.finetune.task_module import TaskModule
+from biotf.finetune.finetune_run import train_task
 from biotf.training.rundir import RunDirectoryError
 from forked_process import run_forked
 from training_helpers import REPO, finetune_config, finetune_overrides

@@ -107,7 +107,7 @@ def test_bbbp_scaffold_split_as_the_readme_runs_it_lists_what_it_left_out(smiles
     import csv
 
     from biotf.data.splits import assign, read_sides, scaffold_groups
-    from biotf.finetune.run import INVALID_SMILES_LEFT_OUT
+    from biotf.finetune.finetune_run import INVALID_SMILES_LEFT_OUT
 
     monkeypatch.chdir(tmp_path)
     status = entry.main([*FINETUNE, f"init_from={smiles_run}", f"data.path={bbbp_slice}", "data.label_column=p_np",

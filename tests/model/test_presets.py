@@ -12,7 +12,7 @@ from biotf.errors import ConfigError
 from biotf.model import Transformer, TransformerConfig
 from biotf.model import config as model_config
 from biotf.conventions import CONF_DIR
-from biotf.training.config import register_configs
+from biotf.training.train_config import register_configs
 
 NAMES = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))
 

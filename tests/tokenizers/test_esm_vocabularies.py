@@ -14,7 +14,7 @@ import torch
 
 from biotf import Model
 from biotf.tokenizers import AminoAcidTokenizer, BPETokenizer, load_tokenizer
-from biotf.tokenizers.hf_directory import read_hf_tokenizer
+from biotf.tokenizers.hf_tokenizer_directory import read_hf_tokenizer
 
 transformers = pytest.importorskip("transformers")
 NT_SPECIALS = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]

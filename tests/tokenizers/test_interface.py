@@ -210,7 +210,7 @@ def test_plugin_codon_tokenizer_is_selected_like_a_builtin(tmp_path):
 def test_unpacked_copy_decompresses_gz_files_and_copies_the_rest(tmp_path):
     import gzip
 
-    from biotf.tokenizers.loading import unpacked_copy
+    from biotf.tokenizers.build import unpacked_copy
 
     source = tmp_path / "packed"
     source.mkdir()
@@ -225,7 +225,7 @@ def test_unpacked_copy_decompresses_gz_files_and_copies_the_rest(tmp_path):
 def test_with_options_changes_policies_but_never_the_vocabulary():
     from biotf.errors import ConfigError
     from biotf.tokenizers import KmerTokenizer
-    from biotf.tokenizers.loading import with_options
+    from biotf.tokenizers.build import with_options
 
     tokenizer = KmerTokenizer(k=6)
     assert with_options(tokenizer, {}) is tokenizer
@@ -239,7 +239,7 @@ def test_with_options_changes_policies_but_never_the_vocabulary():
 
 def test_with_options_changes_only_policies_even_when_the_vocabulary_stays():
     """stride keeps the dna vocabulary but cuts valid text otherwise (what the model's ids mean): not a policy."""
-    from biotf.tokenizers.loading import with_options
+    from biotf.tokenizers.build import with_options
 
     with pytest.raises(ConfigError, match=r"tokenizer.stride=1: not a policy of the dna tokenizer.*allowed: "
                                           r"lowercase, uracil, iupac, unknown"):

@@ -11,8 +11,8 @@ from hf_tokenizer_dirs import overlapping_kmers, write_tokenizer
 
 from biotf.errors import ConfigError, InputError, TokenizationError
 from biotf.tokenizers import BPETokenizer, PolicyStats, load_tokenizer
-from biotf.tokenizers.hf_directory import read_hf_tokenizer
-from biotf.tokenizers.loading import with_options
+from biotf.tokenizers.hf_tokenizer_directory import read_hf_tokenizer
+from biotf.tokenizers.build import with_options
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,8 +12,8 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 from biotf.errors import ConfigError
 from biotf.entry import train as entry
-from biotf.training.config import TrainerConfig
-from biotf.training.progress import ProgressLines, progress_form
+from biotf.training.train_config import TrainerConfig
+from biotf.training.fit_progress import ProgressLines, progress_form
 from biotf.training.run import build_trainer
 from training_helpers import TINY, finetune_overrides, run_script, write_proteins
 

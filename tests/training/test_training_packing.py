@@ -19,7 +19,7 @@ from biotf.model.loss import language_model_loss
 from biotf.conventions import CONF_DIR
 from biotf.tokenizers import build_tokenizer
 from biotf.entry import train as entry
-from biotf.training.config import DataConfig
+from biotf.training.train_config import DataConfig
 from biotf.errors import ConfigError
 
 from training_helpers import TINY, write_proteins

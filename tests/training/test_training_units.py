@@ -11,7 +11,7 @@ import torch
 from biotf.errors import ConfigError
 from biotf.io.atomic import atomic_write
 from biotf.model import Transformer, TransformerConfig
-from biotf.training.config import OptimConfig
+from biotf.training.train_config import OptimConfig
 from biotf.training.optim import WarmupCosine, build_optimizer, parameter_groups
 
 
@@ -126,7 +126,7 @@ def test_bf16_mixed_on_a_cpu_without_native_bf16_is_warned_about(precision, tmp_
 
     import torch
 
-    from biotf.training.config import TrainerConfig
+    from biotf.training.train_config import TrainerConfig
     from biotf.training.run import build_trainer
 
     with warnings.catch_warnings(record=True) as caught:
@@ -143,7 +143,7 @@ def test_the_fused_loss_is_an_opt_in_with_the_plain_loss_value(causal):
     import torch
 
     from biotf.tokenizers.amino_acid import AminoAcidTokenizer
-    from biotf.training.config import OptimConfig
+    from biotf.training.train_config import OptimConfig
     from biotf.training.module import LanguageModelTask
 
     config = TransformerConfig.preset("tiny", vocab_size=33, causal=causal)

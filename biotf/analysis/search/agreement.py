@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biotf.analysis.labels import labels as column_labels, left_out_lines
+from biotf.analysis.probe_labels import labels as column_labels, left_out_lines
 from biotf.analysis.search.classical import KINDS, classical_sets, describe
 from biotf.analysis.search.neighbours import exact_search, prepare
 from biotf.data.splits import sides_of

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biotf.analysis.baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies)
+from biotf.analysis.feature_baselines import (AMINO_ACIDS, MORGAN_BITS, MORGAN_RADIUS, NUCLEOTIDES, kmer_frequencies)
 from biotf.chemistry import fingerprint_bits, molecules
 from biotf.errors import ConfigError, InputError
 from biotf.naming import parameter

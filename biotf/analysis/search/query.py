@@ -1,7 +1,7 @@
 """Queries of a search index, in the three forms `biotf search query` takes, and their hits in query order.
 
 - records of a sequence file, embedded by the index's model exactly as `biotf embed` embedded the index
-  (`biotf.export.files.open_embedder`, with the index's pooling, layer, windows and tokenizer options); a model
+  (`biotf.export.embed_job.open_embedder`, with the index's pooling, layer, windows and tokenizer options); a model
   or tokenizer whose fingerprint differs from the index's is refused before anything is embedded;
 - ids of the index: each record's neighbours, itself left out;
 - vector expressions of ids (`biotf.analysis.search.expression`), their own ids left out.
@@ -53,7 +53,7 @@ def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_
                      batch_tokens: int = 16384) -> tuple[Queries, EmbedStats]:
     """The records of `input_path`, embedded as the index's vectors were by `model` (loaded, or its source:
     `as_loaded`); refused when the model differs."""
-    from biotf.export.files import open_embedder
+    from biotf.export.embed_job import open_embedder
 
     info = index.info
     if not info.get("model_fingerprint"):

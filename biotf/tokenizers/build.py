@@ -24,7 +24,7 @@ from typing import Any
 from biotf.errors import ConfigError, InputError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer, check_options, registered_tokenizers, tokenizer_class
 from biotf.tokenizers.bpe import BPETokenizer
-from biotf.tokenizers.hf_directory import VOCABULARY_FILES, read_hf_tokenizer
+from biotf.tokenizers.hf_tokenizer_directory import VOCABULARY_FILES, read_hf_tokenizer
 from biotf.untrusted import parse_json_object, read_text
 from biotf.naming import parameter
 

@@ -12,8 +12,8 @@ from hf_tokenizer_dirs import overlapping_kmers, with_fixed_padding_and_truncati
 
 from biotf.errors import InputError
 from biotf.tokenizers import BPETokenizer, PolicyStats, load_tokenizer
-from biotf.tokenizers.loading import with_options
-from biotf.tokenizers.hf_directory import read_hf_tokenizer
+from biotf.tokenizers.build import with_options
+from biotf.tokenizers.hf_tokenizer_directory import read_hf_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +283,7 @@ def test_unknown_tokenizer_class_and_missing_files_are_refused_in_one_line(direc
 def test_lone_sentencepiece_model_needs_its_packages(tmp_path, monkeypatch):
     """A tokenizer.model without tokenizer.json is converted by transformers only with sentencepiece and protobuf:
     without them, one line naming what to install."""
-    import biotf.tokenizers.hf_directory as module
+    import biotf.tokenizers.hf_tokenizer_directory as module
 
     (tmp_path / "tokenizer.model").write_bytes(b"\x0a\x03abc")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from biotf.conventions import CONF_DIR, SAMPLES_DIR
 from biotf.entry import train as entry
-from biotf.training.config import TrainConfig, validate
+from biotf.training.train_config import TrainConfig, validate
 
 EXPERIMENTS = ["protein_mlm", "dna_mlm", "smiles_mlm", "text_clm"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from biotf.finetune.metrics import classification_metrics, regression_metrics
+from biotf.finetune.task_metrics import classification_metrics, regression_metrics
 
 
 @pytest.mark.parametrize("n_classes", [2, 5])

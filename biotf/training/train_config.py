@@ -27,7 +27,7 @@ from biotf.errors import ConfigError, InputError, check_choice, check_int
 from biotf.model.config import TransformerConfig
 from biotf.conventions import SAMPLES_DIR
 from biotf.chemistry import INVALID_SMILES
-from biotf.tokenizers.loading import check_tokenizer_config
+from biotf.tokenizers.build import check_tokenizer_config
 from biotf.training.finetune_config import FinetuneConfig, check_finetune
 
 PRECISIONS = ("32", "32-true", "bf16-mixed")
@@ -35,7 +35,7 @@ STRATEGIES = ("auto", "ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 LOGGERS = ("csv", "tensorboard")
 NONFINITE_POLICIES = ("stop", "skip")
-PROGRESS_FORMS = ("auto", "bar", "lines")  # trainer.progress (biotf.training.progress)
+PROGRESS_FORMS = ("auto", "bar", "lines")  # trainer.progress (biotf.training.fit_progress)
 
 
 @dataclass
@@ -133,7 +133,7 @@ class TrainerConfig:
     keeps the last good weights) or is "skip"ped (no update from that batch, counted in
     train/nonfinite_skipped and the run summary).
     progress: how progress shows while `enable_progress_bar`: a tqdm "bar", plain "lines" (for logs and pipes), or
-    "auto", a bar when stdout is a terminal and lines otherwise (`biotf.training.progress`).
+    "auto", a bar when stdout is a terminal and lines otherwise (`biotf.training.fit_progress`).
     validity_samples: a causal SMILES run ends by drawing this many molecules (as `biotf generate --num-samples`
     does, seed `seed`) and reporting the share RDKit parses in its summary (`biotf.inference.validity`); 0: none.
     """
@@ -194,7 +194,7 @@ class TrainConfig:
 
     ckpt_path: resume from this Lightning checkpoint (optimizer, schedule, step and data position).
     task / init_from / finetune: set `task` to fine-tune the model `init_from` names on labelled data
-    (`biotf.finetune.run`); null trains a language model.
+    (`biotf.finetune.finetune_run`); null trains a language model.
     """
 
     experiment: str = MISSING

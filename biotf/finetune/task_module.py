@@ -1,6 +1,6 @@
 """The LightningModule of a fine-tuning run: a `TaskModel` (trunk + head) in its mode, its optimizer and metrics.
 
-Validation computes the task's metrics over the whole split (`metrics.py`); checkpoints carry the RNG state and
+Validation computes the task's metrics over the whole split (`task_metrics.py`); checkpoints carry the RNG state and
 training steps agree on SIGTERM and the wall-time clock (`callbacks`), as a language-model run's do. A non-finite
 training or validation loss stops the run with a `NonFiniteLoss` error: nothing is exported from weights that
 have gone NaN (fine-tuning has no `trainer.nonfinite=skip`; `check_finetune` refuses it).
@@ -20,8 +20,8 @@ from biotf.errors import BiotfError
 from biotf.model.tasks import TaskModel, TaskOutput
 from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
                                      save_rng_state)
-from biotf.training.config import TrainConfig
-from biotf.finetune.metrics import task_metrics
+from biotf.training.train_config import TrainConfig
+from biotf.finetune.task_metrics import task_metrics
 from biotf.model.modes import Mode
 from biotf.training.optim import build_optimizer, parameter_groups
 
@@ -35,7 +35,7 @@ class NonFiniteLoss(BiotfError):
 
 
 class TaskModule(L.LightningModule):
-    """Trains a `TaskModel`; validation computes the task's metrics over the whole split (`metrics.py`)."""
+    """Trains a `TaskModel`; validation computes the task's metrics over the whole split (`task_metrics.py`)."""
 
     def __init__(self, model: TaskModel, config: TrainConfig, mode: Mode, total_steps: int, n_classes: int,
                  control: RunControl | None = None):

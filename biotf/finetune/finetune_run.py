@@ -35,15 +35,15 @@ from biotf.model import Transformer
 from biotf.model.stem import majority_bins
 from biotf.model.tasks import TaskModel, check_pool, check_resolution
 from biotf.tokenizers.base import Tokenizer
-from biotf.tokenizers.loading import option_errors
+from biotf.tokenizers.build import option_errors
 from biotf.training.callbacks import RunControl
-from biotf.training.config import TrainConfig, to_plain
+from biotf.training.train_config import TrainConfig, to_plain
 from biotf.finetune.batches import FeatureCollator, TaskCollator, task_loader
 from biotf.finetune.features import cached_features
 from biotf.finetune.labelled import LabelledSet, read_labelled
-from biotf.finetune.metrics import LOWER_IS_BETTER
+from biotf.finetune.task_metrics import LOWER_IS_BETTER
 from biotf.model.modes import Mode, build_mode
-from biotf.finetune.module import TaskModule, build_task_model, evaluate
+from biotf.finetune.task_module import TaskModule, build_task_model, evaluate
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
 from biotf.training.hints import data_command
 from biotf.training.run import build_trainer, continue_run, held_run, read_resumed, write_run_files
