@@ -100,7 +100,6 @@ EXERCISED_BY = {
     "inference/moses/benchmark.py": ("inference/test_moses_command.py", "biotf generate evaluate"),
     "io/npz.py": ("export/test_export_writers.py", "every .npz an embedding writer writes"),
     "io/tables.py": ("analysis/test_analysis_search.py", "the hit tables of biotf search query"),
-    "lazy.py": ("test_api.py", "biotf's lazy top-level names"),
     "model/head.py": ("model/test_transformer.py", "the LM head of every Transformer"),
     "model/hf/albert.py": ("model/test_hf_t5_albert.py", "ALBERT directories read, against transformers"),
     "model/hf/bloom.py": ("model/test_hf_decoders.py", "the BLOOM family, read and written"),
