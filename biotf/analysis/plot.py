@@ -77,19 +77,24 @@ def project(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[n
     """(N, 2) coordinates and the projection used (`choose_projection`). PCA of N records has at most N - 1 axes
     that vary: those missing (one record: both; two: the second) are drawn at 0."""
     used, _ = choose_projection(method, len(vectors))
+    return projected(vectors, used, seed), used
+
+
+def projected(vectors: np.ndarray, used: str, seed: int = 0) -> np.ndarray:
+    """(N, 2) coordinates by the projection `choose_projection` chose ("pca" or "umap")."""
     if used == "umap":
         import umap
 
         with warnings.catch_warnings():  # "n_jobs value 1 overridden to 1 by setting random_state": by design
             warnings.filterwarnings("ignore", message="n_jobs value", category=UserWarning)
-            return umap.UMAP(n_components=2, n_neighbors=UMAP_NEIGHBORS, random_state=seed).fit_transform(vectors), used
+            return umap.UMAP(n_components=2, n_neighbors=UMAP_NEIGHBORS, random_state=seed).fit_transform(vectors)
     from sklearn.decomposition import PCA
 
     coordinates = np.zeros((len(vectors), 2), dtype=np.float64)
     axes = min(2, len(vectors) - 1, vectors.shape[1])
     if axes > 0:
         coordinates[:, :axes] = PCA(n_components=axes, random_state=seed).fit_transform(vectors)
-    return coordinates, used
+    return coordinates
 
 
 def pyplot():
@@ -227,10 +232,10 @@ def plot_file(embeddings: str | Path, output: str | Path, color: str | None = No
         raise ConfigError(parameter("array"), array, allowed=", ".join(table.arrays))
     colors = labels(table, color, label_pattern) if color is not None else None
     vectors = table.arrays[array]
-    _, reason = choose_projection(method, len(vectors))
+    used, reason = choose_projection(method, len(vectors))
     count = f"{len(vectors)} record{'s' if len(vectors) != 1 else ''}"
     with waiting(progress, f"projecting {count} of {Path(embeddings).name}"):
-        coordinates, used = project(vectors, method)
+        coordinates = projected(vectors, used)
     title = f"{Path(embeddings).name}: {count}, {array}\n{used.upper()}" + (f" ({reason})" if reason else "")
     plot_map(coordinates, colors, output, title, color, used)
     return f"{used}: {reason}" if reason else used

@@ -264,8 +264,8 @@ def test_a_slow_projection_says_so_every_interval_into_a_file(monkeypatch, capsy
     fasta = tmp_path / "p.fasta"
     fasta.write_text(">a\nMKTAYIAK\n>b\nMSTNPKPQ\n>c\nMAWQRST\n")
     run(capsys, "embed", "--no-progress", "--model", one_pass_model, "--input", fasta, "--output", tmp_path / "e.npz")
-    project = plot.project
-    monkeypatch.setattr(plot, "project", lambda *a, **k: (time.sleep(1.0), project(*a, **k))[1])
+    projected = plot.projected
+    monkeypatch.setattr(plot, "projected", lambda *a, **k: (time.sleep(1.0), projected(*a, **k))[1])
     monkeypatch.setenv(SECONDS_VARIABLE, "0.1")
     log = tmp_path / "err.log"
     with open(log, "w") as handle:
