@@ -117,6 +117,33 @@ def test_approximate_index_recall_on_a_clustered_set(tmp_path):
     assert recall(found, truth) >= 0.99
 
 
+def test_a_killed_add_leaves_the_index_as_it_was_and_the_next_add_leaves_only_what_index_json_names(tmp_path, monkeypatch):
+    from biotf.analysis.search import index as index_module
+
+    vectors = clustered(80, 4)
+    files = [write_embeddings(tmp_path / f"{n}.npz", vectors[start:stop], [f"r{i}" for i in range(start, stop)])
+             for n, (start, stop) in enumerate([(0, 30), (30, 60), (60, 80)])]
+    build_index(files[0], tmp_path / "ix", "approx")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "ix").iterdir()}
+    commit = index_module._commit
+
+    def killed(directory, meta):
+        raise KeyboardInterrupt  # the process dies between writing the shard and index.json
+
+    monkeypatch.setattr(index_module, "_commit", killed)
+    with pytest.raises(KeyboardInterrupt):
+        add_records(tmp_path / "ix", files[1])
+    left = {p.name for p in (tmp_path / "ix").iterdir()} - set(before)
+    assert left == {"vectors-1.npy", "ids-1.json", "approx-60.faiss"}  # written, not named by index.json
+    assert SearchIndex.open(tmp_path / "ix").ids == [f"r{i}" for i in range(30)]  # the index as it was
+    monkeypatch.setattr(index_module, "_commit", commit)
+    meta, added = add_records(tmp_path / "ix", files[2])
+    assert added == 20 and meta["records"] == 50
+    # the killed add's shard is overwritten by this one's (same number), its approximate index removed
+    assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == sorted(["index.json", *meta["crc32"]])
+    assert SearchIndex.open(tmp_path / "ix").ids == [f"r{i}" for i in range(30)] + [f"r{i}" for i in range(60, 80)]
+
+
 def test_add_grows_the_approximate_index_without_rebuilding_and_keeps_ids_unique(tmp_path, monkeypatch):
     vectors = clustered(1200, 3)
     first = write_embeddings(tmp_path / "a.npz", vectors[:800], [f"r{i}" for i in range(800)])
