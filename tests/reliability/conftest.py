@@ -38,7 +38,7 @@ def classifier_dir(tmp_path_factory, model_dir) -> Path:
     """model_dir's trunk with an untrained two-class head, exported as fine-tuning exports it: enough for predict."""
     from biotf.checkpoint.loading import load_pretrained
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
 
     trunk, tokenizer = load_pretrained(model_dir)
     info = TaskInfo("classification", ["no", "yes"], "mean", max_length=64, long_policy="crop")
