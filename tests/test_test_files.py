@@ -85,8 +85,6 @@ EXERCISED_BY = {
     "finetune/batches.py": ("finetune/test_finetune.py", "the batches of every fine-tuning run"),
     "inference/fast/products.py": ("inference/test_fast_decoding.py", "the decoding plan's matrix products"),
     "inference/moses/benchmark.py": ("inference/test_moses_command.py", "biotf generate evaluate"),
-    "io/npz.py": ("io/test_embeddings.py", "every .npz an embedding writer writes"),
-    "io/tables.py": ("analysis/test_analysis_search.py", "the hit tables of biotf search query"),
     "model/hf/albert.py": ("model/test_hf_t5_albert.py", "ALBERT directories read, against transformers"),
     "model/hf/bloom.py": ("model/test_hf_decoders.py", "the BLOOM family, read and written"),
     "model/hf/convert.py": ("commands/test_export_model_hf.py", "biotf export-model --hf"),
