@@ -1,5 +1,5 @@
-"""Shared fixtures: paths to the real data in ../shared and the shipped samples in data/; for training and
-fine-tuning tests, a shared token cache, a tiny pretrained model with labelled data to fine-tune, and the steps at
+"""Shared fixtures: paths to the real data in ../shared and the shipped samples in data/; a tiny exported causal
+model for the commands (`model_dir`); for training and fine-tuning tests, a shared token cache, a tiny pretrained model with labelled data to fine-tune, and the steps at
 which last.ckpt was written."""
 
 from __future__ import annotations
@@ -32,6 +32,21 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is not present (CI and developer machines have it beside the checkout)")
     return path
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny causal protein model, exported: enough for embed, plot, generate and export-model."""
+    import torch
+
+    from biotf.checkpoint import save_pretrained
+    from biotf.model import Transformer, TransformerConfig
+    from biotf.tokenizers import AminoAcidTokenizer
+
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                               max_seq_len=64, causal=True, pos="rope", norm="rmsnorm", mlp="swiglu")
+    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="session")

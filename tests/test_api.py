@@ -14,7 +14,7 @@ from biotf.checkpoint.task_model import TaskInfo, save_task_model
 from biotf.cli import main
 from biotf.errors import BiotfWarning, CheckpointError, ConfigError
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer
 from tiny_models import save_tiny_protein_model
 

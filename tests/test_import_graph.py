@@ -117,11 +117,14 @@ def import_graph(annotations: bool = True) -> dict[str, set[str]]:
 # The links a file cycle may still run through: annotations alone (`if TYPE_CHECKING:`), each with why the code
 # cannot point the other way. TransformerConfig checks its `pos`, `norm` and `mlp` against the registries of those
 # modules and lets the chosen class check the rest (`check_config`), at construction; the classes are built from
-# the config they are handed and name its type only in their signatures.
+# the config they are handed and name its type only in their signatures. The heads module holds the heads the trunk owns and
+# the task heads that own a trunk, beside each other as HF's modeling_esm.py keeps them.
 ANNOTATION_ONLY = {
     ("biotf.model.mlp", "biotf.model.config"): "config.py checks `mlp` and `lm_head_activation` against MLP_CLASSES",
     ("biotf.model.norms", "biotf.model.config"): "config.py checks `norm` against NORM_CLASSES",
     ("biotf.model.positions", "biotf.model.config"): "config.py checks `pos` and the class's own rules",
+    ("biotf.model.heads", "biotf.model.transformer"): "the trunk holds the LM and contact heads of heads.py; a task "
+                                                      "head holds a trunk, whose type it names in signatures only",
 }
 
 

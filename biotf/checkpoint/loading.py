@@ -38,9 +38,8 @@ from biotf.checkpoint.task_export import TaskInfo, read_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.checkpoint.hf_directory import is_hf_directory, load_hf_model
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.contacts import ContactHead
+from biotf.model.heads import ContactHead, TaskModel
 from biotf.model.hf.fair_esm import is_fair_esm_file
-from biotf.model.tasks import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer, load_tokenizer
 from biotf.tokenizers.build import with_options
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer

@@ -29,7 +29,7 @@ from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.checkpoint.format import TASK_FILE
 from biotf.data.long_policy import TRAINING_LONG_POLICIES
 from biotf.errors import CheckpointError
-from biotf.model.tasks import RESOLUTIONS, SEQUENCE_POOLS, TASKS
+from biotf.model.heads import RESOLUTIONS, SEQUENCE_POOLS, TASKS
 from biotf.untrusted import check_finite, file_crc32, read_safetensors
 
 HEAD_FILE = "task_head.safetensors"

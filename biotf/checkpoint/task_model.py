@@ -19,7 +19,7 @@ from biotf.checkpoint import TASK_FILE, save_pretrained
 from biotf.checkpoint.loading import load_exported
 from biotf.checkpoint.task_export import ADAPTER_FILE, HEAD_FILE, TaskInfo, read_task_files, write_task_files
 from biotf.errors import CheckpointError, ConfigError
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.build import with_options
 

@@ -27,7 +27,7 @@ from biotf.io.atomic import atomic_directory, save_array
 from biotf.checkpoint.digest import content_crc32
 from biotf.data.collators import content_mask, pad_batch
 from biotf.errors import InputError
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 from biotf.tokenizers.base import Tokenizer
 
 FORMAT = 1

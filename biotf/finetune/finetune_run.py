@@ -33,7 +33,7 @@ from biotf.conventions import IGNORE_INDEX, counted
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
 from biotf.model.stem import majority_bins
-from biotf.model.tasks import TaskModel, check_pool, check_resolution
+from biotf.model.heads import TaskModel, check_pool, check_resolution
 from biotf.tokenizers.base import Tokenizer
 from biotf.tokenizers.build import option_errors
 from biotf.training.callbacks import RunControl

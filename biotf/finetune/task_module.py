@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from biotf.conventions import IGNORE_INDEX
 from biotf.errors import BiotfError
-from biotf.model.tasks import TaskModel, TaskOutput
+from biotf.model.heads import TaskModel, TaskOutput
 from biotf.training.callbacks import (PROGRESS_KEY, RunControl, TrainingTime, agree_on_requests, restore_rng_state,
                                      save_rng_state)
 from biotf.training.train_config import TrainConfig

@@ -30,7 +30,7 @@ from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.io.tables import write_rows
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.positions import reading_length
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 from biotf.progress import Progress, reporting
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.naming import parameter

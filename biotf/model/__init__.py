@@ -5,11 +5,11 @@
     out = model(input_ids, attention_mask=mask, labels=labels, output_hidden_states=True)
 
 Modules: config (TransformerConfig; its presets are conf/model/*.yaml), positions, norms, attention, mlp,
-block, head (the masked-LM head transform), transformer, kv_cache (KVCache), loss (plain and fused LM loss),
+block, transformer, kv_cache (KVCache), loss (plain and fused LM loss), heads (the heads on the trunk: the masked-LM
+head transform, the contact head applied to attention maps by `Transformer.predict_contacts`, and the
+classification / regression / per-token heads of fine-tuning),
 hf (weight mappings of Hugging Face families: Qwen2, Llama, Mistral, GPT-2, BLOOM both ways, ESM into biotf),
-tasks (classification / regression / per-token heads on the trunk, for fine-tuning), lora (low-rank adapters),
-modes (fine-tuning modes full | frozen | lora: which weights train, a registry),
-contacts (contact prediction from attention maps and the contact head, `Transformer.predict_contacts`),
+lora (low-rank adapters), modes (fine-tuning modes full | frozen | lora: which weights train, a registry),
 stem (the convolutional stem: tokens into bins and back), precision (inference in bf16 or int8, behind a fidelity
 gate against fp32).
 """

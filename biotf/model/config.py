@@ -84,7 +84,7 @@ class TransformerConfig:
     lm_head_bias    a bias vector added to the logits (HF `EsmLMHead.bias`, kept apart from a tied decoder).
     contact_head    a contact-prediction head: a logistic regression over every layer x head's symmetrised,
                     APC-corrected attention map (Rao et al. 2020; ESM-2's `contact_head.regression`,
-                    `contacts.py`).
+                    `heads.py`).
     init_std        standard deviation of the normal initialisation of linear and embedding weights.
     type_vocab_size rows of a token-type (segment) embedding added to the token embeddings (BERT, RoBERTa); 0: none.
                     biotf feeds one segment, so every token gets row 0, as HF does when no token_type_ids are given.

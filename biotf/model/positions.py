@@ -256,11 +256,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -
     return torch.addcmul(x * cos.to(x.dtype), swapped, signed_sin.to(x.dtype))
 
 
-def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """Head slopes of ALiBi (Press et al. 2022), float32: see `alibi_slope_values`."""
-    return torch.tensor(alibi_slope_values(n_heads), dtype=torch.float32)
-
-
 def alibi_slope_values(n_heads: int) -> list[float]:
     """Head slopes of ALiBi (Press et al. 2022): for n a power of two, the geometric sequence starting at
     and multiplied by 2^(-8/n); otherwise the slopes of the closest smaller power of two n', followed by

@@ -9,10 +9,10 @@
          bidirectional, and limited to the last sliding_window positions if set; one block for all if share_layers)
       -> final norm (Pre-LN only; ESM's emb_layer_norm_after)
       -> upsampling to one vector per token (if stem=conv; `token_states`)
-      -> LM head (`head.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
+      -> LM head (`heads.py`: [dense -> lm_head_activation -> norm if lm_head_transform] -> tied or own matrix
          [+ lm_head_bias])
     contact head (if contact_head): a regression over every layer's attention maps, applied by
-      `predict_contacts` (`contacts.py`), not by forward
+      `predict_contacts` (`heads.py`), not by forward
 
 Conventions (those of Hugging Face, so that losses and hidden states compare one to one):
 - `labels` have the shape of `input_ids` and -100 marks positions without a target. A causal model
@@ -52,6 +52,11 @@ built once per forward for every layer, and the unpadded causal case lets SDPA a
 a mask larger than `attention_element_budget` is never built; attention runs in chunks of queries instead
 (`attention_mask.py`), so memory grows linearly with length.
 Decoding's own optimisations (weight layout, last-position prefill) live in `biotf.inference.fast`.
+
+A forward pass in reading order (all in `biotf/model/`): this file; `config.py` (every switch it reads);
+`block.py` (one layer) with `attention.py`, `kv_cache.py`, `mlp.py` and `norms.py`; `positions.py`;
+`attention_mask.py` with `segments.py` (packed rows); `stem.py`; `heads.py` (the LM head's transform, the contact
+head, the task heads of fine-tuning); `loss.py` (the loss, plain or fused with the head).
 """
 
 from __future__ import annotations
@@ -73,8 +78,7 @@ from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
 from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
-from biotf.model.contacts import ContactHead, predict_contacts
-from biotf.model.head import HeadTransform
+from biotf.model.heads import ContactHead, HeadTransform, predict_contacts
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
 from biotf.model.positions import build_positions, embedding_table
@@ -274,7 +278,7 @@ class Transformer(nn.Module):
 
     def predict_contacts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                          residue_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """Each sequence's (L, L) contact probabilities from the contact head (`contacts.predict_contacts`; HF's
+        """Each sequence's (L, L) contact probabilities from the contact head (`heads.predict_contacts`; HF's
         `EsmForMaskedLM.predict_contacts`)."""
         return predict_contacts(self, input_ids, attention_mask, residue_mask)
 

@@ -1,7 +1,7 @@
 """Structure from a sequence model: residue-residue contact maps from attention (`biotf contacts`).
 
 The head's math (symmetrised, APC-corrected attention maps into a logistic regression) is the model's
-(`biotf.model.contacts`); this package runs it over files (`contact_files`): records read and checked,
+(`biotf.model.heads`); this package runs it over files (`contact_files`): records read and checked,
 batched, and written as .npz, .tsv or CASP RR (`formats`); it reads PDB / mmCIF chains with their true contacts
 (`chains`), fits a head on them for any model (`fit`) and measures a head's precision (`contact_precision`); its pictures
 are drawn by `biotf.analysis.plot.plot_contacts`.

@@ -1,4 +1,4 @@
-"""Contact maps of every protein of a file, from a model with a contact head (`biotf.model.contacts`).
+"""Contact maps of every protein of a file, from a model with a contact head (`biotf.model.heads`).
 
     stats = predict_file("esm2_t6_8M_UR50D/", "proteins.fasta", "contacts.npz")
 
@@ -28,7 +28,7 @@ from biotf.io.readers import ReaderOptions, Record, read_records
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_int
 from biotf.model import Transformer
-from biotf.model.contacts import predict_contacts
+from biotf.model.heads import predict_contacts
 from biotf.model.positions import reading_length
 from biotf.progress import Progress, reporting
 from biotf.structure.formats import CONTACT_FORMATS, WRITERS, check_ids

@@ -30,7 +30,7 @@ from biotf.checkpoint.store import check_export_directory, save_pretrained
 from biotf.io.readers import Record
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer
-from biotf.model.contacts import attach_contact_head, contact_features
+from biotf.model.heads import attach_contact_head, contact_features
 from biotf.progress import counting, reporting, waiting
 from biotf.structure.chains import Chain, read_chain, structure_files
 from biotf.structure.contact_files import Protein, proteins

@@ -2,7 +2,7 @@
 
 A run fine-tunes when `task` is set (`classification | regression | token`): it starts from `init_from` (anything
 `biotf.load_pretrained` reads), reads labels from `data.label_column`, splits the labelled records with
-`finetune.split` and trains a task head (`biotf.model.tasks`) with the trunk frozen, fully trained or adapted
+`finetune.split` and trains a task head (`biotf.model.heads`) with the trunk frozen, fully trained or adapted
 with LoRA (`finetune.mode`).
 """
 
@@ -15,7 +15,7 @@ from biotf.data.splits import METHODS
 from biotf.errors import ConfigError
 from biotf.model.modes import MODES
 from biotf.model.lora import LoRAConfig
-from biotf.model.tasks import RESOLUTIONS, SEQUENCE_POOLS
+from biotf.model.heads import RESOLUTIONS, SEQUENCE_POOLS
 from biotf.tokenizers import POLICY_OPTIONS
 
 MONITORS = ("loss", "accuracy", "f1", "mcc", "rmse", "spearman")
@@ -56,7 +56,7 @@ class FinetuneConfig:
     caches them under data.cache_dir (`biotf.finetune.features`); false runs the trunk at every step.
     pool: how a sequence head pools token vectors (mean | cls | max over content tokens, as `biotf embed`).
     resolution: of a token head on a model with a conv stem: base (each token's vector, the bins upsampled) | bin
-    (one prediction per bin, trained on the majority label of its tokens; counted in finetune.json), `biotf.model.tasks`.
+    (one prediction per bin, trained on the majority label of its tokens; counted in finetune.json), `biotf.model.heads`.
     head_dropout: dropout on the head's input. trunk_lr: learning rate of the trunk's weights (full, lora);
     null means optim.lr. patience: validations without improvement of `monitor` before training stops early.
     monitor: the validation metric that picks the best checkpoint (loss, or a metric of the task).
@@ -100,7 +100,7 @@ def check_finetune(task: str | None, init_from: str | None, label_column: str | 
     (`finetune.check_against_model`) run once init_from is loaded."""
     from pathlib import Path
 
-    from biotf.model.tasks import TASKS
+    from biotf.model.heads import TASKS
 
     if task is None:
         if init_from is not None:

@@ -1,4 +1,4 @@
-"""Contact prediction benchmark (issue 25): `biotf.model.contacts.predict_contacts` against `transformers`'
+"""Contact prediction benchmark (issue 25): `biotf.model.heads.predict_contacts` against `transformers`'
 `EsmForMaskedLM.predict_contacts` on the same checkpoint.
 
 The checkpoint: a random `EsmForMaskedLM` of ESM-2 8M's shape (6 layers x 20 heads x 320, rotary, ESM-2's 33
@@ -43,7 +43,7 @@ def status(field):
 
 if side == "biotf":
     from biotf.checkpoint.loading import load_pretrained
-    from biotf.model.contacts import predict_contacts
+    from biotf.model.heads import predict_contacts
 
     model, tokenizer = load_pretrained(directory)
     ids = torch.tensor([tokenizer.encode(sequence)])

@@ -1,6 +1,6 @@
 """Fine-tuning section: LoRA and gradient checkpointing against full fine-tuning at the same shape.
 
-A sequence classifier (`biotf.model.tasks.TaskModel`, mean pool, 10 classes) on an ESM-2 8M-shaped trunk
+A sequence classifier (`biotf.model.heads.TaskModel`, mean pool, 10 classes) on an ESM-2 8M-shaped trunk
 (6 layers, d 320, 20 heads, GELU, LayerNorm, rotary), one training step = forward + backward + AdamW:
 - full fine-tuning (every weight trains) vs LoRA (rank 8 on qkv and out; the trunk frozen): time per step;
 - full fine-tuning with and without gradient checkpointing: time per step;
@@ -24,7 +24,7 @@ from biotf.finetune.features import compute_features
 from biotf.model.modes import Frozen
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.lora import LoRAConfig, apply_lora
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer
 
 MiB = 2**20

@@ -140,7 +140,7 @@ def test_files_get_the_users_umask(model, tmp_path):
         plain = atomic_write(tmp_path / "plain.txt", lambda path: path.write_text("x"))
         # A fine-tuned model's export: its head and task.json are written inside the same all-or-nothing directory.
         from biotf.checkpoint.task_model import HEAD_FILE, TASK_FILE, TaskInfo, save_task_model
-        from biotf.model.tasks import TaskModel
+        from biotf.model.heads import TaskModel
 
         info = TaskInfo("classification", ["a", "b"], "mean", 64, "crop")
         tuned = save_task_model(TaskModel(model, "classification", 2, pool="mean"), AminoAcidTokenizer(), info,

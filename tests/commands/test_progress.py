@@ -134,7 +134,7 @@ def test_predict_counts_the_records_it_predicted(capsys, tmp_path):
 
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
     from biotf.model import Transformer, TransformerConfig
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
     from biotf.tokenizers import AminoAcidTokenizer
 
     torch.manual_seed(0)

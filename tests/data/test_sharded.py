@@ -290,7 +290,7 @@ def test_the_launch_environment(monkeypatch):
 
 def task_model(directory):
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
 
     torch.manual_seed(0)
     trunk = Transformer(TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64,

@@ -1,4 +1,6 @@
-"""Leakage-aware splits: whatever the method, no group, cluster or scaffold has records on two sides."""
+"""`biotf.data.splits`: leakage-aware splits (whatever the method, no group, cluster or scaffold has records on two
+sides), the validation split of pretraining (a pure function of sequence and seed: duplicates never straddle
+train/validation), and split.tsv (written by fine-tuning, read back by id: a resume's check, `biotf probe --split`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from biotf.data.splits import MIN_SHARED, assign, automatic_k, exact_groups, identity_clusters, scaffold_groups, split_groups
+from biotf.data.splits import (MIN_SHARED, assign, automatic_k, exact_groups, identity_clusters, is_validation,
+                               read_sides, scaffold_groups, sides_of, split_groups, validate_fraction,
+                               validation_mask, write_split)
 from biotf.errors import ConfigError, InputError
 
 AMINO = "ACDEFGHIKLMNPQRSTVWY"
@@ -164,3 +168,56 @@ def test_scaffold_groups_skip_leaves_unparsable_smiles_unplaced_and_the_rest_as_
     without = scaffold_groups(smiles[:1] + smiles[2:], ids[:1] + ids[2:])
     assert np.delete(groups, 1).tolist() == without.tolist()
     assert assign(np.delete(groups, 1), 0.2, 0.2, seed=3).tolist() == assign(without, 0.2, 0.2, seed=3).tolist()
+
+
+# --- the validation split of pretraining --------------------------------------------------------------------------
+def test_fraction_is_respected_and_deterministic():
+    sequences = [f"SEQ{i}" for i in range(20000)]
+    flags = [is_validation(s, 0.1, seed=3) for s in sequences]
+    assert 0.09 < sum(flags) / len(flags) < 0.11
+    assert flags == [is_validation(s, 0.1, seed=3) for s in sequences]
+    assert flags != [is_validation(s, 0.1, seed=4) for s in sequences]
+
+
+def test_edges():
+    assert not any(is_validation(f"S{i}", 0.0) for i in range(1000))
+    with pytest.raises(ConfigError, match="validation_fraction.*0 <= fraction < 1"):
+        validate_fraction(1.0)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1e-19, 2**-60, 0.05, 0.5, 1 - 2**-53])
+@pytest.mark.parametrize("seed", [0, 7, -3])
+def test_the_bulk_mask_is_is_validation_of_each_sequence(fraction, seed):
+    """The token cache's bulk split decides exactly as `is_validation`, down to fractions whose threshold is not
+    an integer; sequences include the empty one and non-ASCII text."""
+    sequences = ["", "MKV", "é" * 3, "MKV" * 700] + [f"SEQ{i}" for i in range(3000)]
+    assert validation_mask(sequences, fraction, seed).tolist() == [is_validation(s, fraction, seed) for s in sequences]
+    assert validation_mask([], fraction, seed).tolist() == []
+
+
+def test_duplicates_land_together(shared_data):
+    """uci_splice has 185 duplicate sequences (SOURCES.md): each lands wholly on one side."""
+    from biotf.io.readers import read_records
+
+    sides: dict[str, set[bool]] = {}
+    for record in read_records(shared_data / "dna/uci_splice.csv"):
+        sides.setdefault(record.sequence, set()).add(is_validation(record.sequence, 0.2))
+    assert len(sides) < 3190  # duplicates exist
+    assert all(len(s) == 1 for s in sides.values())
+
+
+# --- split.tsv ----------------------------------------------------------------------------------------------------
+def test_split_file_sides_are_read_by_id_and_ambiguous_ids_refused(tmp_path):
+    path = tmp_path / "split.tsv"
+    path.write_text("id\tsplit\tgroup\na\ttrain\t0\nb\ttest\t1\na\ttrain\t0\n")
+    assert sides_of(path, ["b", "a", "c"]).tolist() == ["test", "train", ""]
+    path.write_text("id\tsplit\tgroup\na\ttrain\t0\na\ttest\t1\n")
+    with pytest.raises(InputError, match="id 'a' is on two sides"):
+        sides_of(path, ["a"])
+
+
+def test_a_written_split_reads_back(tmp_path):
+    path = tmp_path / "split.tsv"
+    write_split(path, ["a", "b", "c"], np.array(["train", "validation", "test"]), np.array([0, 1, 1]))
+    assert read_sides(path) == {"a": "train", "b": "validation", "c": "test"}
+    assert not list(tmp_path.glob(".*"))  # written atomically: no temporary left

@@ -76,7 +76,7 @@ def test_training_windows_carry_their_reverse_complement(tmp_path):
 
 def tiny_token_model(classes: int):
     from biotf.model import Transformer, TransformerConfig
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
     from biotf.tokenizers.build import build_tokenizer
 
     tokenizer = build_tokenizer({"kind": "dna", "k": 1, "stride": 1})

@@ -23,7 +23,7 @@ from biotf.checkpoint.task_model import load_task_model, save_task_model
 def export(pretrained, tmp_path_factory) -> Path:
     """run/model/: the fixture's trunk with LoRA adapters (merged, the adapter kept) and a 2-class head."""
     from biotf.model.lora import apply_lora, merge_lora, save_adapter
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
 
     trunk, tokenizer = load_pretrained(pretrained / "base")
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ from biotf.data.collators import content_mask, pad_batch
 from biotf.data.long_policy import CROPPED, DROPPED, encode_for_task
 from biotf.inference.predict import predict, predict_file
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 from biotf.tokenizers import AminoAcidTokenizer
 
 RECORDS = {"p1": "MKTAYIAKQR", "p2": "GAV", "p3": "MKTAYIAKQRQISFVKSHFSRQ"}

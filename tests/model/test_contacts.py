@@ -14,7 +14,7 @@ from biotf.checkpoint.loading import load_pretrained
 from biotf.checkpoint.digest import content_crc32
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer, TransformerConfig
-from biotf.model.contacts import average_product_correct, predict_contacts, symmetrise
+from biotf.model.heads import average_product_correct, predict_contacts, symmetrise
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 
 from test_hf_esm import batch as esm_batch

@@ -9,7 +9,7 @@ import torch
 
 from biotf.model import Transformer, TransformerConfig
 from biotf.errors import BiotfWarning, ConfigError
-from biotf.model.positions import alibi_slopes, apply_rotary, build_positions, reading_length, sinusoidal_table
+from biotf.model.positions import alibi_slope_values, apply_rotary, build_positions, reading_length, sinusoidal_table
 
 
 def test_rope_scores_depend_only_on_the_relative_offset():
@@ -79,13 +79,13 @@ def test_sinusoidal_positions_are_added_to_the_embeddings():
 
 
 def test_alibi_slopes_for_8_heads_are_2_to_the_minus_1_to_8():
-    assert alibi_slopes(8).tolist() == [2.0 ** -i for i in range(1, 9)]
+    assert alibi_slope_values(8) == [2.0 ** -i for i in range(1, 9)]
 
 
 def test_alibi_slopes_for_heads_not_a_power_of_two_follow_the_paper():
     # 6 heads: the 4-head slopes 2^-2, 2^-4, 2^-6, 2^-8, then every other 8-head slope: 2^-1, 2^-3.
-    assert alibi_slopes(6).tolist() == [2.0 ** -i for i in (2, 4, 6, 8, 1, 3)]
-    torch.testing.assert_close(alibi_slopes(16), torch.tensor([2.0 ** (-i / 2) for i in range(1, 17)]))
+    assert alibi_slope_values(6) == [2.0 ** -i for i in (2, 4, 6, 8, 1, 3)]
+    torch.testing.assert_close(torch.tensor(alibi_slope_values(16)), torch.tensor([2.0 ** (-i / 2) for i in range(1, 17)]))
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -96,7 +96,7 @@ def test_alibi_bias_is_minus_slope_times_distance(causal):
     assert bias.shape == (1, 8, 5, 5)
     distance = (positions[0, :, None] - positions[0, None, :]).float()
     distance = distance if causal else distance.abs()
-    for head, slope in enumerate(alibi_slopes(8)):
+    for head, slope in enumerate(alibi_slope_values(8)):
         visible = torch.ones(5, 5, dtype=torch.bool).tril() if causal else torch.ones(5, 5, dtype=torch.bool)
         torch.testing.assert_close(bias[0, head][visible], (-slope * distance)[visible])
 

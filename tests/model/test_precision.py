@@ -194,7 +194,7 @@ def test_int8_on_a_gpu_is_refused_in_one_line():
 
 def test_a_fine_tuned_model_predicts_in_each_precision(tmp_path):
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
 
     torch.manual_seed(0)
     tokenizer = AminoAcidTokenizer()

@@ -8,7 +8,7 @@ import torch
 from biotf.errors import ConfigError, InputError
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.lora import apply_lora
-from biotf.model.tasks import TaskModel, pool_tokens
+from biotf.model.heads import TaskModel, pool_tokens
 
 VOCAB, CLS, EOS, PAD = 12, 0, 1, 2  # ids 3..11 are content tokens
 

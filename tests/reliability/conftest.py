@@ -19,26 +19,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory) -> Path:
-    """A tiny causal protein model, exported: enough for embed, plot, generate and export-model."""
-    import torch
-
-    from biotf.checkpoint import save_pretrained
-    from biotf.model import Transformer, TransformerConfig
-    from biotf.tokenizers import AminoAcidTokenizer
-
-    torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=33, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
-                               max_seq_len=64, causal=True, pos="rope", norm="rmsnorm", mlp="swiglu")
-    return save_pretrained(Transformer(config), AminoAcidTokenizer(), tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="session")
 def classifier_dir(tmp_path_factory, model_dir) -> Path:
     """model_dir's trunk with an untrained two-class head, exported as fine-tuning exports it: enough for predict."""
     from biotf.checkpoint.loading import load_pretrained
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
 
     trunk, tokenizer = load_pretrained(model_dir)
     info = TaskInfo("classification", ["no", "yes"], "mean", max_length=64, long_policy="crop")

@@ -125,14 +125,6 @@ def test_odd_but_valid_files_read_like_the_plain_one(capsys, tmp_path, model_dir
 
 
 # --- other commands' own input files -------------------------------------------------------------
-def valid_npz(tmp_path: Path, model_dir: Path, capsys) -> bytes:
-    fasta = tmp_path / "clean.fasta"
-    fasta.write_bytes(CLEAN_FASTA)
-    status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, model_dir))
-    assert status == 0, err
-    return (tmp_path / "embeddings.npz").read_bytes()
-
-
 EMBEDDING_FILE_KINDS = ["empty", "binary_garbage", "truncated"]
 
 

@@ -1,4 +1,4 @@
-"""Unit checks of the training pieces: weight-decay groups, the optimizers, the schedule, atomic writes."""
+"""Unit checks of the training pieces: weight-decay groups, the optimizers, the schedule."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from biotf.errors import ConfigError
-from biotf.io.atomic import atomic_write
 from biotf.model import Transformer, TransformerConfig
 from biotf.training.train_config import OptimConfig
 from biotf.training.optim import WarmupCosine, build_optimizer, parameter_groups
@@ -104,20 +103,6 @@ def test_warmup_then_cosine_to_the_floor():
     assert schedule(110) == pytest.approx(0.1) and schedule(500) == pytest.approx(0.1)
     values = [schedule(s) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(values, values[1:]))
-
-
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
-    target = tmp_path / "last.ckpt"
-    atomic_write(target, lambda path: path.write_bytes(b"complete"))
-
-    def torn(path):
-        path.write_bytes(b"half")
-        raise KeyboardInterrupt  # as a kill mid-write would
-
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write(target, torn)
-    assert target.read_bytes() == b"complete"
-    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
 @pytest.mark.parametrize("precision", ["32", "bf16-mixed"])

@@ -5,7 +5,7 @@ every linear layer, d_ff = 4 d_model, LM head tied to the token embedding. Both 
 - ALiBi: HF adds slope_h * (key position) to the scores, biotf -slope_h * (query position - key position); the two
   differ by a constant per query row, which softmax cancels. The slopes are the same: for a head count that is not a
   power of two, those of the closest smaller power of two n followed by every other slope of 2n (HF
-  `_get_alibi_slopes`, biotf `alibi_slopes`). Positions count real tokens in both, so left padding moves nothing.
+  `_get_alibi_slopes`, biotf `alibi_slope_values`). Positions count real tokens in both, so left padding moves nothing.
 - `query_key_value` is fused per head: its rows are (head, [q, k, v], head_dim), where biotf's `qkv` rows are
   ([q, k, v], head, head_dim); the rows are permuted as they are read and written.
 - BLOOM has no position limit: max_seq_len is None.

@@ -2,7 +2,7 @@
 also the encoder of `EsmModel`, `EsmForSequenceClassification` and `EsmForTokenClassification`, which have no LM
 head: the model then has `lm_head=False`, and their pooler / classifier weights are not read. The contact-prediction
 regression (`esm.contact_head.regression.*`, or `contact_head.regression.*` without the `esm.` prefix, fair-esm's
-names) is read when the checkpoint has it, and turns `contact_head` on (`biotf.model.contacts`). Written back as
+names) is read when the checkpoint has it, and turns `contact_head` on (`biotf.model.heads`). Written back as
 `EsmForMaskedLM`, or `EsmModel` without LM head. The tensor names are the table of `encoder.py`, shared with BERT."""
 
 from __future__ import annotations

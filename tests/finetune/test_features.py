@@ -13,7 +13,7 @@ from biotf.checkpoint.loading import load_pretrained
 from biotf.data.collators import content_mask, pad_batch
 from biotf.errors import InputError
 from biotf.finetune.features import VALUES_FILE, compute_features
-from biotf.model.tasks import TaskModel, pool_tokens
+from biotf.model.heads import TaskModel, pool_tokens
 from training_helpers import finetune_config
 
 SEQUENCES = ["MKTAYIAKQR", "GAV", "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "WWWK"]
