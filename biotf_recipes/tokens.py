@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -204,10 +205,14 @@ def analyse_tokens(model_source: str | Path | LoadedModel | Callable[[], LoadedM
                    device: str = "cpu") -> TokenReport:
     """The report of the module docstring for the model at `model_source` and `table` (default: the shipped
     amino-acid scales); every refusal comes before any figure is computed, and before the model is loaded where
-    `model_source` is a loader (`as_loaded`)."""
+    `model_source` is a source (`biotf.Model.load`) or a loader (`as_loaded`)."""
     if not alpha > 0:
         raise ConfigError(parameter("ridge_alpha"), alpha, allowed="a number > 0")
     table = table if table is not None else shipped_table()
+    if isinstance(model_source, (str, Path)):  # a source: loaded as every command loads one, after the checks above
+        from biotf import Model
+
+        model_source = partial(Model.load, model_source, device=device)
     loaded = as_loaded(model_source, device)
     model, tokenizer = loaded.network, loaded.tokenizer
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])

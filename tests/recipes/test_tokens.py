@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from biotf_recipes.scales import AMINO_ACID_SCALES, AMINO_ACIDS
-from biotf_recipes.tokens import embedding_rows, initial_model, loo_ridge_r2
+from biotf_recipes.tokens import analyse_tokens, embedding_rows, initial_model, loo_ridge_r2
 from biotf.cli import main
+from biotf.errors import ConfigError
 
 TOLERANCE = 1e-9  # float64 closed form against sklearn's n refits
 
@@ -107,6 +108,28 @@ def test_tokens_writes_every_token_and_the_r2_of_each_scale_trained_and_at_init(
         assert float(row[3]) == pytest.approx(loo_ridge_r2(embedding_rows(model, 33)[ids], values), abs=1e-4)
         assert float(row[4]) == pytest.approx(loo_ridge_r2(embedding_rows(init, 33)[ids], values), abs=1e-4)
     assert (tmp_path / "tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_python_caller_passes_a_source_or_the_model_it_loaded(protein_model, monkeypatch):
+    """A source is loaded through `biotf.Model.load` (as every command loads), after the job's own checks."""
+    from biotf import Model
+
+    directory, _ = protein_model
+    loads, load = [], Model.load
+
+    def counted_load(cls, source, **options):
+        loads.append(source)
+        return load(source, **options)
+
+    monkeypatch.setattr(Model, "load", classmethod(counted_load))
+    with pytest.raises(ConfigError):
+        analyse_tokens(directory, alpha=0)
+    assert loads == []
+    by_source = analyse_tokens(directory)
+    assert loads == [directory]
+    by_model = analyse_tokens(Model.load(directory))
+    assert by_source.model == by_model.model == str(directory)
+    assert [(s.name, s.r2) for s in by_source.scores] == [(s.name, s.r2) for s in by_model.scores]
 
 
 def test_the_model_at_init_is_the_seeded_architecture_and_leaves_the_global_seed_alone(protein_model):
