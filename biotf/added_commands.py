@@ -17,6 +17,7 @@ import argparse
 import sys
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 GROUP = "biotf.commands"
@@ -48,8 +49,20 @@ def added_commands(command: str = "") -> dict[str, EntryPoint]:
             if entry.name.startswith(prefix) and " " not in entry.name.removeprefix(prefix)}
 
 
+def command_module(entry: EntryPoint) -> ModuleType | None:
+    """The module of an added command; None where it does not import (its package removed, or an editable install
+    made before the package existed: installing again maps it), said in one line on stderr, so that one missing
+    command leaves `biotf` and its other commands working."""
+    try:
+        return entry.load()
+    except ImportError as error:
+        print(f"biotf: warning: command '{entry.name}' ({entry.value}) is not available: {error}", file=sys.stderr)
+        return None
+
+
 def add_added_parsers(subparsers: argparse._SubParsersAction, command: str, *args: Any) -> None:
     """Register the parsers of the forms other packages add to `command`, by name (`args`: what each form's
     `add_parser` takes after `subparsers`, such as the command's description)."""
     for name, entry in sorted(added_commands(command).items()):
-        entry.load().add_parser(subparsers, *args)
+        if (module := command_module(entry)) is not None:
+            module.add_parser(subparsers, *args)

@@ -21,7 +21,7 @@ import sys
 import warnings
 from typing import Any, TypeVar
 
-from biotf.added_commands import added_commands
+from biotf.added_commands import added_commands, command_module
 from biotf.devices import check_device
 from biotf.errors import BiotfError, BiotfWarning, user_error
 from biotf.naming import flags
@@ -42,9 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     added = added_commands()
     for name in [*COMMANDS, *sorted(set(added) - set(COMMANDS))]:
         if name in added:
-            added[name].load().add_parser(subparsers)
-        elif importlib.util.find_spec(f"biotf.commands.{name}") is not None:
-            importlib.import_module(f"biotf.commands.{name}").add_parser(subparsers)
+            module = command_module(added[name])
+        else:
+            found = importlib.util.find_spec(f"biotf.commands.{name}") is not None
+            module = importlib.import_module(f"biotf.commands.{name}") if found else None
+        if module is not None:
+            module.add_parser(subparsers)
     return parser
 
 

@@ -81,3 +81,15 @@ def test_a_pyproject_of_another_project_is_no_checkout_of_biotf(tmp_path, text):
     (tmp_path / "pyproject.toml").write_text(text, encoding="utf-8")
     assert added.checkout_entry_points(tmp_path / "pyproject.toml") is None
     assert added.checkout_entry_points(tmp_path / "missing.toml") is None
+
+
+def test_a_command_that_does_not_import_is_one_line_and_the_others_work(monkeypatch, capsys):
+    """An editable install made before a package of commands existed, or a package removed: the rest of `biotf` runs."""
+    monkeypatch.setattr(added, "entry_points", installed(("hello", "no_such_module_anywhere", "biotf-hello"),
+                                                         ("generate shout", "no_such_form_anywhere", "biotf-hello")))
+    names = commands_of(build_parser())
+    assert "hello" not in names and names[-2:] == ["experiment", "compare"]
+    assert capsys.readouterr().err == (  # generate's form first: `generate` comes before `hello`
+        "biotf: warning: command 'generate shout' (no_such_form_anywhere) is not available: No module named "
+        "'no_such_form_anywhere'\nbiotf: warning: command 'hello' (no_such_module_anywhere) is not available: No "
+        "module named 'no_such_module_anywhere'\n")
