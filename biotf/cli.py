@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import sys
 import warnings
 from typing import Any, TypeVar
 
+from biotf.added_commands import added_commands, command_module
 from biotf.devices import check_device
 from biotf.errors import BiotfError, BiotfWarning, user_error
 from biotf.naming import flags
@@ -27,7 +29,9 @@ from biotf.progress import messages_to_stderr
 
 Request = TypeVar("Request")
 
-# Order is the order of `biotf --help`.
+# Order is the order of `biotf --help`. A name here is a module of biotf/commands, or a command another package adds
+# (`biotf.added_commands`: `tokens`, `experiment` and `compare` are the recipes', biotf_recipes); a command added and
+# not named here follows these, by name, and one named here that no installed package adds is left out.
 COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "contacts", "tokens", "probe", "plot",
             "search", "generate", "experiment", "compare"]
 
@@ -35,8 +39,15 @@ COMMANDS = ["tokenize", "train", "export_model", "embed", "score", "predict", "c
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="biotf", description="Tokenize, train, export and run sequence transformers.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"biotf.commands.{name}").add_parser(subparsers)
+    added = added_commands()
+    for name in [*COMMANDS, *sorted(set(added) - set(COMMANDS))]:
+        if name in added:
+            module = command_module(added[name])
+        else:
+            found = importlib.util.find_spec(f"biotf.commands.{name}") is not None
+            module = importlib.import_module(f"biotf.commands.{name}") if found else None
+        if module is not None:
+            module.add_parser(subparsers)
     return parser
 
 

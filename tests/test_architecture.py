@@ -3,12 +3,13 @@ ones included) is an arrow the map allows."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
 
-from test_import_graph import import_graph
+from test_import_graph import import_graph, import_nodes
 
 MAP = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
@@ -79,8 +80,42 @@ def test_a_wrong_import_is_caught(source, target):
     assert violations(graph) == [f"{source} ({part_of(source)}) -> {target} ({part_of(target)})"]
 
 
-def test_experiments_stand_apart_from_the_library():
-    """The code of particular experiments uses the library; the library reaches it only through its two commands."""
-    importers = {module for module, targets in GRAPH.items() if part_of(module) != "Experiments"
-                 and any(part_of(target) == "Experiments" for target in targets)}
-    assert importers == {"biotf.commands.experiment", "biotf.commands.compare"}
+RECIPES = "biotf_recipes"
+REPO = MAP.parents[1]
+
+
+def recipe_references(source: str, module: str) -> list[str]:
+    """Each place in `source` (module `module`) that reaches the recipes: an import of them (function-level and
+    `importlib.import_module("...")` ones included) or a string naming them outside a docstring (an import by name
+    waiting to happen: `import_module(f"{...}")`, an entry point written in code)."""
+    tree = ast.parse(source)
+    imports = [target for target, _ in import_nodes(tree, module, False) if target.split(".")[0] == RECIPES]
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    names = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and id(node) not in docstrings and RECIPES in node.value]
+    return [f"imports {target}" for target in imports] + [f"names {name!r}" for name in names]
+
+
+def test_recipes_import_the_library_and_the_library_never_imports_recipes():
+    """The applications (`biotf_recipes`: experiments, the MOSES benchmark, the token analysis) use the library as a
+    user's code does; nothing under biotf/ imports or names them: `biotf` finds their commands through the
+    entry-point group `biotf.commands` (`biotf.added_commands`)."""
+    library = {path.relative_to(REPO).as_posix(): found for path in sorted((REPO / "biotf").rglob("*.py"))
+               if (found := recipe_references(path.read_text(encoding="utf-8"), "biotf.module"))}
+    assert library == {}
+    recipes = sorted((REPO / RECIPES).rglob("*.py"))
+    assert any(target.split(".")[0] == "biotf" for path in recipes
+               for target, _ in import_nodes(ast.parse(path.read_text(encoding="utf-8")), "m", False))
+
+
+@pytest.mark.parametrize("source", [
+    "def f():\n    from biotf_recipes.moses import metrics\n",
+    "import biotf_recipes.experiments as experiments\n",
+    "importlib.import_module('biotf_recipes.tokens')\n",
+    "COMMANDS = {'tokens': 'biotf_recipes.commands.tokens'}\n",
+])
+def test_a_reach_into_the_recipes_is_caught(source):
+    assert recipe_references(source, "biotf.module") != []
+    assert recipe_references('"""Docstrings may name biotf_recipes."""\n', "biotf.module") == []

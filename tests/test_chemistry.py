@@ -37,7 +37,7 @@ def test_each_caller_keeps_its_settings():
 
     from biotf.analysis.feature_baselines import morgan_fingerprints
     from biotf.data.splits import scaffold_groups
-    from biotf.inference.moses import metrics
+    from biotf_recipes.moses import metrics
 
     molecules = [Chem.MolFromSmiles(s) for s in SMILES]
     ids = [str(i) for i in range(len(SMILES))]

@@ -1,4 +1,5 @@
-"""Every module of `biotf/commands` parses arguments, calls the library and prints; the work is a library call.
+"""Every module of `biotf/commands` (and of the recipes' `biotf_recipes/commands`) parses arguments, calls the library
+and prints; the work is a library call.
 
 Read from each module's syntax tree (so a rule broken anywhere in a module fails here, wherever it is called from):
 - **Size**: at most `MAX_LINES` (120) lines a module, its docstring (the command's `--help` text) included.
@@ -19,13 +20,16 @@ from pathlib import Path
 
 import pytest
 
-COMMANDS = Path(__file__).resolve().parents[1] / "biotf" / "commands"
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = ROOT / "biotf" / "commands"
+RECIPE_COMMANDS = ROOT / "biotf_recipes" / "commands"  # the recipes' commands keep the same rules
 MAX_LINES = 120
 FILE_FUNCTIONS = {"open", "read_records", "atomic_write", "atomic_write_text", "write_table"}
 FILE_METHODS = {"writerow", "writerows", "to_csv", "to_parquet", "write_table"}
 DISPLAYS = (ast.Tuple, ast.List, ast.Set, ast.Dict)
 DICT_VIEWS = {"items", "keys", "values"}
-MODULES = sorted(COMMANDS.glob("*.py"))
+MODULES = sorted([*COMMANDS.glob("*.py"), *RECIPE_COMMANDS.glob("*.py")])
+IDS = [path.relative_to(ROOT).as_posix() for path in MODULES]
 
 
 def fixed_by_source(iterable: ast.expr) -> bool:
@@ -62,13 +66,13 @@ def test_there_are_command_modules():
     assert len(MODULES) > 10, COMMANDS
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[path.name for path in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=IDS)
 def test_a_command_module_is_short(path: Path):
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.name}: {lines} lines (at most {MAX_LINES}): move its work into the library"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[path.name for path in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=IDS)
 def test_a_command_module_neither_loops_over_data_nor_touches_files(path: Path):
     assert broken_rules(path.read_text(encoding="utf-8")) == []
 

@@ -1,6 +1,5 @@
 """Downstream analysis of embedding files: linear probes against classical baselines, 2-D maps, similarity search
-(`biotf.analysis.search`), and what a model's token embeddings learnt (`tokens`, with the amino-acid scales of
-`scales`)."""
+(`biotf.analysis.search`)."""
 
 from biotf.lazy import lazy_exports
 
@@ -8,8 +7,7 @@ from biotf.lazy import lazy_exports
 _EXPORTS = {
     "BASELINES": "feature_baselines", "kmer_frequencies": "feature_baselines", "morgan_fingerprints": "feature_baselines",
     "labels": "probe_labels", "plot_file": "plot", "plot_map": "plot", "project": "plot", "ProbeReport": "probe",
-    "run_probe": "probe", "AMINO_ACID_SCALES": "scales", "analyse_tokens": "tokens", "loo_ridge_r2": "tokens",
-    "read_property_table": "tokens",
+    "run_probe": "probe",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -27,7 +27,7 @@ checkpoint's generation_config.json say otherwise. For SMILES, --valid-only draw
         --train moses_train.csv.gz --output metrics.tsv
 
 `evaluate` computes the MOSES metrics of a file of generated SMILES (Polykovskiy et al. 2020; see
-`biotf.inference.moses`): validity over every row (an empty one is invalid), unique@1k/@10k, novelty against
+`biotf_recipes.moses`): validity over every row (an empty one is invalid), unique@1k/@10k, novelty against
 --train, IntDiv1/2, Filters, and FCD, SNN, Frag and Scaf against --test (".../Test") and --test-scaffolds
 (".../TestSF"). A reference file's statistics are computed once (the full MOSES test set: ChemNet over 176k
 molecules, tens of minutes on 2 cores) and cached under --cache-dir by the file's CRC-32. The table goes to stdout,
@@ -40,7 +40,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands import generate_evaluate
+from biotf.added_commands import add_added_parsers
 from biotf.commands.input_options import add_tokenizer_options, load_model
 from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
@@ -85,7 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   "unknown=to_unk (repeatable; its vocabulary must stay the same)")
     parser.set_defaults(run=run, generate_parser=parser)
     forms = parser.add_subparsers(dest="form", metavar="{evaluate}")
-    generate_evaluate.add_parser(forms, __doc__)
+    add_added_parsers(forms, "generate", __doc__)  # `evaluate`: the MOSES recipe's (biotf_recipes)
 
 
 def run(args: argparse.Namespace) -> int:
