@@ -53,9 +53,10 @@ def test_chemberta_style_roberta_embeds_esol_as_hf_and_probes_it(random_encoder,
     directory = tmp_path / "ChemBERTa-tiny"
     hf, tokenizer = random_encoder_directory(random_encoder, "roberta", directory, smiles, seed=31)
 
-    from biotf import load_pretrained
+    from biotf.api import Model
 
-    model, biotf_tokenizer = load_pretrained(directory)
+    loaded = Model.load(directory)
+    model, biotf_tokenizer = loaded.network, loaded.tokenizer
     assert model.config.position_offset == tokenizer.pad_token_id + 1
     assert biotf_tokenizer.encode(smiles[0]) == tokenizer(smiles[0])["input_ids"]
     encoded = tokenizer(smiles[:4], padding=True, return_tensors="pt")  # right-padded, with its attention mask
