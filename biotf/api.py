@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Model"]
 
+
 def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | None = None) -> list[Record]:
     """Records of `sequences` (one string, strings or `Record`s, as `checked_arguments` let through), ids from `ids`
     or else their 0-based numbers, as the readers number a file's records without an id column."""
@@ -127,7 +128,7 @@ class Model(LoadedModel):
         check_choice("precision", precision, PRECISIONS)
         options = SourceOptions(torch_dtype, for_generation, loaded_in_decode_layout if for_generation else None)
         loaded = load_source(path, options, device, tokenizer_options)
-        check_pooling_width(Path(source), loaded.network.config.d_model)  # a sentence-transformers directory's Pooling
+        check_pooling_width(Path(source), loaded.network.config.d_model)  # a sentence-transformers directory's
         chosen = (PrecisionChoice("fp32", "fp32") if precision == "fp32" else  # fp32 as loaded: no gate to run
                   set_precision(loaded.network, precision, _calibration(loaded.network, loaded.tokenizer), str(source),
                                 loaded.task))

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from biotf.commands import contacts_structures
 from biotf.commands.contacts_structures import add_plot_argument
-from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options, load_model,
-                                          reader_options)
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                          load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
