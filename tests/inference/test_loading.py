@@ -88,6 +88,7 @@ def test_every_source_loads_into_a_loaded_model(run_dir, tied_checkpoint, tmp_pa
     """Each loader of the table returns what `Model.load` builds on: network (CPU, eval), tokenizer and, where the
     source has them, task head and generation settings; `load_source` names the source and its kind."""
     from biotf.checkpoint import save_pretrained
+    from biotf.checkpoint.stored_model import load_exported
     from biotf.checkpoint.task_export import TaskInfo
     from biotf.checkpoint.task_model import save_task_model
     from biotf.model.tasks import TaskModel
@@ -109,10 +110,16 @@ def test_every_source_loads_into_a_loaded_model(run_dir, tied_checkpoint, tmp_pa
         assert load_source(source).kind == kind and load_source(source).source == str(source)
     tuned = Model.load(tmp_path / "tuned")
     assert tuned.task.trunk is tuned.network and tuned.task_info.task == "regression"
+    torch.manual_seed(0)
+    load_exported(tmp_path / "tuned" / "model")
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    load_source(tmp_path / "tuned")  # the head's initial draw, overwritten, takes nothing from the caller's stream:
+    assert torch.equal(torch.rand(3), expected)  # fine-tuning from a fine-tuned run draws its new head as it did
 
 
 def test_a_load_finds_its_source_once(run_dir, monkeypatch):
-    """`Model.load` and a job given a path (`as_loaded`) ask the table once, and load the source once."""
+    """`Model.load` and a job given a path (`as_loaded`) each ask the table of sources once."""
     found = []
     monkeypatch.setattr(loading, "find_source", lambda path: found.append(path) or find_source(path))
     Model.load(run_dir)
