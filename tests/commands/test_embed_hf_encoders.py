@@ -1,7 +1,7 @@
 """`biotf embed` + `biotf probe` on Hugging Face encoder directories with their own tokenizers: a ChemBERTa-style
 RoBERTa (byte-level BPE trained on SMILES) on ESOL, the README's example, and a ProtBert-style BERT (WordPiece over
 space-separated residues). The vectors are HF's last hidden state mean-pooled over content tokens (not <s>, </s>,
-[CLS], [SEP]), on transformers' own tokenization of each record; `load_pretrained` reads the directory whole."""
+[CLS], [SEP]), on transformers' own tokenization of each record; `Model.load` reads the directory whole."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
     expected = {r["id"]: r["prediction"] for r in read_tsv(run / "predictions_test.tsv")}
     assert set(expected) == test_ids
 
-    # Every tool that takes a model takes the run: load_pretrained (and so biotf embed / score) gives the fine-tuned
+    # Every tool that takes a model takes the run: Model.load (and so biotf embed / score) gives the fine-tuned
     # trunk of its export; the checkpoint file alone, which holds no tokenizer, is refused naming the run.
     from biotf.api import Model
     from biotf.checkpoint.task_model import load_task_model

@@ -1,4 +1,4 @@
-"""Hugging Face ESM directories via `load_pretrained`: the model, and vocab.txt mapped onto the protein tokenizer."""
+"""Hugging Face ESM directories via `Model.load`: the model, and vocab.txt mapped onto the protein tokenizer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from biotf.tokenizers import AminoAcidTokenizer
 PROTEINS = ["MKTAYIAKQRQISFVKSHFSRQ", "MA<mask>LLK", "GSHMSEQ<mask>VRWAAL"]
 
 
-def test_load_pretrained_reads_model_and_vocab_txt(esm2_checkpoint):
+def test_model_load_reads_model_and_vocab_txt(esm2_checkpoint):
     transformers = pytest.importorskip("transformers")
     directory, hf = esm2_checkpoint
     loaded = Model.load(directory)
@@ -71,7 +71,7 @@ def test_other_heads_and_generation_are_refused(esm2_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("architecture", ["EsmModel", "EsmForSequenceClassification", "EsmForTokenClassification"])
-def test_load_pretrained_reads_the_encoder_of_checkpoints_without_lm_head(architecture, esm_encoder_checkpoints):
+def test_model_load_reads_the_encoder_of_checkpoints_without_lm_head(architecture, esm_encoder_checkpoints):
     transformers = pytest.importorskip("transformers")
     directory, hf = esm_encoder_checkpoints[architecture]
     loaded = Model.load(directory)

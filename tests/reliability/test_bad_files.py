@@ -275,14 +275,14 @@ def test_a_file_too_small_for_a_validation_split_is_one_line(capsys, tmp_path, m
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-# --- exported model directories (biotf.load_pretrained) -------------------------------------------
+# --- exported model directories (biotf.Model.load) ------------------------------------------------
 EXPORTED_FILES = ["model.safetensors", "config.json", "tokenizer.json"]
 
 
 @pytest.mark.parametrize("kind", ["empty", "binary_garbage", "truncated"])
 @pytest.mark.parametrize("file", EXPORTED_FILES)
 def test_damaged_exported_directory(capsys, tmp_path, model_dir, file, kind):
-    """Each file of an exported model damaged: load_pretrained raises a BiotfError, `biotf embed` exits 2."""
+    """Each file of an exported model damaged: Model.load raises a BiotfError, `biotf embed` exits 2."""
     import shutil
 
     from biotf.errors import BiotfError

@@ -61,7 +61,7 @@ def lightning_like(payload: Payload) -> dict:
 
 
 @pytest.mark.parametrize("layout", ["ckpt_file", "run_directory"])
-def test_load_pretrained_refuses_code_in_a_checkpoint(tmp_path, layout):
+def test_model_load_refuses_code_in_a_checkpoint(tmp_path, layout):
     marker = tmp_path / "executed"
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     malicious_file(ckpt, marker, lightning_like)

@@ -96,7 +96,7 @@ def test_a_different_tokenizer_is_refused_naming_both_fingerprints(run_dir):
 
 
 def test_resuming_a_damaged_checkpoint_stops_before_training(run_dir, cache_dir, tmp_path, monkeypatch, capsys):
-    """100 zeroed bytes inside a weight: refused by its CRC-32, by load_pretrained and by a resume alike."""
+    """100 zeroed bytes inside a weight: refused by its CRC-32, by Model.load and by a resume alike."""
     damaged = tmp_path / "damaged.ckpt"
     data = bytearray((run_dir / "checkpoints" / "last.ckpt").read_bytes())
     embedding = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]["model.embed.weight"]
