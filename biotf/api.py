@@ -16,24 +16,24 @@ Every method checks its arguments first (`biotf.api_arguments`): a bad one is on
 Each job runs the same code as its command (`biotf embed`, `score`, `contacts`, `generate`, `predict`,
 `export-model`) on sequences in memory, and returns arrays or data frames where the command writes a file: the same
 tokenizer policies, windows, batches and checks, so a vector or a score equals the command's to the last bit. Sources
-are whatever `find_source` recognises (`biotf.checkpoint.loading.MODEL_SOURCES`); a fine-tuned model (a fine-tuning
-run or its `model/`) also carries its task head, which `predict` uses while the other jobs use its trunk.
+are whatever `find_source` recognises (`biotf.checkpoint.loading.MODEL_SOURCES`, each of whose loaders returns what
+`Model.load` builds on); a fine-tuned model (a fine-tuning run or its `model/`) also carries its task head, which
+`predict` uses while the other jobs use its trunk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, parse_dtype, read_checked_config
-from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
+from biotf.checkpoint.hf_directory import parse_dtype
+from biotf.checkpoint.loading import LoadedModel, SourceOptions, load_source
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
-from biotf.checkpoint.task_model import load_task_model
 from biotf.io.readers import Record
 from biotf.data.packing import check_packable
 from biotf.api_arguments import checked_arguments
@@ -41,10 +41,11 @@ from biotf.errors import ArgumentError, CheckpointError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.sentence_transformers import check_pooling_width, embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
+from biotf.inference.fast.layout import loaded_in_decode_layout
 from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
 from biotf.model.positions import reading_length
-from biotf.inference.pretrained import GenerationDefaults, complete, load_hf_checkpoint, read_generation_config
+from biotf.inference.pretrained import GenerationDefaults, complete
 from biotf.conventions import PRECISIONS
 from biotf.model.precision import Calibration, PrecisionChoice, calibration_batch, set_precision
 from biotf.scoring.assays import AssaySummary, PublishedTable, assay_table
@@ -53,14 +54,11 @@ from biotf.scoring.fitness_metrics import METRICS
 from biotf.scoring.scorer import ScoreOptions, Scorer
 from biotf.structure.contact_files import ContactOptions, ContactStats, check_contact_head, contact_maps, proteins
 from biotf.tokenizers.base import Tokenizer
-from biotf.tokenizers.build import with_options
 
 if TYPE_CHECKING:
     import pandas
 
 __all__ = ["Model"]
-
-HF_SOURCE = next(source.name for source in MODEL_SOURCES if source.load is load_hf_directory)
 
 
 def as_records(sequences: str | Iterable[str | Record], ids: Sequence[str] | None = None) -> list[Record]:
@@ -90,6 +88,15 @@ def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.Data
     return pd.DataFrame(rows, columns=list(rows[0]) if rows else list(columns))
 
 
+def _generation_defaults(loaded: LoadedModel) -> GenerationDefaults | None:
+    """What `loaded` generates with unless told otherwise: what its source stores (a Hugging Face directory's
+    generation_config.json, read now), else a causal biotf run's (it stores none); None for a masked-LM."""
+    if loaded.generation_settings is not None:
+        return GenerationDefaults.from_settings(loaded.generation_settings(), loaded.tokenizer,
+                                                loaded.network.config.vocab_size)
+    return GenerationDefaults.for_run(loaded.tokenizer) if loaded.network.config.causal else None
+
+
 @dataclass
 class Model(LoadedModel):
     """A loaded model (`LoadedModel`: its `network`, a `biotf.model.Transformer` in eval mode, its `tokenizer`, where it
@@ -111,42 +118,29 @@ class Model(LoadedModel):
         `--option` sets in the commands). Every file is checked as the commands check it (CRCs, the tokenizer
         against the weights, the config against the weights' shapes) before a tensor is allocated. With
         `for_generation` (what `biotf generate` loads with), a Hugging Face decoder's matrices are read straight into
-        their decoding layout, one copy per tensor (`load_hf_checkpoint`), and a directory of a family or
+        their decoding layout, one copy per tensor (`SourceOptions.materialise`), and a directory of a family or
         architecture biotf does not generate with is refused before its weights are read (`decoding` refuses a
         masked-LM). `precision` (fp32 | bf16 | int8 | auto) converts the loaded float32 network for inference after
         its fidelity gate against fp32 (`biotf.model.precision`; a failed gate refuses it in one line); the choice and
         why is `Model.precision`."""
         path = transformer_directory(Path(source))  # a sentence-transformers directory's model (`embed` pools as it)
-        loader = find_source(path)
         torch_dtype = parse_dtype(dtype)  # an unknown dtype or precision is refused before any weight is read
         check_choice("precision", precision, PRECISIONS)
-        task = info = generation = None
-        if loader.load is load_fine_tuned:
-            task, tokenizer, info = load_task_model(path)
-            network = task.trunk
-        elif loader.load is load_hf_directory and for_generation:  # refused before any weight is read
-            read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")
-            network, tokenizer, generation = load_hf_checkpoint(path, torch_dtype)
-        elif loader.load is load_hf_directory:  # its generation settings are read when generation is asked for
-            network, tokenizer = load_hf_model(path, torch_dtype)
-        else:
-            network, tokenizer = loader.load(path)
-        check_pooling_width(Path(source), network.config.d_model)  # a sentence-transformers directory's Pooling
-        if loader.load is not load_hf_directory and network.config.causal:  # biotf's own runs store no settings
-            generation = GenerationDefaults.for_run(tokenizer)
-        network = network.to(device=device, dtype=torch_dtype).eval()
-        if task is not None:
-            task.to(device=device, dtype=torch_dtype).eval()
+        options = SourceOptions(torch_dtype, for_generation, loaded_in_decode_layout if for_generation else None)
+        loaded = load_source(path, options, device, tokenizer_options)
+        check_pooling_width(Path(source), loaded.network.config.d_model)  # a sentence-transformers directory's
         chosen = (PrecisionChoice("fp32", "fp32") if precision == "fp32" else  # fp32 as loaded: no gate to run
-                  set_precision(network, precision, _calibration(network, tokenizer), str(source), task))
-        tokenizer = with_options(tokenizer, tokenizer_options or {})
-        return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
-                   generation, chosen)
+                  set_precision(loaded.network, precision, _calibration(loaded.network, loaded.tokenizer), str(source),
+                                loaded.task))
+        stored = for_generation or loaded.generation_settings is None  # else read when generation is asked for
+        parts = {name.name: getattr(loaded, name.name) for name in fields(LoadedModel)}
+        return cls(**{**parts, "source": str(source)}, generation=_generation_defaults(loaded) if stored else None,
+                   precision=chosen)
 
     @checked_arguments
     def save(self, directory: str | Path, hf: str | None = None) -> Path:
         """Write the model into a new `directory`: a biotf export (config.json, model.safetensors, tokenizer.json;
-        what `Model.load` and `biotf.load_pretrained` read), or with `hf` a Hugging Face checkpoint of that family
+        what `Model.load` reads), or with `hf` a Hugging Face checkpoint of that family
         ("auto": the first that holds it) that `transformers`' `AutoModel*` loads. A fine-tuned model saves its
         trunk."""
         if hf is None:
@@ -161,10 +155,8 @@ class Model(LoadedModel):
         """The network arranged for decoding (`optimize_for_decoding`, once) and its generation defaults; a model
         that cannot generate (a masked-LM, an encoder directory) is refused, naming what can. A Hugging Face
         directory's generation settings (generation_config.json) are read here, the first time, not at every load."""
-        if self.generation is None and self.kind == HF_SOURCE and self.source is not None:
-            path = transformer_directory(Path(self.source))
-            config = read_checked_config(path, CAUSAL_LM_ARCHITECTURES, "run for text generation")  # names what can
-            self.generation = GenerationDefaults.from_hf(read_generation_config(path, config), self.tokenizer)
+        if self.generation is None:
+            self.generation = _generation_defaults(self)  # a directory biotf does not generate with names what can
         if self.generation is None:
             raise CheckpointError(f"{self.source or 'this model'} is a masked-LM (causal: false), which cannot "
                                   "generate: generation needs a causal model (trained with model.causal=true, e.g. "

@@ -514,7 +514,7 @@ def ddp_rank(directory: Path, device_type: str) -> int:
         torch.cuda.set_device(device)
     distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
-        model, _ = biotf.load_pretrained(directory, device=device)
+        model = biotf.Model.load(directory, device=device).network
         model.train()
         batch = {key: value.chunk(world)[rank] for key, value in load_file(directory / "batch.safetensors").items()}
         wrapped = DistributedDataParallel(LossOf(model), device_ids=[device.index] if device.type == "cuda" else None)

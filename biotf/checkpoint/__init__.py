@@ -10,8 +10,11 @@ Below training, fine-tuning, inference and export (which all import it) and abov
   consolidated into the single file a DDP run writes;
 - `task_export`: a fine-tuned export's files beside the trunk (head, adapter, task.json), each with its CRC-32;
 - `task_model`: a fine-tuned model (the exported trunk with its head), written and read as one;
-- `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer;
-- `loading`: `load_pretrained`, the one table of model sources (`MODEL_SOURCES`).
+- `hf_directory`: a Hugging Face checkpoint directory (Qwen2, ESM) as model and tokenizer, and its generation
+  settings;
+- `stored_model`: a biotf checkpoint's or export's files as a model, the config checked against the weights;
+- `loading`: the one table of model sources (`MODEL_SOURCES`), each loaded into a `LoadedModel`: what
+  `biotf.Model.load` and every job given a path read a model with.
 Writes are all-or-nothing (`biotf.io.atomic`).
 """
 

@@ -9,7 +9,9 @@ The directory is what `transformers`' `save_pretrained` writes (or a hub downloa
   it); GPT-2, BERT, RoBERTa, BLOOM, Llama, Mistral, T5 and ALBERT through `read_hf_tokenizer` (the ids of
   `transformers`' AutoTokenizer on the directory), ESM C too (or, without tokenizer.json, the vocabulary
   transformers' EsmcTokenizer builds, as AutoTokenizer does).
-Nothing is downloaded and no code from the directory is run. Generation settings: `biotf.inference.pretrained`.
+Nothing is downloaded and no code from the directory is run. What a directory stores for generation
+(generation_config.json) is read by `read_generation_settings`, when generation is asked for; what the settings
+mean: `biotf.inference.pretrained`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -28,6 +30,7 @@ from biotf.tokenizers import load_tokenizer
 from biotf.tokenizers.amino_acid import AminoAcidTokenizer
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from biotf.tokenizers.hf_tokenizer_directory import from_transformers, read_hf_tokenizer
+from biotf.untrusted import read_json_object
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ESM_VOCAB_FILE = "vocab.txt"
@@ -35,6 +38,14 @@ ESM_VOCAB_FILE = "vocab.txt"
 # masked-LM head included (for embeddings); the causal ones generate text (`biotf.inference.pretrained`).
 ARCHITECTURES = {name: family.architectures for name, family in FAMILIES.items()}
 CAUSAL_LM_ARCHITECTURES = {name: family.causal for name, family in FAMILIES.items() if family.causal}
+GENERATION_CONFIG_FILE = "generation_config.json"
+NUMBER, OPTIONAL = (int, float), type(None)
+# generation_config.json's fields that `GenerationDefaults.from_hf` reads, checked before it reads them.
+GENERATION_CONFIG_TYPES = {"eos_token_id": (int, list, OPTIONAL), "pad_token_id": (int, OPTIONAL),
+                           "bos_token_id": (int, OPTIONAL),
+                           "do_sample": (bool, OPTIONAL), "max_new_tokens": (int, OPTIONAL),
+                           "temperature": (*NUMBER, OPTIONAL), "top_k": (int, OPTIONAL), "top_p": (*NUMBER, OPTIONAL),
+                           "repetition_penalty": (*NUMBER, OPTIONAL)}
 
 
 def read_text_tokenizer(directory: Path) -> Tokenizer:
@@ -122,3 +133,22 @@ def load_hf_model(directory: str | PathLike, dtype: str | torch.dtype = torch.fl
         raise CheckpointError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but the model's "
                               f"embedding only {model.config.vocab_size} rows: tokenizer and weights do not match")
     return model, tokenizer
+
+
+class GenerationSettings(NamedTuple):
+    """What a directory stores for generation, and the file it came from (the one an error about it names)."""
+
+    values: dict[str, Any]
+    file: Path
+
+
+def read_generation_settings(directory: Path) -> GenerationSettings:
+    """generation_config.json, else the bos/eos/pad ids of config.json (as `transformers` falls back); a directory
+    of a family or architecture biotf does not generate with is refused first, naming those it does."""
+    config = read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
+    path = directory / GENERATION_CONFIG_FILE
+    if not path.is_file():
+        return GenerationSettings({key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id")
+                                   if config.get(key) is not None}, directory / CONFIG_FILE)
+    return GenerationSettings(read_json_object(path, "generation config", CheckpointError,
+                                               types=GENERATION_CONFIG_TYPES), path)

@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from biotf.checkpoint import FINETUNED_MODEL_DIR as MODEL_DIR
 from biotf.checkpoint import TASK_FILE, save_pretrained
-from biotf.checkpoint.loading import load_exported
+from biotf.checkpoint.stored_model import load_exported
 from biotf.checkpoint.task_export import ADAPTER_FILE, HEAD_FILE, TaskInfo, read_task_files, write_task_files
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model.heads import TaskModel
@@ -51,7 +53,8 @@ def load_task_model(source: str | Path,
     trunk, tokenizer = load_exported(directory)
     tokenizer = with_options(tokenizer, tokenizer_options or {})
     try:
-        model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool, resolution=info.resolution)
+        with torch.random.fork_rng(devices=[]):  # the head's initial draw is overwritten: the caller's stream stays
+            model = TaskModel(trunk, info.task, info.n_outputs, pool=info.pool, resolution=info.resolution)
     except ConfigError as error:  # a pooling or resolution this trunk cannot use (cls on a causal model)
         raise CheckpointError(f"{directory / TASK_FILE}: {error}") from None
     try:

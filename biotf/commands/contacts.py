@@ -37,7 +37,8 @@ from pathlib import Path
 
 from biotf.commands import contacts_structures
 from biotf.commands.contacts_structures import add_plot_argument
-from biotf.commands.input_options import add_input_arguments, add_precision_argument, load_model, reader_options
+from biotf.commands.input_options import (add_input_arguments, add_precision_argument, add_tokenizer_options,
+                                          load_model, reader_options)
 from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
@@ -58,6 +59,7 @@ def _add_predict_arguments(parser: argparse.ArgumentParser, required: bool) -> N
                         help="the most tokens of a protein, special tokens included (default: the model's "
                              "max_seq_len; more, with a warning, where its positions extend: rope, alibi)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_tokenizer_options(parser, contacts_structures.OPTION_HELP)
     add_precision_argument(parser)
     add_progress_argument(parser)
     add_plot_argument(parser)

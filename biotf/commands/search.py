@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from biotf.commands.input_options import add_input_arguments, load_model, reader_options
+from biotf.commands.input_options import add_input_arguments, add_precision_argument, load_model, reader_options
 from biotf.commands.output_options import add_overwrite_argument, add_progress_argument, claim_outputs
 
 
@@ -58,6 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="approximate index: HNSW search breadth (default 64); higher is slower and nearer exact")
     query.add_argument("--output", required=True, type=Path, metavar="OUT", help=".tsv, .csv or .parquet")
     query.add_argument("--device", default="cpu", help="torch device for --input (default cpu)")
+    add_precision_argument(query)
     add_overwrite_argument(query)
     query.set_defaults(run=run_query, parameter_flags={"expressions": "--expression", "input_path": "--input",
                                                        "kind": "--index-type"})

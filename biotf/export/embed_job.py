@@ -116,7 +116,7 @@ def embed_file(model: str | Path | LoadedModel, input_path: str | Path, output_p
                device: str | None = None, progress: bool = False,
                tokenizer_options: Mapping[str, Any] | None = None) -> EmbedStats:
     """Embed every record of `input_path` into `output_path` (.npz, .parquet or .h5ad); returns the run's counts.
-    `tokenizer_options` change policies of the model's tokenizer (`load_pretrained`: same vocabulary)."""
+    `tokenizer_options` change policies of the model's tokenizer (`as_loaded`: same vocabulary)."""
     run = EmbedRun(model, input_path, output_path, options, device, progress, tokenizer_options)
     stats = EmbedStats()
     run.write(read_records(input_path, reader_options, stats.policies), stats)

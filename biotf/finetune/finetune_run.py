@@ -1,6 +1,6 @@
 """One fine-tuning run (`python train.py experiment=finetune task=... init_from=... data.label_column=...`).
 
-    load_pretrained(init_from) -> labelled records (`labelled`) -> leakage-aware train / validation / test split
+    load_source(init_from) -> labelled records (`labelled`) -> leakage-aware train / validation / test split
       (finetune.split; split.tsv) -> TaskModel (`module`, in its `modes` entry: full, frozen or LoRA) -> fit with early
       stopping on validation -> best checkpoint -> validation and test metrics (`results`: finetune.json,
       predictions_test.tsv) -> <run>/model: exported with its head (`biotf.checkpoint.task_model`) for `biotf predict`.
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from biotf.checkpoint import CHECKPOINT_DIR, read_checkpoint
-from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.loading import load_source
 from biotf.checkpoint.task_model import ADAPTER_FILE, MODEL_DIR, TaskInfo, save_task_model
 from biotf.io.readers import detect_format
 from biotf.data.splits import SPLIT_FILE, UNPLACED, assign, split_groups, write_split
@@ -92,7 +92,8 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     resumed = read_resumed(config)
     tokenizer_options = {key: value for key, value in config.finetune.tokenizer_options.items() if value is not None}
     with option_errors(tokenizer_options, "finetune.tokenizer_options.{}"):
-        trunk, tokenizer = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
+        initial = load_source(config.init_from, tokenizer_options=tokenizer_options)
+    trunk, tokenizer = initial.network, initial.tokenizer
     mode = build_mode(config.finetune.mode, config.finetune.lora)
     max_length = check_against_model(config, trunk, tokenizer, mode)
     data = read_labelled(config, tokenizer, max_length)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from biotf.checkpoint.loading import LoadedModel, as_loaded, model_identity
-from biotf.checkpoint.task_model import TaskInfo, load_task_model
+from biotf.checkpoint.task_model import TaskInfo
 from biotf.data.collators import content_mask
 from biotf.data.labels import label_text
 from biotf.data.long_policy import encode_for_task
@@ -101,16 +101,13 @@ def prediction_row(record: str, ids: np.ndarray, predicted: np.ndarray, score: n
 
 def loaded_task_model(model: str | Path | LoadedModel,
                       tokenizer_options: Mapping[str, Any] | None = None) -> LoadedModel:
-    """A fine-tuned model with its task head: `model` itself (`as_loaded`), or loaded from its source
-    (`load_task_model`); a model without a head is refused."""
-    if not isinstance(model, LoadedModel):
-        task, tokenizer, info = load_task_model(model, tokenizer_options)
-        return LoadedModel(task.trunk, tokenizer, str(model), "fine-tuned model", task, info,
-                           dict(tokenizer_options or {}))
-    if model.task is None or model.task_info is None:
-        raise CheckpointError(f"{model.source or 'this model'} is not a fine-tuned model (it has no task head); "
+    """A fine-tuned model with its task head: `model` itself, or loaded from its source (`as_loaded`); a model
+    without a head is refused."""
+    loaded = as_loaded(model, model.network.device if isinstance(model, LoadedModel) else None, tokenizer_options)
+    if loaded.task is None or loaded.task_info is None:
+        raise CheckpointError(f"{loaded.source or 'this model'} is not a fine-tuned model (it has no task head); "
                               "train one with `python train.py experiment=finetune ...`")
-    return as_loaded(model, model.network.device, tokenizer_options)
+    return loaded
 
 
 def prediction_header(info: TaskInfo) -> list[str]:

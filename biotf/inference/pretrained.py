@@ -1,13 +1,14 @@
-"""A causal model's generation defaults, a Hugging Face decoder loaded for generation, and prompts continued.
+"""A causal model's generation defaults, and prompts continued.
 
-    model, tokenizer, defaults = load_hf_checkpoint("Qwen2.5-0.5B-Instruct", dtype="bfloat16")
-    completion = complete(model, tokenizer, defaults, ["The ribosome"], max_new_tokens=20)
+    model = biotf.Model.load("Qwen2.5-0.5B-Instruct", dtype="bfloat16", for_generation=True)
+    completion = complete(model.network, model.tokenizer, model.generation, ["The ribosome"], max_new_tokens=20)
 
 (`biotf.Model.load` reads every model source, and keeps the defaults of one that generates.)
 
-A Hugging Face directory's `generation_config.json` gives the defaults, read as `transformers` does; its matrices are
-read straight into their decoding layout (`biotf.inference.fast`). Other sources (biotf runs and exports) store
-no generation settings; they were trained on records packed end to end with `<eos>` between them
+A Hugging Face directory's `generation_config.json` gives the defaults, read as `transformers` does
+(`biotf.checkpoint.hf_directory.read_generation_settings`, when generation is asked for); loaded for generation, its
+matrices are read straight into their decoding layout (`biotf.inference.fast`). Other sources (biotf runs and exports)
+store no generation settings; they were trained on records packed end to end with `<eos>` between them
 (`biotf.data.prepare`, objective clm), so a sequence starts after an `<eos>`: that is their start token, and a
 prompt is that `<eos>` and the prompt's tokens without special tokens (what training saw before a record's rest).
 A masked-LM is refused: it was never trained to predict the next token.
@@ -17,30 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from os import PathLike
-from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
-
-from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, read_checked_config
+from biotf.checkpoint.hf_directory import GenerationSettings
 from biotf.errors import CheckpointError
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, TokenCallback, encode_prompts, fit_prompts, generate_ids
 from biotf.model import Transformer
 from biotf.tokenizers.base import PolicyStats, Tokenizer
-from biotf.untrusted import read_json_object
 from biotf.naming import parameter
 
-GENERATION_CONFIG_FILE = "generation_config.json"
 FALLBACK_NEW_TOKENS = 256  # transformers' own default cap, for a model without a position limit
-NUMBER, OPTIONAL = (int, float), type(None)
-# generation_config.json's fields that `GenerationDefaults.from_hf` reads, checked before it reads them.
-GENERATION_CONFIG_TYPES = {"eos_token_id": (int, list, OPTIONAL), "pad_token_id": (int, OPTIONAL),
-                           "bos_token_id": (int, OPTIONAL),
-                           "do_sample": (bool, OPTIONAL), "max_new_tokens": (int, OPTIONAL),
-                           "temperature": (*NUMBER, OPTIONAL), "top_k": (int, OPTIONAL), "top_p": (*NUMBER, OPTIONAL),
-                           "repetition_penalty": (*NUMBER, OPTIONAL)}
 
 
 @dataclass(frozen=True)
@@ -119,42 +107,17 @@ class GenerationDefaults:
                    repetition_penalty=float(generation.get("repetition_penalty") or 1.0))
 
 
-class HFCheckpoint(NamedTuple):
-    """What `load_hf_checkpoint` returns; unpacks as `model, tokenizer, defaults = ...`."""
-
-    model: Transformer
-    tokenizer: Tokenizer
-    defaults: GenerationDefaults
-
-
-def read_generation_config(directory: Path, config: Mapping[str, Any]) -> dict[str, Any]:
-    """generation_config.json, else the bos/eos/pad ids of config.json (as `transformers` falls back)."""
-    path = directory / GENERATION_CONFIG_FILE
-    if not path.is_file():
-        return {key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id")
-                if config.get(key) is not None}
-    return read_json_object(path, "generation config", CheckpointError, types=GENERATION_CONFIG_TYPES)
-
-
-def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = torch.float32) -> HFCheckpoint:
-    """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a causal checkpoint directory, for
-    generation: its matrices are read straight into their decoding layout (`biotf.inference.fast`; one copy per
-    tensor, where converting first and arranging later would hold two of the largest), so that
-    `optimize_for_decoding` then copies nothing."""
-    from biotf.inference.fast.layout import loaded_in_decode_layout
-
-    directory = Path(directory)
-    config = read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
-    model, tokenizer = load_hf_model(directory, dtype, materialise=loaded_in_decode_layout)
-    defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
-    vocab_size = model.config.vocab_size
-    if defaults.pad_token_id is not None and not 0 <= defaults.pad_token_id < vocab_size:
-        # Fed to the model for every pad and finished row: transformers' own generate fails there (IndexError).
-        source = GENERATION_CONFIG_FILE if (directory / GENERATION_CONFIG_FILE).is_file() else "config.json"
-        raise CheckpointError(f"{directory / source}: pad_token_id={defaults.pad_token_id} is outside the model's "
-                              f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): set it to a token of the "
-                              "vocabulary, or to null")
-    return HFCheckpoint(model, tokenizer, defaults)
+    @classmethod
+    def from_settings(cls, settings: GenerationSettings, tokenizer: Tokenizer, vocab_size: int) -> GenerationDefaults:
+        """From what a directory stores (`read_generation_settings`), with the tokenizer's eos id; a pad id outside
+        the vocabulary is refused naming its file, as it is fed to the model for every pad and finished row (where
+        transformers' own generate fails: IndexError)."""
+        defaults = cls.from_hf(settings.values, tokenizer)
+        if defaults.pad_token_id is not None and not 0 <= defaults.pad_token_id < vocab_size:
+            raise CheckpointError(f"{settings.file}: pad_token_id={defaults.pad_token_id} is outside the model's "
+                                  f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): set it to a token of the "
+                                  "vocabulary, or to null")
+        return defaults
 
 
 class Completion(NamedTuple):

@@ -1,7 +1,7 @@
 """Zero-shot scoring: sequence (pseudo-)log-likelihoods and variant effects for every tokenizer.
 
     from biotf.scoring import Scorer, make_variant, parse_code
-    scorer = Scorer(*biotf.load_pretrained("outputs/protein_mlm/<run>"))
+    scorer = Scorer.of(biotf.Model.load("outputs/protein_mlm/<run>"))
     scorer.sequence_scores(["MKTAYIAK", "MSTNPKPQ"])                     # pll (masked) or causal (decoder)
     variant = make_variant(wild_type, parse_code("A42G:K50R"), "double")   # refused if wild_type[41] != "A"
     scorer.variant_scores(wild_type, [variant], method="masked-marginal")

@@ -1,7 +1,7 @@
 """Fine-tuning configs: the `finetune` node of `TrainConfig` (mirrored by conf/experiment/finetune*.yaml).
 
 A run fine-tunes when `task` is set (`classification | regression | token`): it starts from `init_from` (anything
-`biotf.load_pretrained` reads), reads labels from `data.label_column`, splits the labelled records with
+`biotf.Model.load` reads), reads labels from `data.label_column`, splits the labelled records with
 `finetune.split` and trains a task head (`biotf.model.heads`) with the trunk frozen, fully trained or adapted
 with LoRA (`finetune.mode`).
 """

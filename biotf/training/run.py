@@ -29,7 +29,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from biotf.io.atomic import atomic_write, atomic_write_text
 from biotf.checkpoint import (CHECKPOINT_DIR, CHECKPOINT_KEY, ensure_same_tokenizer, payload_fingerprint)
-from biotf.checkpoint.loading import load_checkpoint
+from biotf.checkpoint.stored_model import load_checkpoint
 from biotf.checkpoint.sharded_checkpoint import consolidate, is_sharded, read_resumable
 from biotf.data import PreparedData, is_validation, prepare_dataset
 from biotf.io.readers import ReaderOptions, read_records
@@ -277,7 +277,7 @@ def _train(config: TrainConfig, run_dir: Path, control: RunControl, checks: Sequ
         model = task.model
         if isinstance(trainer.strategy, ShardedStrategy):  # every rank wrote its shard; the other ranks are done
             consolidated = consolidate_run(run_dir / CHECKPOINT_DIR)
-            model = load_checkpoint(consolidated).model if checks else model
+            model = load_checkpoint(consolidated)[0] if checks else model
         if checks:
             with stoppable(control, RunInterrupted(run_dir / CHECKPOINT_DIR / "last.ckpt", trainer.global_step)):
                 summary.checks = [check(model, tokenizer) for check in checks]

@@ -3,7 +3,7 @@
 
 The checkpoint: a random `EsmForMaskedLM` of ESM-2 8M's shape (6 layers x 20 heads x 320, rotary, ESM-2's 33
 tokens) with a random contact regression, written by `save_pretrained` into a temporary directory; biotf loads it
-with `load_pretrained`, transformers with `from_pretrained(attn_implementation="eager")` (attentions need eager).
+with `biotf.Model.load`, transformers with `from_pretrained(attn_implementation="eager")` (attentions need eager).
 One random protein each of 100, 300 and 1,000 residues (quick: 100 and 300), batch of one, float32, CPU, one
 intra-op thread on both sides: on a shared machine, wall time with several threads measures the other jobs (threads
 spin while descheduled), so the CPU time of the process is printed first and the wall time beside it.
@@ -42,10 +42,11 @@ def status(field):
         return next(int(line.split()[1]) for line in handle if line.startswith(field + ":"))
 
 if side == "biotf":
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf import Model
     from biotf.model.heads import predict_contacts
 
-    model, tokenizer = load_pretrained(directory)
+    loaded = Model.load(directory)
+    model, tokenizer = loaded.network, loaded.tokenizer
     ids = torch.tensor([tokenizer.encode(sequence)])
     predict = lambda: predict_contacts(model, ids)[0]
 else:

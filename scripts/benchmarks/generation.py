@@ -1,6 +1,6 @@
 """Generation section: loading and running a Hugging Face Qwen2 checkpoint directory (issue 6).
 
-1. Peak RSS of loading (`Transformer.from_hf(materialise=loaded_in_decode_layout)`, as `load_hf_checkpoint`) a
+1. Peak RSS of loading (`Transformer.from_hf(materialise=loaded_in_decode_layout)`, as `biotf generate`) a
    random checkpoint of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in bf16 without ever
    building a model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
    the weights' size in memory; target <= 1.3x (the interpreter + torch share is printed beside it).
@@ -173,7 +173,7 @@ def speed(bench, directory: Path, dtype: torch.dtype, label: str, prompt_length:
     from biotf.inference.generation import generate_ids
     from biotf.model import Transformer
 
-    # as biotf generate: loaded into the decoding layout (load_hf_checkpoint), then optimize_for_decoding
+    # as biotf generate: loaded into the decoding layout (Model.load(for_generation=True)), then optimize_for_decoding
     ours = Transformer.from_hf(directory, dtype=dtype, materialise=loaded_in_decode_layout).to(bench.device)
     ours = optimize_for_decoding(ours)
     print(f"{label}: {ours.plan.describe()}", flush=True)  # which paths this CPU takes (biotf generate --verbose)

@@ -4,7 +4,7 @@ positions/s of `Scorer.sequence_scores(..., "pll")` (every masked copy of a prot
 <= 16384 padded tokens, `torch.inference_mode`) against the loop users port from fair-esm to HF: for each
 position, mask it, one `EsmForMaskedLM` forward of batch 1 under `torch.no_grad`, log_softmax, read the true
 token. Both sides run the same random ESM-2 8M-shaped checkpoint (320 wide, 6 layers, rotary, token dropout):
-HF from the object, biotf from the directory `save_pretrained` wrote, loaded by `biotf.load_pretrained`. The
+HF from the object, biotf from the directory `save_pretrained` wrote, loaded by `biotf.Model.load`. The
 two PLLs are checked to agree (1e-3 nats) first, which also warms both sides up. Target >= 3x.
 
 Packing (`--packing`, issue 29): real (scored) positions/s of biotf packed against biotf padded, on one thread, over
@@ -165,7 +165,7 @@ def run(bench, quick: bool) -> None:
         run_packing(bench, quick)
     finally:
         torch.set_num_threads(threads)
-    from biotf import load_pretrained
+    from biotf import Model
     from biotf.scoring import Scorer
 
     rng = np.random.default_rng(0)
@@ -173,7 +173,7 @@ def run(bench, quick: bool) -> None:
     sequences = ["".join(rng.choice(RESIDUES, n)) for n in lengths]
     with tempfile.TemporaryDirectory(prefix="biotf-bench-score-") as directory:
         hf, hf_tokenizer = esm_checkpoint(directory)
-        scorer = Scorer(*load_pretrained(directory))
+        scorer = Scorer.of(Model.load(directory))
     ours = [s.log_likelihood for s in scorer.sequence_scores(sequences, "pll")]  # also the warm-up of both sides
     theirs = hf_pll(hf, hf_tokenizer, sequences)
     assert np.allclose(ours, theirs, atol=1e-3), (ours, theirs)

@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from biotf.io.atomic import atomic_write
-from biotf.checkpoint import (CHECKPOINT_KEY, DIGEST_KEY, checkpoint_payload, read_checkpoint, save_checkpoint, save_pretrained)
+from biotf.checkpoint import (CHECKPOINT_KEY, DIGEST_KEY, checkpoint_payload, ensure_same_tokenizer, read_checkpoint,
+                              save_checkpoint, save_pretrained)
 from biotf.errors import CheckpointError
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.model import Transformer, TransformerConfig
 from biotf.tokenizers import AminoAcidTokenizer, build_tokenizer
 
@@ -53,7 +54,7 @@ def test_zeroed_bytes_in_a_checkpoint_are_refused(model, tmp_path):
     assert "state_dict" in torch.load(path, weights_only=True)  # torch itself reads it without complaint
     with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))} is damaged: its content has CRC-32 "
                                               r"[0-9a-f]{8}, it was written with [0-9a-f]{8}") as error:
-        load_pretrained(path)
+        Model.load(path)
     assert "\n" not in str(error.value)
 
 
@@ -72,14 +73,14 @@ def test_non_finite_weights_of_a_checkpoint_are_refused_naming_it(model, tmp_pat
         model.blocks[1].attn.qkv.weight[2, 3] = float("nan")
     path = lightning_checkpoint(model, tmp_path / "last.ckpt")
     with pytest.raises(CheckpointError, match=r"last.ckpt: tensor blocks.1.attn.qkv.weight holds NaN"):
-        load_pretrained(path)
+        Model.load(path)
 
 
 def test_zeroed_bytes_in_exported_weights_are_refused(model, tmp_path):
     directory = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
     zero_inside(directory / "model.safetensors", model.blocks[1].mlp.down.weight)
     with pytest.raises(CheckpointError, match=r"model.safetensors is damaged: its content has CRC-32"):
-        load_pretrained(directory)
+        Model.load(directory)
 
 
 # Loads `sys.argv[1]` with the address space capped 1 GiB above what the interpreter uses after its imports:
@@ -87,12 +88,12 @@ def test_zeroed_bytes_in_exported_weights_are_refused(model, tmp_path):
 CAPPED_LOAD = '''
 import resource, sys
 from biotf.errors import CheckpointError
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 with open("/proc/self/statm") as handle:
     used = int(handle.read().split()[0]) * resource.getpagesize()
 resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, resource.RLIM_INFINITY))
 try:
-    load_pretrained(sys.argv[1])
+    Model.load(sys.argv[1])
 except CheckpointError as error:
     print(error)
 '''
@@ -126,7 +127,7 @@ def test_every_position_encoding_round_trips(tmp_path, pos):
     ones while it is built)."""
     torch.manual_seed(0)
     model = Transformer(replace(CONFIG, pos=pos))
-    loaded, _ = load_pretrained(save_pretrained(model, AminoAcidTokenizer(), tmp_path / pos))
+    loaded = Model.load(save_pretrained(model, AminoAcidTokenizer(), tmp_path / pos)).network
     ids = torch.tensor([[1, 5, 6, 7, 2]])
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
@@ -161,7 +162,8 @@ def test_a_format_1_checkpoint_with_the_duplicate_fingerprint_still_loads(model,
     payload.update(format=1, tokenizer_fingerprint=payload["tokenizer"]["fingerprint"])
     torch.save(checkpoint, tmp_path / "old.ckpt")
     assert DIGEST_KEY not in torch.load(tmp_path / "old.ckpt", weights_only=True)
-    loaded, tokenizer = load_pretrained(tmp_path / "old.ckpt")
+    old = Model.load(tmp_path / "old.ckpt")
+    loaded, tokenizer = old.network, old.tokenizer
     assert tokenizer.fingerprint == AminoAcidTokenizer().fingerprint
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
 
@@ -174,15 +176,27 @@ def test_every_tokenizer_mismatch_reads_the_same(model, tmp_path):
                rf"fingerprint {other.fingerprint}$")
     exported = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
     with pytest.raises(CheckpointError, match=pattern):
-        load_pretrained(exported, tokenizer=other)
+        ensure_same_tokenizer(Model.load(exported).tokenizer.fingerprint, other, str(exported))
     other.save(exported)  # the export's tokenizer.json swapped
     with pytest.raises(CheckpointError, match=pattern):
-        load_pretrained(exported)
+        Model.load(exported)
     run = tmp_path / "run"
     lightning_checkpoint(model, run / "checkpoints" / "last.ckpt")
     other.save(run)
     with pytest.raises(CheckpointError, match=pattern):
-        load_pretrained(run)
+        Model.load(run)
+
+
+def test_a_checkpoint_and_its_export_read_into_the_same_model(model, tmp_path):
+    """`stored_model` turns either file layout into the model and tokenizer that wrote it, bit for bit."""
+    from biotf.checkpoint.stored_model import load_checkpoint, load_exported
+
+    exported = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
+    checkpoint = lightning_checkpoint(model, tmp_path / "last.ckpt")
+    for network, tokenizer in (load_exported(exported), load_checkpoint(checkpoint)):
+        assert tokenizer.fingerprint == AminoAcidTokenizer().fingerprint and not network.training
+        assert network.config == model.config
+        assert all(torch.equal(a, b) for a, b in zip(network.state_dict().values(), model.state_dict().values()))
 
 
 def test_imports_point_downwards():

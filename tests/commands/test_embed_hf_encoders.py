@@ -1,7 +1,7 @@
 """`biotf embed` + `biotf probe` on Hugging Face encoder directories with their own tokenizers: a ChemBERTa-style
 RoBERTa (byte-level BPE trained on SMILES) on ESOL, the README's example, and a ProtBert-style BERT (WordPiece over
 space-separated residues). The vectors are HF's last hidden state mean-pooled over content tokens (not <s>, </s>,
-[CLS], [SEP]), on transformers' own tokenization of each record; `load_pretrained` reads the directory whole."""
+[CLS], [SEP]), on transformers' own tokenization of each record; `Model.load` reads the directory whole."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def test_chemberta_style_roberta_embeds_esol_as_hf_and_probes_it(random_encoder,
     directory = tmp_path / "ChemBERTa-tiny"
     hf, tokenizer = random_encoder_directory(random_encoder, "roberta", directory, smiles, seed=31)
 
-    from biotf import load_pretrained
+    from biotf.api import Model
 
-    model, biotf_tokenizer = load_pretrained(directory)
+    loaded = Model.load(directory)
+    model, biotf_tokenizer = loaded.network, loaded.tokenizer
     assert model.config.position_offset == tokenizer.pad_token_id + 1
     assert biotf_tokenizer.encode(smiles[0]) == tokenizer(smiles[0])["input_ids"]
     encoded = tokenizer(smiles[:4], padding=True, return_tensors="pt")  # right-padded, with its attention mask

@@ -113,7 +113,7 @@ def test_fine_tuning_trains_a_per_residue_classifier_on_esmc(mode, esmc_to_fine_
     directory read as it is (init_from the Hugging Face directory)."""
     from safetensors.torch import load_file
 
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.checkpoint.task_model import load_task_model
     from biotf.finetune.finetune_run import train_task
     from biotf.model.lora import load_adapter
@@ -127,7 +127,7 @@ def test_fine_tuning_trains_a_per_residue_classifier_on_esmc(mode, esmc_to_fine_
                                          "finetune.monitor=accuracy", "optim.lr=3e-2" if mode == "frozen" else
                                          "optim.lr=3e-3", *extra), tmp_path / "run")
     assert summary.test["accuracy"] > 0.75, (mode, summary.test)
-    base, _ = load_pretrained(directory)
+    base = Model.load(directory).network
     tuned = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
     changed = [name for name, tensor in base.state_dict().items() if not torch.equal(tuned[name], tensor)]
     assert (changed == []) == (mode == "frozen")

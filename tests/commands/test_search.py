@@ -64,6 +64,26 @@ def test_another_model_is_refused_in_one_line(setup, tmp_path, capsys):
     assert not (tmp_path / "hits.tsv").exists()
 
 
+def test_an_index_embedded_in_another_precision_is_queried_in_it(setup, tmp_path, capsys):
+    """Embeddings computed in bf16 (`embed --precision bf16`) are queried by the model loaded as they were made:
+    `--precision bf16` finds each record itself; without it the query is refused naming the flag to give."""
+    model, root = setup
+    assert main(["embed", "--model", str(model), "--input", str(root / "records.csv"), "--output",
+                 str(tmp_path / "e.npz"), "--precision", "bf16", "--no-progress"]) == 0
+    assert main(["search", "build", "--embeddings", str(tmp_path / "e.npz"), "--output", str(tmp_path / "ix")]) == 0
+    query = ["search", "query", "--index", str(tmp_path / "ix"), "--input", str(root / "queries.csv"),
+             "--model", str(model), "-k", "1"]
+    capsys.readouterr()
+    assert main([*query, "--output", str(tmp_path / "fp32.tsv")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "computed in bf16, the queries would be computed in fp32" in error
+    assert "(--precision bf16)" in error and not (tmp_path / "fp32.tsv").exists()
+    assert main([*query, "--precision", "bf16", "--output", str(tmp_path / "hits.tsv")]) == 0
+    rows = read_hits(tmp_path / "hits.tsv")
+    assert [(row["query"], row["id"]) for row in rows] == [("p7", "p7"), ("p2", "p2")]
+    assert float(rows[0]["score"]) == pytest.approx(1.0, abs=1e-5)
+
+
 def test_an_index_of_embeddings_without_a_model_fingerprint_says_why(setup, tmp_path, capsys):
     model, root = setup
     meta = json.loads((root / "ix" / "index.json").read_text())

@@ -1,7 +1,7 @@
 """The encoder families read from Hugging Face directories (BERT, RoBERTa, ESM-1b with absolute positions, ALBERT)
 serve biotf's encoder tools: `biotf embed`'s Embedder gives HF's last hidden state mean-pooled over each record's
 content tokens, the Scorer's pseudo-log-likelihood equals HF's one-mask-per-forward loop, and fine-tuning trains them
-(through biotf's export format: the family's switches survive save_pretrained / load_pretrained).
+(through biotf's export format: the family's switches survive save_pretrained / Model.load).
 
 The models are tiny random `transformers` models over the ids of biotf's protein tokenizer (ESM's vocabulary), so that
 the tokenizer side is biotf's own; the CLI on a directory with the family's own tokenizer files is tested where those

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.data.collators import content_mask, pad_batch
 from biotf.errors import InputError
 from biotf.finetune.features import VALUES_FILE, compute_features
@@ -21,7 +21,8 @@ SEQUENCES = ["MKTAYIAKQR", "GAV", "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "WWWK"]
 
 @pytest.mark.parametrize("task, pool", [("classification", "mean"), ("regression", "max"), ("token", "mean")])
 def test_features_are_the_trunks_outputs_of_each_record_alone(pretrained, task, pool):
-    trunk, tokenizer = load_pretrained(pretrained / "base")
+    loaded = Model.load(pretrained / "base")
+    trunk, tokenizer = loaded.network, loaded.tokenizer
     model = TaskModel(trunk, task, 1 if task == "regression" else 2, pool=pool)
     token_ids = [np.asarray(tokenizer.encode(s), np.int64) for s in SEQUENCES]
     features = compute_features(model, tokenizer, token_ids)

@@ -41,16 +41,16 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
     expected = {r["id"]: r["prediction"] for r in read_tsv(run / "predictions_test.tsv")}
     assert set(expected) == test_ids
 
-    # Every tool that takes a model takes the run: load_pretrained (and so biotf embed / score) gives the fine-tuned
+    # Every tool that takes a model takes the run: Model.load (and so biotf embed / score) gives the fine-tuned
     # trunk of its export; the checkpoint file alone, which holds no tokenizer, is refused naming the run.
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.checkpoint.task_model import load_task_model
 
-    trunk, _ = load_pretrained(run)
+    trunk = Model.load(run).network
     tuned, _, _ = load_task_model(run)
     assert all(torch.equal(a, b) for a, b in zip(trunk.state_dict().values(), tuned.trunk.state_dict().values()))
     with pytest.raises(CheckpointError, match="fine-tuning run's model loads from its run directory"):
-        load_pretrained(run / "checkpoints" / "best.ckpt")
+        Model.load(run / "checkpoints" / "best.ckpt")
 
     from biotf.cli import main
 
@@ -82,7 +82,7 @@ def test_train_py_fine_tunes_a_classifier_and_biotf_predict_reproduces_its_test_
 
 
 def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_model(pretrained, tmp_path):
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.checkpoint.task_model import load_task_model
     from biotf.model.lora import load_adapter
     from biotf.finetune.finetune_run import train_task
@@ -98,7 +98,7 @@ def test_lora_regression_leaves_the_base_trunk_and_its_adapter_rebuilds_the_mode
     merged = load_file(str(tmp_path / "model" / "model.safetensors"))
     assert set(merged) == set(base) and any(not torch.equal(merged[k], base[k]) for k in base)  # merged, changed
     assert not list(tmp_path.rglob(".*"))  # the adapter went into the export's staging: no temporary left
-    trunk, _ = load_pretrained(pretrained / "base")
+    trunk = Model.load(pretrained / "base").network
     load_adapter(trunk, tmp_path / "model" / "adapter.safetensors")
     model, tokenizer, info = load_task_model(tmp_path)
     ids = torch.tensor([tokenizer.encode("MKKWWLAAKR")])

@@ -15,7 +15,7 @@ from biotf.checkpoint import DIGEST_KEY, content_crc32
 from biotf.checkpoint.task_export import ADAPTER_FILE, HEAD_FILE, TaskInfo
 from biotf.cli import main
 from biotf.errors import CheckpointError
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.checkpoint.task_model import load_task_model, save_task_model
 
 
@@ -25,7 +25,8 @@ def export(pretrained, tmp_path_factory) -> Path:
     from biotf.model.lora import apply_lora, merge_lora, save_adapter
     from biotf.model.heads import TaskModel
 
-    trunk, tokenizer = load_pretrained(pretrained / "base")
+    loaded = Model.load(pretrained / "base")
+    trunk, tokenizer = loaded.network, loaded.tokenizer
     torch.manual_seed(0)
     apply_lora(trunk, ["qkv"], rank=2, alpha=4)
     for name, parameter in trunk.named_parameters():
@@ -83,7 +84,7 @@ def test_the_export_loads_and_every_file_beside_the_trunk_is_listed_with_its_crc
 def test_100_zeroed_bytes_beside_the_trunk_are_refused_by_every_loader(name, run, pretrained, tmp_path, capsys):
     zero_100_bytes(run / "model" / name)
     damaged = rf"{run / 'model' / name} is damaged: its content has CRC-32 [0-9a-f]{{8}}, it was written with"
-    for load in (load_task_model, load_pretrained):
+    for load in (load_task_model, Model.load):
         for source in (run, run / "model"):
             with pytest.raises(CheckpointError, match=damaged):
                 load(source)

@@ -1,4 +1,4 @@
-"""Hugging Face ESM directories via `load_pretrained`: the model, and vocab.txt mapped onto the protein tokenizer."""
+"""Hugging Face ESM directories via `Model.load`: the model, and vocab.txt mapped onto the protein tokenizer."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import shutil
 import pytest
 import torch
 
-from biotf import load_pretrained
+from biotf.api import Model
 from biotf.errors import CheckpointError, ConfigError, InputError
-from biotf.inference.pretrained import load_hf_checkpoint
 from biotf.tokenizers import AminoAcidTokenizer
 
 PROTEINS = ["MKTAYIAKQRQISFVKSHFSRQ", "MA<mask>LLK", "GSHMSEQ<mask>VRWAAL"]
 
 
-def test_load_pretrained_reads_model_and_vocab_txt(esm2_checkpoint):
+def test_model_load_reads_model_and_vocab_txt(esm2_checkpoint):
     transformers = pytest.importorskip("transformers")
     directory, hf = esm2_checkpoint
-    model, tokenizer = load_pretrained(directory)
+    loaded = Model.load(directory)
+    model, tokenizer = loaded.network, loaded.tokenizer
     assert isinstance(tokenizer, AminoAcidTokenizer)
     reference = transformers.EsmTokenizer.from_pretrained(directory)
     encoded = reference(PROTEINS, padding=True, return_tensors="pt")
@@ -48,33 +48,34 @@ def test_a_vocabulary_with_other_ids_reads_as_transformers_reads_it_and_one_too_
     swapped = tokens.copy()
     swapped[4], swapped[5] = swapped[5], swapped[4]  # L and A exchanged
     swapped_directory = copy_with_vocab(directory, tmp_path / "swapped", swapped)
-    _, tokenizer = load_pretrained(swapped_directory)
+    tokenizer = Model.load(swapped_directory).tokenizer
     reference = AutoTokenizer.from_pretrained(str(swapped_directory))
     assert list(tokenizer.encode("LAK")) == reference("LAK")["input_ids"] == [0, 5, 4, 15, 2]
     with pytest.raises(CheckpointError, match="the tokenizer has 34 tokens but the model's embedding only 33 rows"):
-        load_pretrained(copy_with_vocab(directory, tmp_path / "longer", tokens + ["<extra>"]))
+        Model.load(copy_with_vocab(directory, tmp_path / "longer", tokens + ["<extra>"]))
     missing = shutil.copytree(directory, tmp_path / "missing")
     (missing / "vocab.txt").unlink()
     with pytest.raises(InputError, match="has no tokenizer files: biotf reads tokenizer.json, vocab.txt"):
-        load_pretrained(missing)
+        Model.load(missing)
 
 
 def test_other_heads_and_generation_are_refused(esm2_checkpoint, tmp_path):
     directory, _ = esm2_checkpoint
     with pytest.raises(CheckpointError, match=r"model_type 'esm'.*text generation \(supported: qwen2"):
-        load_hf_checkpoint(directory)
+        Model.load(directory, for_generation=True)
     folding = shutil.copytree(directory, tmp_path / "folding")
     config = json.loads((folding / "config.json").read_text())
     (folding / "config.json").write_text(json.dumps({**config, "architectures": ["EsmForProteinFolding"]}))
     with pytest.raises(CheckpointError, match="EsmForProteinFolding.*not EsmForMaskedLM \\| EsmModel"):
-        load_pretrained(folding)
+        Model.load(folding)
 
 
 @pytest.mark.parametrize("architecture", ["EsmModel", "EsmForSequenceClassification", "EsmForTokenClassification"])
-def test_load_pretrained_reads_the_encoder_of_checkpoints_without_lm_head(architecture, esm_encoder_checkpoints):
+def test_model_load_reads_the_encoder_of_checkpoints_without_lm_head(architecture, esm_encoder_checkpoints):
     transformers = pytest.importorskip("transformers")
     directory, hf = esm_encoder_checkpoints[architecture]
-    model, tokenizer = load_pretrained(directory)
+    loaded = Model.load(directory)
+    model, tokenizer = loaded.network, loaded.tokenizer
     assert isinstance(tokenizer, AminoAcidTokenizer) and not model.config.lm_head
     encoded = transformers.EsmTokenizer.from_pretrained(directory)(PROTEINS, padding=True, return_tensors="pt")
     encoder = hf if architecture == "EsmModel" else hf.esm

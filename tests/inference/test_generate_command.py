@@ -7,9 +7,11 @@ import re
 
 import pytest
 
-from biotf.api import HF_SOURCE, Model
+from biotf.api import Model
 from biotf.cli import main
 from biotf.inference.generation import Sampling, chat_prompt, generate_ids
+
+HF_SOURCE = "Hugging Face directory (Qwen2, ESM)"
 
 
 @pytest.fixture

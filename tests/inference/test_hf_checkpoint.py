@@ -8,11 +8,12 @@ import shutil
 import pytest
 import torch
 
+from biotf.api import Model
 from biotf.errors import CheckpointError, ConfigError
 from biotf.inference.fast import optimize_for_decoding
 from biotf.inference.generation import generate_ids
 from biotf.checkpoint.hf_directory import is_hf_directory
-from biotf.inference.pretrained import GenerationDefaults, load_hf_checkpoint
+from biotf.inference.pretrained import GenerationDefaults
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,7 +42,7 @@ def test_sampling_defaults_follow_do_sample_and_fall_back_to_config_json(tied_ch
     assert (sampled.temperature, sampled.top_k, sampled.eos_token_ids, sampled.max_new_tokens) == (0.7, 50, (2,), 2048)
     directory = copy_checkpoint(tied_checkpoint, tmp_path / "model")
     (directory / "generation_config.json").unlink()
-    _, _, defaults = load_hf_checkpoint(directory)
+    defaults = Model.load(directory, for_generation=True).generation
     assert defaults.eos_token_ids == (151643, 151645)  # config.json's eos, then the tokenizer's
     assert defaults.temperature == 0.0 and defaults.repetition_penalty == 1.0
 
@@ -52,7 +53,7 @@ def test_sharded_checkpoint_and_bfloat16(tied, tied_checkpoint, tmp_path):
     transformers.AutoModelForCausalLM.from_pretrained(tied_checkpoint).save_pretrained(directory, max_shard_size="2MB")
     tokenizer.save(directory)
     assert (directory / "model.safetensors.index.json").is_file() and not (directory / "model.safetensors").exists()
-    sharded, _, _ = load_hf_checkpoint(directory)
+    sharded = Model.load(directory, for_generation=True).network
     # float32 matrices are read straight into their decoding layout (transposed), the tied embedding too
     assert sharded.blocks[0].attn.qkv.weight.t().is_contiguous() and sharded.embed.weight.t().is_contiguous()
     pointers = [p.data_ptr() for p in sharded.parameters()]
@@ -60,44 +61,43 @@ def test_sharded_checkpoint_and_bfloat16(tied, tied_checkpoint, tmp_path):
     assert [p.data_ptr() for p in sharded.parameters()] == pointers  # nothing left to copy
     ids = [tokenizer.encode("Sharded weights load too")]
     assert generate_ids(decoder, ids, max_new_tokens=8) == generate_ids(model, ids, max_new_tokens=8)
-    half, _, _ = load_hf_checkpoint(directory, dtype="bfloat16")
+    half = Model.load(directory, dtype="bfloat16", for_generation=True).network
     assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
     assert len(generate_ids(optimize_for_decoding(half), ids, max_new_tokens=4)) == 1
     assert all(p.is_contiguous() for p in half.parameters())  # bf16 decodes fastest row-major on CPUs
     with pytest.raises(ConfigError, match="allowed: float32, bfloat16"):
-        load_hf_checkpoint(directory, dtype="float16")
+        Model.load(directory, dtype="float16", for_generation=True)
 
 
 def test_other_architectures_and_missing_files_are_named(tied_checkpoint, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
-        load_hf_checkpoint(tmp_path / "nowhere")
-    with pytest.raises(CheckpointError, match="no config.json"):
-        load_hf_checkpoint(tmp_path)
+        Model.load(tmp_path / "nowhere", for_generation=True)
+    with pytest.raises(CheckpointError, match="cannot load a model from .*Hugging Face directory"):
+        Model.load(tmp_path, for_generation=True)
     bert = tmp_path / "bert"
     bert.mkdir()
     (bert / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
     with pytest.raises(CheckpointError, match=r"model_type 'bert'.*supported: qwen2 \(Qwen2ForCausalLM\)"):
-        load_hf_checkpoint(bert)
+        Model.load(bert, for_generation=True)
     classifier = copy_checkpoint(tied_checkpoint, tmp_path / "classifier")
     config = json.loads((classifier / "config.json").read_text())
     (classifier / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen2ForSequenceClassification"]}))
     with pytest.raises(CheckpointError, match="Qwen2ForSequenceClassification.*not Qwen2ForCausalLM"):
-        load_hf_checkpoint(classifier)
+        Model.load(classifier, for_generation=True)
     no_tokenizer = copy_checkpoint(tied_checkpoint, tmp_path / "no-tokenizer")
     (no_tokenizer / "tokenizer.json").unlink()
     with pytest.raises(CheckpointError, match="no tokenizer.json"):
-        load_hf_checkpoint(no_tokenizer)
+        Model.load(no_tokenizer, for_generation=True)
     no_weights = copy_checkpoint(tied_checkpoint, tmp_path / "no-weights")
     (no_weights / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match="no model.safetensors or model.safetensors.index.json"):
-        load_hf_checkpoint(no_weights)
+        Model.load(no_weights, for_generation=True)
     assert is_hf_directory(tied_checkpoint) and is_hf_directory(bert) and not is_hf_directory(tmp_path)
 
 
-def test_load_pretrained_accepts_a_hugging_face_directory(tied_checkpoint, tied):
-    import biotf
-
-    model, tokenizer = biotf.load_pretrained(tied_checkpoint)
+def test_model_load_accepts_a_hugging_face_directory(tied_checkpoint, tied):
+    loaded = Model.load(tied_checkpoint)
+    model, tokenizer = loaded.network, loaded.tokenizer
     ids = [tokenizer.encode("Same weights")]
     assert tokenizer.fingerprint == tied.tokenizer.fingerprint
     assert generate_ids(model, ids, max_new_tokens=6) == generate_ids(tied.model, ids, max_new_tokens=6)

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from biotf.checkpoint import save_pretrained
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.checkpoint.digest import content_crc32
 from biotf.errors import CheckpointError, ConfigError
 from biotf.model import Transformer, TransformerConfig
@@ -87,12 +87,12 @@ def test_a_checkpoint_without_the_head_loads_without_one(tmp_path, random_esm):
         predict_contacts(model, *esm_batch())
 
 
-def test_the_head_survives_save_pretrained_and_load_pretrained(tmp_path, random_esm):
+def test_the_head_survives_save_pretrained_and_model_load(tmp_path, random_esm):
     model = Transformer.from_hf(random_esm())
     ids, mask = esm_batch()
     before = predict_contacts(model, ids, mask)
     save_pretrained(model, AminoAcidTokenizer(), tmp_path / "export")
-    loaded, _ = load_pretrained(tmp_path / "export")
+    loaded = Model.load(tmp_path / "export").network
     assert loaded.config.contact_head
     for a, b in zip(before, predict_contacts(loaded, ids, mask)):
         assert torch.equal(a, b)
@@ -108,7 +108,7 @@ def test_a_head_of_the_wrong_width_is_refused_naming_it(tmp_path, random_esm):
     (tmp_path / "export" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=r"contact_head.regression.weight has shape \(1, 11\), the config "
                                               r"implies \(1, 12\)"):
-        load_pretrained(tmp_path / "export")
+        Model.load(tmp_path / "export")
 
 
 def test_apc_and_symmetrisation_are_hf_s():

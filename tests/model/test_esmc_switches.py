@@ -75,7 +75,7 @@ def test_residual_scale_multiplies_each_branch_before_the_add():
 
 def test_a_model_with_the_switches_trains_and_round_trips_through_biotf_export(tmp_path):
     from biotf.checkpoint import save_pretrained
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.tokenizers import AminoAcidTokenizer
 
     torch.manual_seed(0)
@@ -95,7 +95,7 @@ def test_a_model_with_the_switches_trains_and_round_trips_through_biotf_export(t
     assert losses[-1] < losses[0]
     assert model.blocks[0].attn.q_norm.weight.grad is not None
     save_pretrained(model.eval(), AminoAcidTokenizer(), tmp_path / "exported")
-    reloaded, _ = load_pretrained(tmp_path / "exported")
+    reloaded = Model.load(tmp_path / "exported").network
     assert reloaded.config == config
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=0)

@@ -176,14 +176,14 @@ def test_stored_float16_rounded_frequencies_are_used_over_long_sequences(names, 
 
 def test_rounded_frequencies_survive_export_dtype_casts_and_old_state_dicts(tmp_path, random_esm):
     from biotf.checkpoint import save_pretrained
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.tokenizers import AminoAcidTokenizer
 
     hf = random_esm(token_dropout=True, hidden_size=64, max_positions=1026, seed=8, query_key_std=0.5)
     rounded = save_with_rounded_frequencies(hf, tmp_path / "hf", INV_FREQ_NAMES["shared"])
     model = Transformer.from_hf(tmp_path / "hf")
     save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")
-    reloaded, _ = load_pretrained(tmp_path / "exported")
+    reloaded = Model.load(tmp_path / "exported").network
     assert torch.equal(reloaded.positions.inverse_frequency, rounded)
     assert_parity(reloaded, hf, long_batch())
     # A dtype cast moves the frequencies with the model but keeps them float32 and unrounded.

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from biotf.checkpoint import save_pretrained
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.conventions import IGNORE_INDEX
 from biotf.errors import ConfigError
 from biotf.model import Transformer, TransformerConfig
@@ -167,7 +167,7 @@ def test_bin_labels_by_majority_ties_to_the_smallest_class_and_counts_the_outvot
 def test_a_checkpoint_of_a_stem_model_round_trips(tmp_path):
     tokenizer = build_tokenizer({"kind": "dna", "k": 1})
     model = stem_model(vocab_size=tokenizer.vocab_size, pos="learned")
-    loaded, _ = load_pretrained(save_pretrained(model, tokenizer, tmp_path / "stem"))
+    loaded = Model.load(save_pretrained(model, tokenizer, tmp_path / "stem")).network
     assert loaded.config == model.config and loaded.config.stem == "conv"
     ids = torch.randint(4, tokenizer.vocab_size, (2, 19))
     torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits, rtol=0, atol=0)
@@ -192,7 +192,7 @@ def test_export_model_writes_a_stem_model_and_refuses_hf_in_one_line(tmp_path, c
     model = stem_model(vocab_size=tokenizer.vocab_size)
     source = save_pretrained(model, tokenizer, tmp_path / "source")
     assert main(["export-model", str(source), str(tmp_path / "again")]) == 0
-    loaded, _ = load_pretrained(tmp_path / "again")
+    loaded = Model.load(tmp_path / "again").network
     ids = torch.randint(4, tokenizer.vocab_size, (1, 23))
     torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits, rtol=0, atol=0)
     capsys.readouterr()

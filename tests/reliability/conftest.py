@@ -21,11 +21,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def classifier_dir(tmp_path_factory, model_dir) -> Path:
     """model_dir's trunk with an untrained two-class head, exported as fine-tuning exports it: enough for predict."""
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.checkpoint.task_model import TaskInfo, save_task_model
     from biotf.model.heads import TaskModel
 
-    trunk, tokenizer = load_pretrained(model_dir)
+    loaded = Model.load(model_dir)
+    trunk, tokenizer = loaded.network, loaded.tokenizer
     info = TaskInfo("classification", ["no", "yes"], "mean", max_length=64, long_policy="crop")
     return save_task_model(TaskModel(trunk, "classification", 2, pool="mean"), tokenizer, info,
                            tmp_path_factory.mktemp("models") / "classifier")

@@ -267,18 +267,18 @@ def test_a_file_too_small_for_a_validation_split_is_one_line(capsys, tmp_path, m
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-# --- exported model directories (biotf.load_pretrained) -------------------------------------------
+# --- exported model directories (biotf.Model.load) ------------------------------------------------
 EXPORTED_FILES = ["model.safetensors", "config.json", "tokenizer.json"]
 
 
 @pytest.mark.parametrize("kind", ["empty", "binary_garbage", "truncated"])
 @pytest.mark.parametrize("file", EXPORTED_FILES)
 def test_damaged_exported_directory(capsys, tmp_path, model_dir, file, kind):
-    """Each file of an exported model damaged: load_pretrained raises a BiotfError, `biotf embed` exits 2."""
+    """Each file of an exported model damaged: Model.load raises a BiotfError, `biotf embed` exits 2."""
     import shutil
 
     from biotf.errors import BiotfError
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
 
     exported = tmp_path / "exported"
     shutil.copytree(model_dir, exported)
@@ -286,7 +286,7 @@ def test_damaged_exported_directory(capsys, tmp_path, model_dir, file, kind):
     (exported / file).write_bytes({"empty": b"", "binary_garbage": bytes(range(256)) * 8,
                                    "truncated": data[: len(data) // 2]}[kind])
     with pytest.raises(BiotfError):
-        load_pretrained(exported)
+        Model.load(exported)
     fasta = tmp_path / "clean.fasta"
     fasta.write_bytes(CLEAN_FASTA)
     status, _, err = run_cli(capsys, *embed_command(fasta, tmp_path, exported))
@@ -423,7 +423,7 @@ def test_non_finite_hf_weights_are_refused_naming_the_file_and_tensor(capsys, tm
 def test_non_finite_weights_of_a_pytorch_model_bin_are_refused(tmp_path, gpt2_dir):
     from safetensors.torch import load_file
 
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.errors import CheckpointError
 
     model = copy_of(gpt2_dir, tmp_path / "model")
@@ -432,12 +432,12 @@ def test_non_finite_weights_of_a_pytorch_model_bin_are_refused(tmp_path, gpt2_di
     torch.save(state, model / "pytorch_model.bin")
     (model / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"pytorch_model.bin: tensor transformer.wte.weight holds NaN"):
-        load_pretrained(model)
+        Model.load(model)
 
 
 def test_non_finite_weights_of_a_biotf_export_are_refused(tmp_path):
     from biotf.checkpoint import save_pretrained
-    from biotf.checkpoint.loading import load_pretrained
+    from biotf.api import Model
     from biotf.errors import CheckpointError
     from biotf.model import Transformer, TransformerConfig
     from biotf.tokenizers import AminoAcidTokenizer
@@ -447,7 +447,7 @@ def test_non_finite_weights_of_a_biotf_export_are_refused(tmp_path):
         model.blocks[0].mlp.down.weight[0, 0] = float("inf")
     exported = save_pretrained(model, AminoAcidTokenizer(), tmp_path / "exported")  # its CRC-32 matches
     with pytest.raises(CheckpointError, match=r"model.safetensors: tensor blocks.0.mlp.down.weight holds an infinity"):
-        load_pretrained(exported)
+        Model.load(exported)
 
 
 def edit_config(directory: Path, **changes) -> None:

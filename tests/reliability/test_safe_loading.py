@@ -17,7 +17,7 @@ import torch
 from biotf.cli import main
 from biotf.errors import CheckpointError
 from biotf.checkpoint import save_pretrained
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.hf import read_weights
 from biotf.tokenizers import AminoAcidTokenizer
@@ -61,12 +61,12 @@ def lightning_like(payload: Payload) -> dict:
 
 
 @pytest.mark.parametrize("layout", ["ckpt_file", "run_directory"])
-def test_load_pretrained_refuses_code_in_a_checkpoint(tmp_path, layout):
+def test_model_load_refuses_code_in_a_checkpoint(tmp_path, layout):
     marker = tmp_path / "executed"
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     malicious_file(ckpt, marker, lightning_like)
     with pytest.raises(CheckpointError, match="cannot read checkpoint .*last.ckpt"):
-        load_pretrained(ckpt if layout == "ckpt_file" else tmp_path / "run")
+        Model.load(ckpt if layout == "ckpt_file" else tmp_path / "run")
     assert not marker.exists()
 
 
@@ -109,7 +109,7 @@ def test_exported_directory_reads_safetensors_only(tmp_path):
     marker = tmp_path / "executed"
     for name in ("pytorch_model.bin", "model.ckpt", "training_args.bin"):
         malicious_file(directory / name, marker, lambda p: {"w": p})
-    model, _ = load_pretrained(directory)
+    model = Model.load(directory).network
     assert model.config.d_model == 8 and not marker.exists()
 
 

@@ -100,11 +100,11 @@ def esm_directory(tmp_path_factory, random_esm, save_esm):
 @pytest.mark.parametrize("checkpoint", ["esm_directory", "bert_directory"])
 @pytest.mark.parametrize("method", ["masked-marginal", "masked-marginal-joint", "wt-marginal", "pll"])
 def test_each_method_equals_proteingym_formula_per_variant(checkpoint, method, request):
-    from biotf import load_pretrained
+    from biotf.api import Model
 
     directory, hf, tokenizer = request.getfixturevalue(checkpoint)
     variants = [make_variant(WILD_TYPE, parse_code(code), code) for code in VARIANTS]
-    scores = Scorer(*load_pretrained(directory)).variant_scores(WILD_TYPE, variants, method)
+    scores = Scorer.of(Model.load(directory)).variant_scores(WILD_TYPE, variants, method)
     for code, score in zip(VARIANTS, scores):
         assert abs(score.score - proteingym(hf, tokenizer, method, code)) <= TOLERANCE, (method, code)
 
@@ -113,11 +113,11 @@ def test_each_method_equals_proteingym_formula_per_variant(checkpoint, method, r
 def test_independent_and_joint_masking_differ_on_multi_mutants_only(checkpoint, request):
     """The two conventions agree on single mutants and differ on multi-mutants by several times the tolerance of
     the test above, which therefore tells them apart."""
-    from biotf import load_pretrained
+    from biotf.api import Model
 
     directory, _, _ = request.getfixturevalue(checkpoint)
     variants = [make_variant(WILD_TYPE, parse_code(code), code) for code in VARIANTS]
-    scorer = Scorer(*load_pretrained(directory))
+    scorer = Scorer.of(Model.load(directory))
     independent, joint = (scorer.variant_scores(WILD_TYPE, variants, method)
                           for method in ("masked-marginal", "masked-marginal-joint"))
     gaps = [abs(a.score - b.score) for a, b in zip(independent, joint)]

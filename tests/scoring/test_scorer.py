@@ -207,10 +207,11 @@ def test_esm_pll_equals_the_transformers_loop(esm2_checkpoint):
     """A Hugging Face ESM-2 (token dropout on) loaded by biotf: the PLL equals HF's own one-mask-per-forward loop,
     token dropout's rescaling for one mask included."""
     transformers = pytest.importorskip("transformers")
-    from biotf import load_pretrained
+    from biotf.api import Model
 
     directory, hf = esm2_checkpoint
-    model, tokenizer = load_pretrained(directory)
+    loaded = Model.load(directory)
+    model, tokenizer = loaded.network, loaded.tokenizer
     scores = Scorer(model, tokenizer).sequence_scores(PROTEINS[:3], "pll")
     hf_tokenizer = transformers.EsmTokenizer.from_pretrained(directory)
     for sequence, score in zip(PROTEINS, scores):

@@ -159,6 +159,29 @@ def test_residues_that_are_not_one_token_each_are_refused(esm_with_head, tmp_pat
             "record 'P1' (record 1): its 11 characters are 6 tokens")
 
 
+def test_option_changes_a_policy_of_the_tokenizer_as_in_every_command(esm_with_head, tmp_path, capsys):
+    """`--option` reaches the model's tokenizer (`biotf.Model.load`), in both forms of predict: a residue code
+    outside the alphabet, refused by default, is one <unk> token with unknown=to_unk (still one token a residue, so
+    the map keeps its numbering); a bad value names the option."""
+    directory, _ = esm_with_head
+    sequence = PROTEINS["P1"][:10] + "J" + PROTEINS["P1"][10:]
+    odd = write_fasta(tmp_path / "odd.fasta", {"P1": sequence})
+    status, err = contacts(capsys, "--model", directory, "--input", odd, "--output", tmp_path / "refused.npz")
+    assert status == 2 and "not an amino-acid code" in err, err
+    for form in ([], ["predict"]):
+        output = tmp_path / f"unk{len(form)}.npz"
+        status, err = contacts(capsys, *form, "--model", directory, "--input", odd, "--output", output,
+                               "--option", "unknown=to_unk")
+        assert status == 0, err
+        with np.load(output, allow_pickle=False) as saved:
+            probabilities = saved["contacts/P1"]
+        assert probabilities.shape == (len(sequence), len(sequence))
+        assert np.isfinite(probabilities).all() and 0 <= probabilities.min() <= probabilities.max() <= 1
+    status, err = contacts(capsys, "--model", directory, "--input", odd, "--output", tmp_path / "bad.npz",
+                           "--option", "unknown=sometimes")
+    assert status == 2 and "--option unknown" in err, err
+
+
 def test_an_unknown_extension_and_an_existing_output_are_refused_before_any_work(esm_with_head, tmp_path, capsys):
     directory, _ = esm_with_head
     fasta = write_fasta(tmp_path / "p.fasta")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.cli import main
 from biotf.structure.chains import Chain, read_chain
 from biotf.structure.contact_precision import precisions
@@ -62,7 +62,8 @@ def fitted(base, shared_data, tmp_path_factory):
 def test_fit_is_the_l1_regression_on_every_pair_at_separation_six_and_saves_the_head(fitted, base, shared_data):
     from sklearn.linear_model import LogisticRegression
 
-    model, tokenizer = load_pretrained(base)
+    loaded = Model.load(base)
+    model, tokenizer = loaded.network, loaded.tokenizer
     features, labels = [], []
     for name in TRAIN:
         chain = read_chain(shared_data / "structures" / f"{name}.pdb.gz")
@@ -71,7 +72,7 @@ def test_fit_is_the_l1_regression_on_every_pair_at_separation_six_and_saves_the_
         labels.append(chain.contacts()[rows, columns])
     expected = LogisticRegression(l1_ratio=1.0, C=L1_C, solver="liblinear", random_state=0, max_iter=1000)
     expected.fit(np.concatenate(features), np.concatenate(labels))
-    saved, _ = load_pretrained(fitted / "model")
+    saved = Model.load(fitted / "model").network
     assert saved.config.contact_head and json.loads((fitted / "model" / "config.json").read_text())["model"][
         "contact_head"]
     weight = saved.contact_head.regression.weight.detach().double().numpy()[0]
@@ -90,7 +91,8 @@ def test_biotf_contacts_applies_the_fitted_head_in_its_plain_and_predict_forms(f
     for form, name in (([], "plain.npz"), (["predict"], "predict.npz")):
         assert main(["contacts", *form, "--model", str(fitted / "model"), "--input", str(fasta), "--output",
                      str(tmp_path / name)]) == 0, capsys.readouterr().err
-    saved, tokenizer = load_pretrained(fitted / "model")
+    loaded = Model.load(fitted / "model")
+    saved, tokenizer = loaded.network, loaded.tokenizer
     head = saved.contact_head.regression
     logits = reference_features(saved, tokenizer, chain.sequence) @ head.weight.detach().double().numpy()[0]
     expected = 1 / (1 + np.exp(-(logits + head.bias.item())))

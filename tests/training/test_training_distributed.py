@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-import biotf
+from biotf.api import Model
 from biotf.entry import train as entry
 from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command
 
@@ -28,7 +28,8 @@ def test_ddp_on_cpu_writes_one_run_directory(tmp_path, cache_dir):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 5
     assert result.stdout.count("biotf run summary") == 1  # only rank 0 reports
-    model, tokenizer = biotf.load_pretrained(run / "checkpoints" / "last.ckpt")
+    loaded = Model.load(run / "checkpoints" / "last.ckpt")
+    model, tokenizer = loaded.network, loaded.tokenizer
     assert model.config.vocab_size == tokenizer.vocab_size
 
 
@@ -64,5 +65,5 @@ def test_multirun_gives_one_run_directory_per_position_encoding(tmp_path, cache_
     (sweep,) = list((tmp_path / "multirun" / "protein_mlm").iterdir())
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "checkpoints").is_dir())
     assert len(jobs) == 4
-    found = [biotf.load_pretrained(job).model.config.pos for job in jobs]
+    found = [Model.load(job).network.config.pos for job in jobs]
     assert sorted(found) == sorted(positions)

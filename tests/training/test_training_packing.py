@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from biotf.checkpoint.loading import load_pretrained
+from biotf.api import Model
 from biotf.data import prepare_dataset
 from biotf.data.datasets import LengthGroupedBatchSampler
 from biotf.data.packing import PackedBatchSampler
@@ -60,7 +60,8 @@ def test_a_packed_causal_run_trains_and_validates_on_document_masked_blocks(tmp_
     assert entry.main([*TINY, "model.causal=true", f"data.path={fasta}", f"data.cache_dir={tmp_path / 'cache'}",
                        "data.packing=true", "hydra.run.dir=run"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    model, tokenizer = load_pretrained(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    loaded = Model.load(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    model, tokenizer = loaded.network, loaded.tokenizer
     prepared = prepare_dataset(fasta, tokenizer, tmp_path / "cache", max_length=64, objective="clm", packing=True)
     train = prepared.train
     batches = list(LengthGroupedBatchSampler(np.full(len(train), 64), 8, seed=0))[:summary["steps"]]

@@ -9,7 +9,8 @@ import shutil
 import pytest
 import torch
 
-import biotf
+from biotf.checkpoint import ensure_same_tokenizer
+from biotf.api import Model
 from biotf.cli import main as biotf_cli
 from biotf.errors import CheckpointError
 from biotf.tokenizers import build_tokenizer
@@ -66,9 +67,11 @@ def test_checkpoint_holds_config_tokenizer_and_fingerprint(run_dir):
 def test_export_round_trip_gives_identical_logits(run_dir, tmp_path):
     assert biotf_cli(["export-model", str(run_dir), str(tmp_path / "exported")]) == 0
     assert {p.name for p in (tmp_path / "exported").iterdir()} == {"model.safetensors", "config.json", "tokenizer.json"}
-    model, tokenizer = biotf.load_pretrained(run_dir)
-    exported, exported_tokenizer = biotf.load_pretrained(tmp_path / "exported")
-    from_ckpt, _ = biotf.load_pretrained(run_dir / "checkpoints" / "best.ckpt")
+    loaded = Model.load(run_dir)
+    model, tokenizer = loaded.network, loaded.tokenizer
+    loaded = Model.load(tmp_path / "exported")
+    exported, exported_tokenizer = loaded.network, loaded.tokenizer
+    from_ckpt = Model.load(run_dir / "checkpoints" / "best.ckpt").network
     assert exported_tokenizer.fingerprint == tokenizer.fingerprint
     ids = torch.tensor([tokenizer.encode("MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ")])
     with torch.no_grad():
@@ -88,12 +91,12 @@ def test_a_different_tokenizer_is_refused_naming_both_fingerprints(run_dir):
     other = build_tokenizer({"kind": "protein", "rare_residues": "to_x"})
     stored = json.loads((run_dir / "tokenizer.json").read_text())["fingerprint"]
     with pytest.raises(CheckpointError) as error:
-        biotf.load_pretrained(run_dir, tokenizer=other)
+        ensure_same_tokenizer(Model.load(run_dir).tokenizer.fingerprint, other, str(run_dir))
     assert stored in str(error.value) and other.fingerprint in str(error.value)
 
 
 def test_resuming_a_damaged_checkpoint_stops_before_training(run_dir, cache_dir, tmp_path, monkeypatch, capsys):
-    """100 zeroed bytes inside a weight: refused by its CRC-32, by load_pretrained and by a resume alike."""
+    """100 zeroed bytes inside a weight: refused by its CRC-32, by Model.load and by a resume alike."""
     damaged = tmp_path / "damaged.ckpt"
     data = bytearray((run_dir / "checkpoints" / "last.ckpt").read_bytes())
     embedding = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]["model.embed.weight"]
@@ -101,7 +104,7 @@ def test_resuming_a_damaged_checkpoint_stops_before_training(run_dir, cache_dir,
     data[start:start + 100] = bytes(100)
     damaged.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=f"{damaged} is damaged"):
-        biotf.load_pretrained(damaged)
+        Model.load(damaged)
     monkeypatch.chdir(tmp_path)
     assert entry.main([*TINY, f"data.cache_dir={cache_dir}", f"ckpt_path={damaged}"]) == 2
     err = capsys.readouterr().err

@@ -22,7 +22,7 @@ from biotf.io.readers import ReaderOptions, read_records
 from biotf.errors import ConfigError, InputError
 from biotf.export.embed import EmbedOptions, EmbedStats
 from biotf.io.outputs import output_format
-from biotf.naming import parameter, parameters
+from biotf.naming import given, parameter, parameters
 from biotf.io.tables import TABLE_FORMATS, write_table
 
 HIT_COLUMNS = ("query", "rank", "id", "score")
@@ -52,7 +52,7 @@ def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_
                      reader_options: ReaderOptions = ReaderOptions(), device: str | None = None,
                      batch_tokens: int = 16384) -> tuple[Queries, EmbedStats]:
     """The records of `input_path`, embedded as the index's vectors were by `model` (loaded, or its source:
-    `as_loaded`); refused when the model differs."""
+    `as_loaded`), in the precision they were computed in; refused when the model or its precision differs."""
     from biotf.export.embed_job import open_embedder
 
     info = index.info
@@ -65,6 +65,11 @@ def sequence_queries(index: SearchIndex, model: str | Path | LoadedModel, input_
                            overlap=info.get("overlap"), pool_specials=info.get("pool_specials", False),
                            normalize=info.get("normalize", False))
     embedder, query_info = open_embedder(model, options, device, info.get("tokenizer_options") or {})
+    stored = info.get("precision", "fp32")  # a model in another precision has another fingerprint: say which
+    if query_info["precision"] != stored:
+        raise InputError(f"{parameter('model')} {query_info['model']}: the index holds embeddings computed in "
+                         f"{stored}, the queries would be computed in {query_info['precision']}: load the model as "
+                         f"they were ({given('precision', stored)})")
     for key, what in (("model_fingerprint", "model"), ("tokenizer_fingerprint", "tokenizer")):
         if query_info[key] != info.get(key):
             raise InputError(f"{parameter('model')} {query_info['model']}: its {what} fingerprint {query_info[key]} differs from the index's "
