@@ -10,6 +10,11 @@ and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (
 a resume checked against the module before anything is written and, into another directory, keeping the run's best
 checkpoint (`run.continue_run`). Settings that only make sense for some models are checked against init_from's as
 soon as it is loaded, before any data is read (`check_against_model`).
+
+With `trainer.strategy=ddp` or `fsdp` every rank trains on its own batches (`biotf.training.sharding` shards the
+trunk's blocks, then the task module); rank 0 alone then scores and exports. An FSDP run's modules hold shards, so
+rank 0 consolidates the checkpoints and reads the best one into init_from's model built again, unsharded: the export
+is the one a one-device run writes.
 """
 
 from __future__ import annotations
