@@ -62,8 +62,9 @@ def assert_same_state(actual, expected, atol):
 
 
 @pytest.mark.slow
-def test_full_fine_tuning_under_fsdp_equals_ddp(pretrained, tmp_path):
-    common = ["data.label_column=label", "trainer.max_steps=8", "trainer.val_check_interval=4"]
+@pytest.mark.parametrize("mode", ["full", "frozen"])  # frozen: the head on cached features, the trunk never gathered
+def test_fine_tuning_under_fsdp_equals_ddp(pretrained, tmp_path, mode):
+    common = ["data.label_column=label", "trainer.max_steps=8", "trainer.val_check_interval=4", f"finetune.mode={mode}"]
     fsdp = fine_tune(pretrained, tmp_path / "fsdp", *common, "trainer.strategy=fsdp")
     ddp = fine_tune(pretrained, tmp_path / "ddp", *common, "trainer.strategy=ddp")
     assert len(train_losses(fsdp)) == 8
