@@ -1,6 +1,7 @@
-"""Fine-tuning under `trainer.strategy=fsdp` (FSDP2) on 2 CPU processes over gloo: full and frozen fine-tuning equal DDP's;
-LoRA (a frozen base and trainable adapters in one sharded block) trains, stops and resumes exactly from its sharded
-checkpoint, and ends as the ordinary export, adapters merged, whose predictions are those of its weights read back."""
+"""Fine-tuning under `trainer.strategy=fsdp` (FSDP2) on 2 CPU processes over gloo: full and frozen fine-tuning equal
+DDP's; LoRA (a frozen base and trainable adapters in one sharded block) trains, stops and resumes exactly from its
+sharded checkpoint, and ends as the ordinary export, adapters merged, whose predictions are those of its weights read
+back."""
 
 from __future__ import annotations
 
