@@ -21,8 +21,10 @@ Every check runs on --device and compares with --reference (default cpu), in flo
   the root) on 2 processes against DDP on the same 2, from the same weights on the same batches (gpt2-small's blocks
   on the protein vocabulary, 14 of them at full size: 100.0M parameters; `training_rank`, which
   `scripts/bench.py scale` runs on the CPU): every
-  step's loss equal within `FSDP_LOSS_TOLERANCE`, and the peak memory per device of each printed. Skipped, saying it
-  was not run, where --device has fewer than 2 devices.
+  step's loss equal within `FSDP_LOSS_TOLERANCE`, and the peak memory per device of each printed. Then LoRA
+  fine-tuning of a random protein-small under `trainer.strategy=fsdp` on the 2 devices (bf16-mixed on GPUs) ends with
+  every step done, a finite validation loss and its export (merged, the adapter beside it). Skipped, saying it was
+  not run, where --device has fewer than 2 devices.
 - commands: `biotf embed` (plain and --packing), `score` (plain and --packing), `contacts` and `generate` (greedy)
   with --device, each against the same command with the reference's --device, on random protein-small models saved
   here (one with a contact head, one causal).
@@ -383,7 +385,44 @@ def fsdp_check(device: str, reference: str, size: Size, workdir: Path) -> list[R
     return [Result(name, verdict(difference <= FSDP_LOSS_TOLERANCE),
                    f"{runs['ddp']['parameters'] / 1e6:.1f}M parameters, {len(runs['ddp']['losses'])} AdamW steps: "
                    f"losses differ by at most {difference:.1e} (tolerance {FSDP_LOSS_TOLERANCE:g}); peak per {unit}: "
-                   f"{memory}")]
+                   f"{memory}"), fsdp_finetune_run(kind, size, workdir)]
+
+
+def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
+    """`python train.py experiment=finetune finetune.mode=lora trainer.strategy=fsdp` on 2 devices of `kind` (cuda:
+    bf16-mixed) from a random protein-small saved here, on random proteins labelled by whether they hold a W: every
+    step done, a finite validation loss, the export and its adapter written."""
+    from biotf.checkpoint import save_pretrained
+
+    base = save_pretrained(seeded_model(protein_config(size)), protein_tokenizer(), workdir / "finetune-base")
+    labelled = workdir / "labelled.csv"
+    with open(labelled, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "sequence", "label"])
+        for index, sequence in enumerate(random_proteins(160, size.lengths, seed=7)):
+            writer.writerow([f"p{index}", sequence, "yes" if "W" in sequence else "no"])
+    where = (["trainer=gpu", "trainer.devices=2"] if kind == "cuda"
+             else ["trainer.accelerator=cpu", "trainer.devices=2"])
+    run = workdir / "finetune-run"
+    steps = size.train_steps
+    overrides = ["experiment=finetune", f"init_from={base}", f"data.path={labelled}", "data.id_column=id",
+                 "data.label_column=label", "finetune.mode=lora", *where, "trainer.strategy=fsdp",
+                 f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // 2}", "optim.warmup_steps=1",
+                 "trainer.enable_progress_bar=false", f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
+    name = f"train.py experiment=finetune finetune.mode=lora {' '.join(where)} trainer.strategy=fsdp"
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
+                          capture_output=True, text=True, timeout=1200, env=environment)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-5000:])
+        return Result(name, "FAIL", f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+    summary = json.loads((run / "finetune.json").read_text())
+    exported = all((run / "model" / file).is_file() for file in ("model.safetensors", "adapter.safetensors"))
+    passed = summary["steps"] == steps and np.isfinite(summary["validation"]["loss"]) and exported
+    return Result(name, verdict(passed), (
+        f"{summary['steps']} of {steps} steps, {summary['trainable_parameters']:,} of {summary['parameters']:,} "
+        f"parameters trained; validation loss {summary['validation']['loss']:.3f}, test accuracy "
+        f"{summary['test']['accuracy']:.3f}; export {'written' if exported else 'MISSING'}"))
 
 
 def training_run(mode: str, widths: dict, steps: int, device: str, directory: Path) -> dict:

@@ -169,8 +169,9 @@ def _hydra_job(cfg: DictConfig) -> float:
     try:
         config = validate(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        if config.task is not None:  # a task fine-tunes (biotf.finetune.finetune_run)
-            return train_task(config, run_dir).final_val_loss
+        if config.task is not None:  # a task fine-tunes (biotf.finetune.finetune_run); rank 0 measures
+            summary = train_task(config, run_dir)
+            return summary.final_val_loss if summary is not None else float("nan")
         return train(config, run_dir, final_checks(config)).final_val_loss
     except (BiotfError, OSError) as caught:  # an OSError: a write the system refused that no writer named
         error = user_error(caught)

@@ -80,13 +80,15 @@ class FeatureCollator:
 def task_loader(data: LabelledSet, rows: np.ndarray, collate: TaskCollator, batch_size: int,
                 trainer: L.Trainer | None, seed: int) -> DataLoader:
     """The training loader (`trainer` given): shuffled batches that are a function of (seed, epoch) and that a resume
-    continues mid-epoch, as a language-model run's (`ResumableDataLoader`); otherwise the rows in order."""
+    continues mid-epoch, as a language-model run's (`ResumableDataLoader`), every rank of a distributed run taking
+    its own; otherwise the rows in order (every rank all of them)."""
     generator = torch.Generator().manual_seed(seed)
     dataset = RowDataset(rows)
     if trainer is None:
         return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate, generator=generator)
     # group_batches=1: plain random batches (no length grouping), each sorted by length.
     sampler = LengthGroupedBatchSampler(np.array([len(data.token_ids[r]) for r in rows]), batch_size, shuffle=True,
-                                        seed=seed, group_batches=1)
+                                        seed=seed, group_batches=1, num_replicas=trainer.world_size,
+                                        rank=trainer.global_rank)
     return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=collate, generator=generator,
                                epoch_fn=lambda: trainer.current_epoch)

@@ -10,6 +10,11 @@ and `ckpt_path=<run>/checkpoints/last.ckpt` resumes are a language-model run's (
 a resume checked against the module before anything is written and, into another directory, keeping the run's best
 checkpoint (`run.continue_run`). Settings that only make sense for some models are checked against init_from's as
 soon as it is loaded, before any data is read (`check_against_model`).
+
+With `trainer.strategy=ddp` or `fsdp` every rank trains on its own batches (`biotf.training.sharding` shards the
+trunk's blocks, then the task module); rank 0 alone then scores and exports. An FSDP run's modules hold shards, so
+rank 0 consolidates the checkpoints and reads the best one into init_from's model built again, unsharded: the export
+is the one a one-device run writes.
 """
 
 from __future__ import annotations
@@ -46,16 +51,18 @@ from biotf.model.modes import Mode, build_mode
 from biotf.finetune.task_module import TaskModule, build_task_model, evaluate
 from biotf.finetune.results import PREDICTIONS_FILE, FinetuneSummary, check_same_split, write_predictions
 from biotf.training.hints import data_command
-from biotf.training.run import build_trainer, continue_run, held_run, read_resumed, write_run_files
+from biotf.training.run import build_trainer, consolidate_run, continue_run, held_run, read_resumed, write_run_files
+from biotf.training.sharding import ShardedStrategy
 from biotf.training.rundir import checkpoint_run_dir
 
 INVALID_SMILES_LEFT_OUT = "SMILES RDKit cannot parse (data.invalid_smiles=skip)"  # a reason records are left out
 
 
-def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary:
+def train_task(config: TrainConfig, run_dir: str | Path) -> FinetuneSummary | None:
     """Fine-tune as `config` says, writing everything into `run_dir` (see the module docstring), which this process
     holds while it trains (`held_run`, as a language-model run). Raises `RunInterrupted` after saving last.ckpt
-    when SIGTERM arrives during training; `ckpt_path` resumes from it."""
+    when SIGTERM arrives during training; `ckpt_path` resumes from it. Returns the summary on rank 0 (the only
+    process of a one-device run), None on the other ranks of a distributed one."""
     run_dir = Path(run_dir)
     with held_run(config, run_dir) as control:
         return _train_task(config, run_dir, control)
@@ -87,7 +94,7 @@ def check_against_model(config: TrainConfig, trunk: Transformer, tokenizer: Toke
     return max_length
 
 
-def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> FinetuneSummary:
+def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> FinetuneSummary | None:
     L.seed_everything(config.seed, workers=True, verbose=False)
     resumed = read_resumed(config)
     tokenizer_options = {key: value for key, value in config.finetune.tokenizer_options.items() if value is not None}
@@ -123,11 +130,12 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     monitor = config.finetune.monitor
     trainer = build_trainer(config.trainer, run_dir, control, monitor=f"val/{monitor}",
                             mode="min" if monitor in LOWER_IS_BETTER else "max", patience=config.finetune.patience,
-                            distributed=False)
+                            distributed=config.trainer.strategy != "auto")
     module = TaskModule(model, config, mode, config.trainer.max_steps, n_outputs, control)
     continue_run(config, run_dir, resumed, module, trainer)  # checks the resume before anything is written
     del resumed
-    write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
+    if trainer.is_global_zero:
+        write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
     write_run_files(run_dir, run_config, tokenizer)
     collate = _collator(config, mode, model, tokenizer, data)
     loaders = {name: task_loader(data, rows[name], collate, config.data.batch_size,
@@ -136,6 +144,13 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     trainer.fit(module, train_dataloaders=loaders["train"], val_dataloaders=loaders["validation"],
                 ckpt_path=config.ckpt_path, weights_only=True)
     train_seconds = module.training_time.seconds()
+    if not trainer.is_global_zero:  # every rank trained; rank 0 alone measures and exports
+        return None
+    if isinstance(trainer.strategy, ShardedStrategy):  # its modules hold shards: the checkpoints become whole files,
+        consolidate_run(run_dir / CHECKPOINT_DIR)      # read below into init_from's model built again, unsharded
+        trunk, _ = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
+        module = TaskModule(build_task_model(config, trunk, n_outputs, mode)[0], config, mode,
+                            config.trainer.max_steps, n_outputs, control)
 
     best = trainer.checkpoint_callback.best_model_path or str(run_dir / CHECKPOINT_DIR / "last.ckpt")
     best_checkpoint = read_checkpoint(best)  # its CRC-32 checked

@@ -8,6 +8,7 @@ have gone NaN (fine-tuning has no `trainer.nonfinite=skip`; `check_finetune` ref
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import lightning as L
@@ -24,6 +25,11 @@ from biotf.training.train_config import TrainConfig
 from biotf.finetune.task_metrics import task_metrics
 from biotf.model.modes import Mode
 from biotf.training.optim import build_optimizer, parameter_groups
+
+# Every rank computes the validation metrics over the whole split, so they agree without a reduction; and the
+# outputs of this module's forward (the FSDP2 root's) are read, never changed in place.
+warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('val/.*sync_dist=True")
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPTaskModule\) returned a view tensor")
 
 
 class NonFiniteLoss(BiotfError):
@@ -48,7 +54,7 @@ class TaskModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if not self.mode.trains_trunk:
             self.model.trunk.eval()  # a frozen trunk computes the features of inference (no dropout)
-        out = self.run_batch(batch)
+        out = self(batch)
         # SIGTERM and the wall-time clock, as in a language-model run, and whether the loss is finite on every rank.
         if not agree_on_requests(self, self.control, bool(torch.isfinite(out.loss.detach()))):
             raise NonFiniteLoss("training", float(out.loss.detach()), self.global_step + 1)
@@ -56,8 +62,9 @@ class TaskModule(L.LightningModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=len(batch["labels"]))
         return out.loss
 
-    def run_batch(self, batch: dict[str, torch.Tensor]) -> TaskOutput:
-        """The model on a batch of tokens, or its head alone on a batch of cached trunk features."""
+    def forward(self, batch: dict[str, torch.Tensor]) -> TaskOutput:
+        """The model on a batch of tokens, or its head alone on a batch of cached trunk features. Steps call it as
+        `self(batch)`: under FSDP2 this module is the root, whose forward gathers the head's parameters."""
         if "features" in batch:
             return self.model.from_features(batch["features"], batch["labels"])
         return self.model(batch["input_ids"], batch["attention_mask"], batch["content_mask"], batch["labels"])
@@ -66,7 +73,7 @@ class TaskModule(L.LightningModule):
         self._outputs = []
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        out = self.run_batch(batch)
+        out = self(batch)
         weight = (batch["labels"] != IGNORE_INDEX).sum() if self.model.task == "token" else len(batch["labels"])
         self._outputs.append((out.loss.detach() * weight, torch.as_tensor(weight), out.predictions, batch["labels"]))
 
@@ -93,6 +100,13 @@ class TaskModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.training_time.start()
+
+    def configure_model(self) -> None:
+        """Under `trainer.strategy=fsdp` (`biotf.training.sharding`), each trunk block sharded, then this module (the
+        embedding, final norm and head with it)."""
+        shard = getattr(self.trainer.strategy, "shard", None)
+        if shard is not None:
+            shard(self, list(self.model.trunk.blocks))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_rng_state(checkpoint, self)  # head and trunk dropout after a resume repeat the uninterrupted run

@@ -57,8 +57,9 @@ def test_ddp_of_two_gloo_processes_equals_one_process(gpu_check, tmp_path):
 def test_fsdp_of_two_gloo_processes_equals_ddp_and_reports_memory(gpu_check, tmp_path):
     report = gpu_check.run_checks(["fsdp"], "cpu", "cpu", "tiny", tmp_path)
     assert_all_pass(report)
-    (row,) = report.results
+    row, finetune = report.results
     assert "losses differ by at most" in row.detail and "peak per process (resident memory)" in row.detail, row.detail
+    assert finetune.detail.startswith("4 of 4 steps") and "export written" in finetune.detail, finetune.detail
 
 
 def test_the_step_gate_refuses_a_wrong_gradient_loss_or_parameter_set(gpu_check):
