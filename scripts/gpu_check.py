@@ -425,25 +425,28 @@ def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
         f"{summary['test']['accuracy']:.3f}; export {'written' if exported else 'MISSING'}"))
 
 
-def training_run(mode: str, widths: dict, steps: int, device: str, directory: Path) -> dict:
+def training_run(mode: str, widths: dict, steps: int, device: str, directory: Path,
+                 batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> dict:
     """`training_rank` on 2 processes under torchrun (one thread each): rank 0's report (every rank's figures).
-    `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...)."""
+    `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...); `batch`: each rank's rows x tokens;
+    `recompute`: activation checkpointing (`trainer.gradient_checkpointing`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1")
     output = directory / f"{mode}.json"
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                     str(Path(__file__).resolve()), TRAINING_WORKER, mode, str(output),
-                    json.dumps(widths), str(steps), device], env=env, check=True, capture_output=True, text=True,
-                   cwd=directory)
+                    json.dumps(widths), str(steps), device, json.dumps([*batch, recompute])], env=env, check=True,
+                   capture_output=True, text=True, cwd=directory)
     return json.loads(output.read_text())
 
-def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type: str) -> int:
+def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type: str,
+                  batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> int:
     """One process of `training_run` (launched by torchrun): a ~100M-parameter model wrapped by DDP or sharded by
     `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory while it
     trains and its memory before the model was built (CUDA: allocated, the peak as CUDA counts it; CPU: the resident
-    set, read after each forward, backward and optimizer step), what it holds of the parameters, gradients and AdamW
-    state after the last step (counted from the tensors: its shards under FSDP), its step time, and each step's mean
-    loss, to `output`."""
+    set, its peak the kernel's high-water mark VmHWM, reset once the whole model each rank built is freed), what it
+    holds of the parameters, gradients and AdamW state after the last step (counted from the tensors: its shards
+    under FSDP), its step time, and each step's mean loss, to `output`."""
     import ctypes
     from dataclasses import replace
 
@@ -467,6 +470,21 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
+    def peak_mib() -> float:
+        """The most memory in use since `reset_peak`: CUDA's peak allocation, the kernel's peak resident set."""
+        if device.type == "cuda":
+            return torch.cuda.max_memory_allocated(device) / 2**20
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 2**10
+
+    def reset_peak() -> None:
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        else:  # glibc keeps freed memory until trimmed; writing 5 to clear_refs resets VmHWM to the resident set
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")
+
     def local_mib(tensor: torch.Tensor) -> float:
         """What this rank holds of a tensor: its shard of a sharded one."""
         local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
@@ -478,6 +496,7 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
         config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
         torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
         model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
+        model.gradient_checkpointing = recompute
         parameters = model.num_parameters()
         if mode == "fsdp":
             shard_blocks(model, list(model.blocks))
@@ -485,22 +504,15 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
         else:
             step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        # what the whole model held before sharding is returned (glibc keeps freed memory otherwise): training's own
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        else:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        reset_peak()  # training's own peak, after what the whole model held before sharding is returned
         batches = torch.Generator().manual_seed(1000 + rank)
-        losses, seconds, peak = [], [], memory_mib()
+        losses, seconds = [], []
         for _ in range(steps):
-            ids = torch.randint(4, 24, TRAINING_BATCH, generator=batches).to(device)
+            ids = torch.randint(4, 24, batch, generator=batches).to(device)
             start = time.perf_counter()
             loss = step_model(ids, labels=ids).loss
-            peak = max(peak, memory_mib())  # activations
             loss.backward()
-            peak = max(peak, memory_mib())  # gradients
             optimizer.step()
-            peak = max(peak, memory_mib())  # AdamW's state
             state = sum(local_mib(tensor) for parameter in model.parameters()
                         for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
                         if isinstance(tensor, torch.Tensor))
@@ -509,16 +521,15 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
             distributed.all_reduce(mean)
             seconds.append(time.perf_counter() - start)
             losses.append(float(mean) / world)
-        if device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(device) / 2**20
-        figures = torch.tensor([peak, before, state], dtype=torch.float64, device=device)
+        figures = torch.tensor([peak_mib(), before, state], dtype=torch.float64, device=device)
         gathered = [torch.zeros_like(figures) for _ in range(world)]
         distributed.all_gather(gathered, figures)
         if rank == 0:
             output.write_text(json.dumps({
                 "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
                 "before_mib": [float(g[1]) for g in gathered],
-                "state_mib": [float(g[2]) for g in gathered], "step_seconds": statistics.median(seconds[1:]),
+                "state_mib": [float(g[2]) for g in gathered],
+                "step_seconds": statistics.median(seconds[1:] or seconds),  # the first step left out, if not alone
                 "losses": losses}))
         distributed.barrier()
     finally:
@@ -859,7 +870,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [DDP_WORKER]:
         return ddp_rank(Path(argv[1]), argv[2])
     if argv[:1] == [TRAINING_WORKER]:
-        return training_rank(argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), argv[5])
+        rows, length, recompute = json.loads(argv[6])
+        return training_rank(argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), argv[5], (rows, length),
+                             recompute)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checks", nargs="*", metavar="CHECK", help=f"checks to run (default all: {', '.join(CHECKS)})")
     parser.add_argument("--device", default="cuda", help="where the checked computation runs (default cuda)")

@@ -148,7 +148,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
         return None
     if isinstance(trainer.strategy, ShardedStrategy):  # its modules hold shards: the checkpoints become whole files,
         consolidate_run(run_dir / CHECKPOINT_DIR)      # read below into init_from's model built again, unsharded
-        trunk, _ = load_pretrained(config.init_from, tokenizer_options=tokenizer_options)
+        trunk = load_source(config.init_from, tokenizer_options=tokenizer_options).network
         module = TaskModule(build_task_model(config, trunk, n_outputs, mode)[0], config, mode,
                             config.trainer.max_steps, n_outputs, control)
 

@@ -3,6 +3,7 @@ and resume exactly, reshard onto another number of processes, and end as the sin
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -10,11 +11,14 @@ import time
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from biotf.checkpoint import save_checkpoint
-from biotf.checkpoint.sharded_checkpoint import is_sharded, read_full
+from biotf.checkpoint.loading import load_pretrained
+from biotf.checkpoint.sharded_checkpoint import is_sharded, read_full, verify_sharded
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
+from protein_batches import masked_protein_batch
 from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command, write_proteins
 
 STEPS = 20
@@ -98,25 +102,29 @@ def test_fsdp_trains_as_ddp_does_and_ends_as_one_checkpoint_file(setup, fsdp_run
     assert np.load(output)["embeddings"].shape[0] == 60
 
 
-@pytest.mark.slow
-def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
-    root, common = setup
-    stopped = root / "stopped"
-    process = subprocess.Popen(train_command([*common, "trainer.devices=2", "trainer.strategy=fsdp",
-                                              f"hydra.run.dir={stopped}"]),
-                               cwd=root, env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
-    checkpoint = stopped / "checkpoints" / "last.ckpt"
+def stop_by_sigterm(root, name, *overrides):
+    """Train in `root / name` until the first sharded checkpoint is written, then stop the run with SIGTERM (it saves
+    and exits): its last.ckpt, left sharded (the run did not end), and the step it holds."""
+    process = subprocess.Popen(train_command([*overrides, f"hydra.run.dir={root / name}"]), cwd=root,
+                               env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    checkpoint = root / name / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 300
     while not is_sharded(checkpoint) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 143, err[-3000:]
-    assert is_sharded(checkpoint)  # written by both ranks, left sharded: the run did not end
-    saved = read_full(checkpoint)
-    step = saved["global_step"]
+    assert is_sharded(checkpoint)
+    step = verify_sharded(checkpoint)["global_step"]
     assert 5 <= step < STEPS, step
+    return checkpoint, step
+
+
+@pytest.mark.slow
+def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
+    root, common = setup
+    checkpoint, step = stop_by_sigterm(root, "stopped", *common, "trainer.devices=2", "trainer.strategy=fsdp")
+    saved = read_full(checkpoint)  # written by both ranks
 
     # resharded: written by 2 processes, resumed by 1 (DCP reads every tensor's slices from both ranks' files), equal
     # to a plain 1-process run resumed from the same checkpoint consolidated into one file
@@ -136,3 +144,41 @@ def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
                         f"trainer.gradient_checkpointing={recompute}")
         assert_same_state(last(resumed), last(fsdp_run), atol=1e-7)
         np.testing.assert_allclose(train_losses(resumed), train_losses(fsdp_run)[step:], rtol=0, atol=1e-7)
+
+
+# ESM-2's shape, tiny: what `biotf export-model --hf` writes as an EsmForMaskedLM checkpoint
+TINY_ESM = ["model=esm2-8m", "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=4",
+            "model.d_ff=64", "model.max_seq_len=64"]
+HF_TOL = 1e-5  # float32 logits of the same weights through two implementations (measured: 9e-8)
+
+
+@pytest.mark.slow
+def test_fsdp_checkpoint_of_one_process_resumes_on_two_and_exports_to_transformers(setup, tmp_path, capsys):
+    root, common = setup
+    esm = [*(override for override in common if override != "model=tiny"), *TINY_ESM]
+    checkpoint, step = stop_by_sigterm(root, "one_process", *esm, "trainer.devices=1", "trainer.strategy=fsdp")
+    assert sorted(path.name for path in checkpoint.glob("*.distcp")) == ["__0_0.distcp"]  # one process's shard
+
+    # resharded: the one shard, resumed by 2 processes (DCP reads each rank's slices of it), equal to the same state
+    # resumed on 2 from its single file (each rank taking its shard of the full tensors: the path a DDP checkpoint
+    # takes, tested above equal to the uninterrupted run)
+    single = root / "one_process.ckpt"
+    save_checkpoint(read_full(checkpoint), single)
+    more = [*esm, f"trainer.max_steps={step + 3}", "trainer.devices=2", "trainer.strategy=fsdp"]
+    on_two = train(root, "on_two", *more, f"ckpt_path={checkpoint}")
+    from_file = train(root, "on_two_from_file", *more, f"ckpt_path={single}")
+    assert_same_state(last(on_two), last(from_file), atol=1e-7)
+    assert last(on_two)["global_step"] == step + 3
+    np.testing.assert_allclose(train_losses(on_two), train_losses(from_file), rtol=0, atol=1e-7)
+
+    # the finished run's consolidated checkpoint, exported as a Hugging Face ESM checkpoint, computes in
+    # `transformers` what it computes in biotf
+    exported = tmp_path / "hf"
+    assert biotf_main(["export-model", str(on_two), str(exported), "--hf"]) == 0, capsys.readouterr().err
+    assert json.loads((exported / "config.json").read_text())["architectures"] == ["EsmForMaskedLM"]
+    model, _ = load_pretrained(on_two)
+    theirs = transformers.EsmForMaskedLM.from_pretrained(exported).eval()
+    ids, mask = masked_protein_batch()
+    with torch.no_grad():
+        difference = (model(ids, attention_mask=mask).logits - theirs(ids, attention_mask=mask).logits).abs()
+    assert difference[mask.bool()].max().item() <= HF_TOL
