@@ -38,6 +38,7 @@ from biotf.checkpoint.task_export import TaskInfo
 from biotf.checkpoint.task_model import load_task_model
 from biotf.errors import CheckpointError
 from biotf.model import Transformer
+from biotf.model.heads import TaskModel
 from biotf.model.hf import Materialise
 from biotf.model.hf.fair_esm import is_fair_esm_file
 from biotf.tokenizers import AminoAcidTokenizer, load_tokenizer
