@@ -144,14 +144,14 @@ def test_an_esm2_checkpoint_stays_at_the_gates_against_transformers_fp32(esm2_ch
 def test_a_broken_int8_scale_is_refused_in_one_line_naming_the_model(trained_model, monkeypatch):
     from biotf.model import int8
 
-    quantize = int8.quantized_weight
+    rounded = int8.error_fed
 
-    def wrong_scale(weight, per_channel):  # the right integers under four times their scale
-        right = quantize(weight, per_channel)
+    def wrong_scale(*args):  # the right integers under four times their scale
+        right = rounded(*args)
         return torch._make_per_channel_quantized_tensor(right.int_repr(), right.q_per_channel_scales() * 4,
                                                         right.q_per_channel_zero_points(), 0)
 
-    monkeypatch.setattr(int8, "quantized_weight", wrong_scale)
+    monkeypatch.setattr(int8, "error_fed", wrong_scale)
     with pytest.raises(PrecisionError) as refused:
         biotf.Model.load(trained_model, precision="int8")
     message = str(refused.value)
@@ -288,7 +288,7 @@ def test_outliers_refuse_per_tensor_int8_and_pass_per_channel_smoothed_int8(trai
                                biotf.Model.load(trained_model).embed(sequences), rtol=1e-4, atol=1e-5)
     chosen = biotf.Model.load(outliers, precision="int8").precision
     assert chosen.precision == "int8" and chosen.fidelity.cosine >= 0.999 and chosen.fidelity.drift < 0.05, chosen
-    assert "per-channel int8 weights, SmoothQuant alpha 0.5" in str(chosen), str(chosen)
+    assert "per-channel int8 weights, GPTQ rounding, SmoothQuant alpha 0.5" in str(chosen), str(chosen)
     assert "fitted on 20 seeded rows" in str(chosen)
     assert chosen.identity() == {"precision": "int8", "precision_scheme": chosen.scheme}
     monkeypatch.setitem(precision.CONVERSIONS, "int8", functools.partial(precision._to_int8, scheme=PER_TENSOR))
