@@ -10,13 +10,14 @@
   shape, 8 x 512 tokens): bf16 weights 1.5x fp32, autocast 1.1x (it casts every weight on every call), float32
   activations around bf16 products 0.9x (the casts).
 - **int8**: every nn.Linear of the transformer blocks becomes a `SmoothedInt8Linear` (`biotf.model.int8`): int8
-  weights with one scale per output channel, activations smoothed per channel (SmoothQuant) and quantized per call,
-  biases corrected, all fitted on a forward of the calibration batch's fitting rows (seeded sequences other than the
-  gate's); torch's dynamic-quantization product (fbgemm's kernels, VNNI where the CPU has it). The embedding, the
-  norms, attention itself, the residual stream, the LM head and task or contact heads stay in fp32. What was fitted
-  is in `PrecisionChoice.scheme` (the summary line and `identity()`). torchao 0.18's int8 configurations were
-  measured slower than fp32 in eager mode on the same CPU (0.5-0.65x on a 320 x 1280 MLP), where this path ran
-  1.7x; `torch._int_mm` 1.2x and `torch._weight_int8pack_mm` 0.55x fp32 on a 8192 x 320 x 1280 product.
+  weights with one scale per output channel rounded by GPTQ, activations smoothed per channel (SmoothQuant) and
+  quantized per call, biases corrected, all fitted on a forward of the calibration batch's fitting rows (seeded
+  sequences other than the gate's); oneDNN's int8 matmul (AMX-INT8 or VNNI) where the CPU has int8 dot products,
+  else torch's dynamic-quantization product (fbgemm). The embedding, the norms, attention itself, the residual
+  stream, the LM head and task or contact heads stay in fp32. What was fitted is in `PrecisionChoice.scheme` (the
+  summary line and `identity()`). torchao 0.18's int8 configurations were measured slower than fp32 in eager mode
+  on the same CPU (0.5-0.65x on a 320 x 1280 MLP); `torch._int_mm` 1.2x and `torch._weight_int8pack_mm` 0.55x fp32
+  on a 8192 x 320 x 1280 product.
 - **auto** (`auto_precisions`): the first that passes the gate of bf16 where the device computes it natively (x86
   flags `amx_bf16` or `avx512_bf16`, ARM `bf16`; a CUDA device that supports bf16), then int8 where the CPU has int8
   dot products (`amx_int8`, `avx512_vnni`, `avx_vnni`, ARM `asimddp`), then fp32: bf16 was measured faster than int8
