@@ -2,7 +2,8 @@
 
 `set_precision(..., "int8")` (`biotf.model.precision`) replaces every plain nn.Linear of the transformer blocks with
 a `SmoothedInt8Linear`, fitted on the model's own inputs (`input_statistics`: a forward of seeded in-vocabulary
-sequences, the calibration batch's fitting rows, recording each linear's per-channel input maximum and mean):
+sequences, the calibration batch's fitting rows, recording each linear's per-channel input maximum and mean and its
+inputs' Gram matrix):
 
 - **weights per output channel** (`Int8Scheme.per_channel`): one symmetric scale per row, so a row of small weights
   is not rounded to a few levels because another row is large (one scale per matrix refused a real ESM-2 8M at
@@ -40,7 +41,6 @@ predictions sum over every position, sits near the gate for any 8-bit rounding: 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -96,28 +96,10 @@ class InputStatistics:
     gram: torch.Tensor
 
 
-def input_statistics(network: nn.Module, linears: Mapping[str, nn.Linear], ids: torch.Tensor) -> dict[str,
-                                                                                                    InputStatistics]:
-    """Each of `linears`' input statistics over a forward of `network` (a `Transformer`) on `ids`."""
-    absmax, total, rows, gram, hooks = {}, {}, {}, {}, []
-
-    def record(name: str, inputs: tuple[torch.Tensor, ...]) -> None:
-        x = inputs[0].detach().reshape(-1, inputs[0].shape[-1])
-        absmax[name] = torch.maximum(absmax.get(name, torch.zeros(x.shape[1])), x.abs().amax(0).float().cpu())
-        total[name] = total.get(name, 0) + x.double().sum(0).cpu()
-        rows[name] = rows.get(name, 0) + x.shape[0]
-        gram[name] = gram.get(name, 0) + (x.float().T @ x.float()).cpu()
-
-    for name, linear in linears.items():
-        hooks.append(linear.register_forward_pre_hook(lambda _, inputs, name=name: record(name, inputs)))
-    try:
-        with torch.inference_mode():
-            network.encode(ids.to(network.device))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return {name: InputStatistics(absmax[name], (total[name] / rows[name]).float(), gram[name])
-            for name in absmax}
+def input_statistics(x: torch.Tensor) -> InputStatistics:
+    """The statistics of one linear's inputs `x` (..., in) on the fitting rows."""
+    x = x.detach().reshape(-1, x.shape[-1]).float().cpu()
+    return InputStatistics(x.abs().amax(0), x.double().mean(0).float(), x.T @ x)
 
 
 def quantized_weight(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
@@ -234,12 +216,27 @@ def quantized_activations(x: torch.Tensor, levels: int) -> tuple[torch.Tensor, f
 
 def quantize_linears(network: nn.Module, ids: torch.Tensor, scheme: Int8Scheme) -> list[tuple[nn.Module, str,
                                                                                                nn.Linear]]:
-    """Every plain nn.Linear of `network.blocks` replaced in place by a `SmoothedInt8Linear` fitted on a forward of
-    `ids`; returns (parent, name, the fp32 linear) for each, to undo. Adapters (LoRALinear: a subclass) keep their
-    forward, in fp32."""
+    """Every plain nn.Linear of `network.blocks` replaced in place by a `SmoothedInt8Linear` fitted on its inputs in a
+    forward of `ids`; returns (parent, name, the fp32 linear) for each, to undo. Each is fitted as soon as its inputs
+    are seen, so that one Gram matrix at a time is held (a model's every in x in would be gigabytes for ESM-2 650M).
+    Adapters (LoRALinear: a subclass) keep their forward, in fp32."""
     found = [(f"{path}.{name}", parent, name, child) for path, parent in network.blocks.named_modules()
              for name, child in parent.named_children() if type(child) is nn.Linear]
-    statistics = input_statistics(network, {key: child for key, _, _, child in found}, ids)
-    for key, parent, name, child in found:
-        setattr(parent, name, SmoothedInt8Linear(child, statistics[key], scheme))
+    fitted: dict[str, SmoothedInt8Linear] = {}
+
+    def fit(key: str, linear: nn.Linear, inputs: tuple[torch.Tensor, ...]) -> None:
+        if key in fitted:  # Transformer.encode runs each block's linears once
+            raise RuntimeError(f"{key} ran twice in int8's fitting forward, which fits each linear on one call")
+        fitted[key] = SmoothedInt8Linear(linear, input_statistics(inputs[0]), scheme)
+
+    hooks = [child.register_forward_pre_hook(lambda module, inputs, key=key: fit(key, module, inputs))
+             for key, _, _, child in found]
+    try:
+        with torch.no_grad():  # not inference_mode: the fitted buffers outlive it
+            network.encode(ids.to(network.device))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for key, parent, name, _ in found:
+        setattr(parent, name, fitted[key])
     return [(parent, name, child) for _, parent, name, child in found]
