@@ -118,9 +118,20 @@ def error_fed(weight: torch.Tensor, quantized: torch.Tensor, gram: torch.Tensor)
     """`quantized`'s integers chosen again by GPTQ (Frantar et al. 2023) at its per-row scales: the columns of
     `weight` rounded in turn, each one's rounding error spread over the columns not yet rounded through the inverse
     of `gram` (the inputs' x x^T, damped by `GPTQ_DAMPING` of its mean diagonal), so that the product's error on those
-    inputs shrinks rather than the weights'. Blocks of `GPTQ_BLOCK` columns: the per-column updates stay small (one
-    thread: no thread barrier per column on a busy machine), the rest is one product per block."""
-    scales = quantized.q_per_channel_scales().double()[:, None]
+    inputs shrinks rather than the weights'. Blocks of `GPTQ_BLOCK` columns: the per-column updates stay small, the
+    rest is one product per block; in float64 (in float32 the second seed of `bench.py inference`'s shape drifted
+    0.103 nats, refused, against 0.096; visiting the columns by decreasing input energy drifted more on both seeds).
+    On one thread: thousands of small operations, which two threads on a busy machine ran 2.7x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _error_fed(weight, quantized, gram)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _error_fed(weight: torch.Tensor, quantized: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    scales = quantized.q_per_channel_scales()[:, None]  # float64, as the rest
     w = weight.double().clone()
     h = gram.double().clone()
     dead = h.diagonal() == 0  # an input never non-zero: its column multiplies nothing
