@@ -30,9 +30,9 @@ hidden state within `COSINE_GATE` (cosine) of fp32 and its strided pseudo-log-li
 masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats; a network without an
 LM head has no likelihoods, so it is gated on its hidden states alone and its figures say so. A precision asked
 for by name that fails is refused in one line (`PrecisionError`); `auto` tries its next and says why. The cost
-is two forwards of 20 x 64 tokens at load for each precision tried (int8: a third, on the fitting rows), and no copy
-of the network: the fp32 weights are kept until the gate passes (a bf16 network's peak is fp32 + bf16 weights, an
-int8 one's fp32 + int8).
+is two forwards of 20 x 64 tokens at load for each precision tried (int8: a third, on the fitting rows, and GPTQ's
+rounding: `biotf.model.int8`), and no copy of the network: the fp32 weights are kept until the gate passes (a bf16
+network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8, and one linear's inputs' Gram matrix at a time).
 """
 
 from __future__ import annotations
