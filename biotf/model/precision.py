@@ -235,13 +235,15 @@ def auto_precisions(device: torch.device | str = "cpu", flags: Collection[str] |
 
 
 def int8_scheme(flags: Collection[str] | None = None) -> Int8Scheme:
-    """The int8 scheme for this CPU (`flags`: default `cpu_flags()`): where it has int8 dot products (VNNI, AMX) and
-    torch has oneDNN, 8-bit activations through oneDNN's products (AMX tiles where the CPU has them); else 7-bit
-    ones through fbgemm's (its AVX2 products saturate at 8)."""
+    """The int8 scheme for this CPU (`flags`: default `cpu_flags()`): 8-bit activations where it has int8 dot
+    products, through oneDNN's products on x86 (AMX tiles or VNNI) where torch has oneDNN, else through torch's dynamic
+    quantized linear (fbgemm; on ARM its quantized engine); 7-bit ones through fbgemm's where it has none (its AVX2
+    products saturate at 8)."""
     flags = cpu_flags() if flags is None else flags
-    if any(flag in flags for flag in NATIVE_INT8_FLAGS):
-        return Int8Scheme(kernel="onednn" if torch.backends.mkldnn.is_available() else "fbgemm")
-    return Int8Scheme(activation_bits=7, kernel="fbgemm")
+    if not any(flag in flags for flag in NATIVE_INT8_FLAGS):
+        return Int8Scheme(activation_bits=7, kernel="fbgemm")
+    x86 = any(flag in flags for flag in NATIVE_INT8_FLAGS if flag != "asimddp")  # oneDNN's int8 matmul is x86's
+    return Int8Scheme(kernel="onednn" if x86 and torch.backends.mkldnn.is_available() else "fbgemm")
 
 
 Conversion = tuple[Callable[[], None], str]  # its undo, and what it did where a summary should say more than its name

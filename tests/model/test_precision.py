@@ -305,6 +305,7 @@ def test_the_int8_scheme_follows_the_cpus_int8_dot_products():
     assert precision.int8_scheme(XEON_AMX) == Int8Scheme(
         kernel="onednn" if torch.backends.mkldnn.is_available() else "fbgemm")
     assert precision.int8_scheme(EPYC_AVX2) == Int8Scheme(activation_bits=7, kernel="fbgemm")
+    assert precision.int8_scheme({"asimd", "asimddp"}) == Int8Scheme(kernel="fbgemm")  # ARM: no oneDNN int8 matmul
     with pytest.raises(ValueError, match="int8 kernel"):
         Int8Scheme(kernel="cublas")
 
