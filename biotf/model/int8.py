@@ -18,7 +18,7 @@ inputs' Gram matrix):
   values that drifted more on the gate's rows than 0.5 did.
 - **GPTQ rounding** (Frantar et al. 2023; `Int8Scheme.gptq`, `error_fed`): at the same per-row scales, the
   weights' columns are rounded in turn and each one's rounding error is spread over the columns not yet rounded, through
-  the inverse of the fitting inputs' Gram matrix (kept per linear: in x in floats), so that the product's error on
+  the inverse of the fitting inputs' Gram matrix (in x in, one linear's at a time), so that the product's error on
   those inputs shrinks rather than the weights'. On the random ESM-2 8M shape of `bench.py inference` it took the
   gate's drift from 0.091 to 0.024 nats (seed 0) and from 0.243, refused, to 0.096 (seed 1).
 - **bias correction** (Nagel et al. 2019; `Int8Scheme.bias_correction`): the rounded weights shift every output by
@@ -26,10 +26,11 @@ inputs' Gram matrix):
 - **the product** (`Int8Scheme.kernel`): activations quantized per call to 8 bits with one scale and zero point over
   their range (`quantized_activations`: one pass for the range, one to quantize, the codes read in place), then
   oneDNN's int8 matmul (`torch.ops.onednn.qlinear_pointwise`, AMX-INT8 tiles or VNNI, float32 out, the bias added in
-  it), where the CPU has int8 dot products; elsewhere torch's dynamic quantized linear (fbgemm) with 7-bit
-  activations (its AVX2 products would saturate at 8). On a Xeon with AMX, on an 8,192 x 320 x 1,280 product, the
-  oneDNN product alone ran 3.6x fp32 and fbgemm's whole dynamic linear 2.3x; with the activations' quantization the
-  oneDNN linear is about 2x, against bf16's 4.6x (docs/benchmarks.md).
+  it), where an x86 CPU has int8 dot products; elsewhere torch's dynamic quantized linear (fbgemm), with 7-bit
+  activations where the CPU has no int8 dot products (its AVX2 products would saturate at 8). On a Xeon with AMX,
+  on an 8,192 x 320 x 1,280 product, the oneDNN product alone ran 3.6x fp32 and fbgemm's whole dynamic linear 2.3x;
+  with the activations' quantization the oneDNN linear ran 2.6x (3.0x on 8,192 x 1,280 x 320), against bf16's 4.6x
+  (8.2x): quantizing the input costs about what the bf16 product saves (docs/benchmarks.md).
 
 Measured on the random ESM-2 8M shape of `bench.py inference` (the gate's figures against fp32): per-tensor 0.99910
 cosine / 0.317 nats; per-channel alone 0.99940 / 0.351 nats with 7-bit activations; per-channel with smoothing and
