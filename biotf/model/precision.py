@@ -10,13 +10,14 @@
   shape, 8 x 512 tokens): bf16 weights 1.5x fp32, autocast 1.1x (it casts every weight on every call), float32
   activations around bf16 products 0.9x (the casts).
 - **int8**: every nn.Linear of the transformer blocks becomes a `SmoothedInt8Linear` (`biotf.model.int8`): int8
-  weights with one scale per output channel, activations smoothed per channel (SmoothQuant) and quantized per call,
-  biases corrected, all fitted on a forward of the calibration batch's fitting rows (seeded sequences other than the
-  gate's); torch's dynamic-quantization product (fbgemm's kernels, VNNI where the CPU has it). The embedding, the
-  norms, attention itself, the residual stream, the LM head and task or contact heads stay in fp32. What was fitted
-  is in `PrecisionChoice.scheme` (the summary line and `identity()`). torchao 0.18's int8 configurations were
-  measured slower than fp32 in eager mode on the same CPU (0.5-0.65x on a 320 x 1280 MLP), where this path ran
-  1.7x; `torch._int_mm` 1.2x and `torch._weight_int8pack_mm` 0.55x fp32 on a 8192 x 320 x 1280 product.
+  weights with one scale per output channel rounded by GPTQ, activations smoothed per channel (SmoothQuant) and
+  quantized per call, biases corrected, all fitted on a forward of the calibration batch's fitting rows (seeded
+  sequences other than the gate's); oneDNN's int8 matmul (AMX-INT8 or VNNI) where the CPU has int8 dot products,
+  else torch's dynamic-quantization product (fbgemm). The embedding, the norms, attention itself, the residual
+  stream, the LM head and task or contact heads stay in fp32. What was fitted is in `PrecisionChoice.scheme` (the
+  summary line and `identity()`). torchao 0.18's int8 configurations were measured slower than fp32 in eager mode
+  on the same CPU (0.5-0.65x on a 320 x 1280 MLP); `torch._int_mm` 1.2x and `torch._weight_int8pack_mm` 0.55x fp32
+  on a 8192 x 320 x 1280 product.
 - **auto** (`auto_precisions`): the first that passes the gate of bf16 where the device computes it natively (x86
   flags `amx_bf16` or `avx512_bf16`, ARM `bf16`; a CUDA device that supports bf16), then int8 where the CPU has int8
   dot products (`amx_int8`, `avx512_vnni`, `avx_vnni`, ARM `asimddp`), then fp32: bf16 was measured faster than int8
@@ -29,9 +30,9 @@ hidden state within `COSINE_GATE` (cosine) of fp32 and its strided pseudo-log-li
 masked once over the copies; causal models: its log-likelihood) within `LIKELIHOOD_GATE` nats; a network without an
 LM head has no likelihoods, so it is gated on its hidden states alone and its figures say so. A precision asked
 for by name that fails is refused in one line (`PrecisionError`); `auto` tries its next and says why. The cost
-is two forwards of 20 x 64 tokens at load for each precision tried (int8: a third, on the fitting rows), and no copy
-of the network: the fp32 weights are kept until the gate passes (a bf16 network's peak is fp32 + bf16 weights, an
-int8 one's fp32 + int8).
+is two forwards of 20 x 64 tokens at load for each precision tried (int8: a third, on the fitting rows, and GPTQ's
+rounding: `biotf.model.int8`), and no copy of the network: the fp32 weights are kept until the gate passes (a bf16
+network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8, and one linear's inputs' Gram matrix at a time).
 """
 
 from __future__ import annotations
@@ -235,9 +236,14 @@ def auto_precisions(device: torch.device | str = "cpu", flags: Collection[str] |
 
 def int8_scheme(flags: Collection[str] | None = None) -> Int8Scheme:
     """The int8 scheme for this CPU (`flags`: default `cpu_flags()`): 8-bit activations where it has int8 dot
-    products (VNNI, AMX), else 7 (fbgemm's AVX2 products saturate at 8)."""
+    products, through oneDNN's products on x86 (AMX tiles or VNNI) where torch has oneDNN, else through torch's dynamic
+    quantized linear (fbgemm; on ARM its quantized engine); 7-bit ones through fbgemm's where it has none (its AVX2
+    products saturate at 8)."""
     flags = cpu_flags() if flags is None else flags
-    return Int8Scheme(activation_bits=8 if any(flag in flags for flag in NATIVE_INT8_FLAGS) else 7)
+    if not any(flag in flags for flag in NATIVE_INT8_FLAGS):
+        return Int8Scheme(activation_bits=7, kernel="fbgemm")
+    x86 = any(flag in flags for flag in NATIVE_INT8_FLAGS if flag != "asimddp")  # oneDNN's int8 matmul is x86's
+    return Int8Scheme(kernel="onednn" if x86 and torch.backends.mkldnn.is_available() else "fbgemm")
 
 
 Conversion = tuple[Callable[[], None], str]  # its undo, and what it did where a summary should say more than its name
