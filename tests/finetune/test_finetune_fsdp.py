@@ -91,7 +91,7 @@ def predictions_of_weights(pretrained, state_dict, records):
     from biotf.checkpoint.loading import load_pretrained
     from biotf.data.collators import content_mask
     from biotf.model.lora import apply_lora
-    from biotf.model.tasks import TaskModel
+    from biotf.model.heads import TaskModel
 
     trunk, tokenizer = load_pretrained(pretrained / "base")
     apply_lora(trunk, ["qkv", "out"], rank=8, alpha=16.0)
