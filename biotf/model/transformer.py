@@ -77,7 +77,7 @@ from biotf.model.contacts import ContactHead, predict_contacts
 from biotf.model.head import HeadTransform
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
-from biotf.model.positions import build_positions, embedding_table
+from biotf.model.positions import AlibiPositions, build_positions, embedding_table
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -429,7 +429,8 @@ class Transformer(nn.Module):
                              window=self.window_span if windowed else None,
                              key_padding=None if attention_mask is None else attention_mask.bool(),
                              bias=self.positions.attention_bias if biased else None,
-                             chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids)
+                             chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids,
+                             slopes=tuple(self.positions.slopes) if isinstance(self.positions, AlibiPositions) else None)
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
         if segment_ids is not None and self.segment_call_cost is not None:  # packed rows: records apart if cheaper
