@@ -34,12 +34,26 @@ from contextlib import contextmanager
 
 import torch
 
+from biotf.model.attention_mask import AttentionMask
+
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 # Query rows per block: the diagonal block is heads x ROWS^2 floats (4 MiB at 4 heads), each chunk three kernel calls.
 # 512 measured fastest of 256 / 512 / 1,024 / 4,096 on protein-small's shape at 8k-64k tokens (docs/benchmarks.md).
 ROWS = 512
+
+# Above this many elements of the whole mask (heads x queries x keys: 1,024 tokens at 4 heads) ALiBi attention runs
+# in blocks even where its mask would fit `Transformer.attention_element_budget` (docs/benchmarks.md: at 4k tokens
+# the training step took as long with the whole mask as with the blocks at 8k).
+WHOLE_MASK_ELEMENTS = 2 ** 22
+
+
+def applies(mask: AttentionMask, dtype: torch.dtype, device: torch.device, dropout: bool) -> bool:
+    """Whether attention under `mask` can run in blocks: ALiBi and causality alone (`AttentionMask.alibi_alone`),
+    float32 on the CPU (the kernel), no attention dropout (it has none)."""
+    return mask.alibi_alone and dtype == torch.float32 and device.type == "cpu" and not dropout
+
 
 Block = tuple[int, int, torch.Tensor, torch.Tensor | None]  # key start, key stop, mask, row constant (heads, rows)
 

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from biotf.model.alibi_blocks import ROWS as ALIBI_ROWS, AlibiBlocks
+from biotf.model import alibi_blocks
+from biotf.model.alibi_blocks import AlibiBlocks
 from biotf.model.attention_mask import AttentionMask, SegmentBatches
 from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
@@ -127,14 +128,13 @@ class Attention(nn.Module):
         what backward keeps is the queries, keys and values, not every chunk's mask and scores.
         ALiBi alone in float32 on the CPU skips the mask: `alibi_blocks` (PyTorch's flash kernel, nothing
         recomputed)."""
-        if (self.alibi_blocks and mask.alibi_alone and q.dtype == torch.float32 and q.device.type == "cpu"
-                and not (self.training and self.dropout > 0)):
+        if self.alibi_blocks and alibi_blocks.applies(mask, q.dtype, q.device, self.training and self.dropout > 0):
             group = self.n_heads // self.n_kv_heads
             if group > 1:
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             slopes = torch.tensor(mask.slopes, dtype=torch.float32, device=q.device)
             # The diagonal block (heads x rows^2) within the element budget, as the chunks' masks are.
-            rows = max(1, min(ALIBI_ROWS, math.isqrt(mask.chunk_rows * mask.keys)))
+            rows = max(1, min(alibi_blocks.ROWS, math.isqrt(mask.chunk_rows * mask.keys)))
             return AlibiBlocks.apply(q, k, v, slopes, mask.causal, rows, self.scale, self.report_rows)
         recompute = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         outputs, start = [], 0

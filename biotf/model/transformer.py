@@ -50,7 +50,8 @@ Plain PyTorch throughout (`nn.Linear`, SDPA). Three choices for speed, invisible
 q/k/v are one fused projection and the SwiGLU gate/up another (`biotf.model.hf` maps them explicitly), the mask is
 built once per forward for every layer, and the unpadded causal case lets SDPA apply causality itself. Long inputs:
 a mask larger than `attention_element_budget` is never built; attention runs in chunks of queries instead
-(`attention_mask.py`), so memory grows linearly with length.
+(`attention_mask.py`), so memory grows linearly with length; ALiBi alone (no padding) in float32 on the CPU is never
+built past 1,024 tokens at 4 heads (`alibi_blocks.py`: the flash kernel on blocks of keys).
 Decoding's own optimisations (weight layout, last-position prefill) live in `biotf.inference.fast`.
 """
 
@@ -69,6 +70,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from biotf.errors import ConfigError, InputError
+from biotf.model import alibi_blocks
+from biotf.model.attention import Attention
 from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
 from biotf.model.kv_cache import KVCache
@@ -410,7 +413,8 @@ class Transformer(nn.Module):
         the sliding window), so that its fused kernels never build a mask; otherwise `AttentionMask`'s whole block (a
         boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
         `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
-        the description itself otherwise (attention then runs in chunks). Packed rows whose mask fits carry their
+        the description itself otherwise (attention then runs in chunks), and for ALiBi alone where `alibi_blocks`
+        applies above its `WHOLE_MASK_ELEMENTS` (attention then runs without the mask). Packed rows whose mask fits carry their
         records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
         """
         causal = self.config.causal
@@ -433,6 +437,12 @@ class Transformer(nn.Module):
                              slopes=tuple(self.positions.slopes) if isinstance(self.positions, AlibiPositions) else None)
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
+        if Attention.alibi_blocks and mask.elements() > alibi_blocks.WHOLE_MASK_ELEMENTS:  # ALiBi without its mask
+            device = query_positions.device
+            dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else \
+                self.embed.weight.dtype
+            if alibi_blocks.applies(mask, dtype, device, self.training and self.config.dropout > 0):
+                return mask, False
         if segment_ids is not None and self.segment_call_cost is not None:  # packed rows: records apart if cheaper
             batches = SegmentBatches.of(mask, heads * self.config.head_dim, self.segment_call_cost)
             if batches is not None:

@@ -21,8 +21,9 @@ loaded (load average >= cores), every core otherwise; `--quick` stops at 16k. Ta
 the memory (`peak growth` lines).
 
 First, the training step over 2k-64k tokens (`--quick`: 2k-8k) with ALiBi, its time, FLOP rate and peak RSS side by
-side: attention without its mask (`biotf.model.alibi_blocks`, what runs) against the masked chunks it replaced
-(`Attention.alibi_blocks = False`), alternating which runs first at each length. FLOPs counted for the trunk's
+side: attention without its mask (`biotf.model.alibi_blocks`, what runs) against attention with it ("masked":
+`Attention.alibi_blocks = False`, the whole mask up to 4k tokens, chunks of queries with their mask above),
+alternating which runs first at each length. FLOPs counted for the trunk's
 forward + backward, 3x the forward's (backward: twice the forward's matrix products): per layer 4 L^2 d_model for
 attention (q k^T and probabilities x v, 2 FLOPs per multiply-add) and 2 L (4 d_model^2 + 2 d_model d_ff) for the
 q, k, v, output and feed-forward projections; the masked chunks' recomputed forward is not counted (it is their
@@ -42,7 +43,7 @@ QUICK_LENGTHS = LENGTHS[:2]
 SIDES = ("biotf rope", "biotf alibi", "transformers esm")
 STEP_LENGTHS = (2_048, 4_096, 8_192, 16_384, 32_768, 65_536)
 QUICK_STEP_LENGTHS = STEP_LENGTHS[:3]
-STEP_SIDES = ("biotf alibi", "biotf alibi, masked chunks")
+STEP_SIDES = ("biotf alibi", "biotf alibi, masked")
 MODES = ("forward", "forward+backward")
 TIMEOUT_S = {True: 20 * 60, False: 6 * 60 * 60}  # per case: quick, full
 GROWTH_TARGET = 4.5
@@ -81,7 +82,7 @@ if side == "transformers esm":
 else:
     from biotf.model.attention import Attention
 
-    Attention.alibi_blocks = not side.endswith("masked chunks")
+    Attention.alibi_blocks = not side.endswith("masked")
     model = Transformer(config.replace(pos=side.split()[1].rstrip(","), max_seq_len=None))
     trunk = lambda ids: model.encode(ids).last_hidden_state
 

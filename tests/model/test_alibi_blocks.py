@@ -121,3 +121,23 @@ def test_the_denormal_flush_is_restored(before):
         assert (torch.tensor([1e-39]).mul(1.0).item() == 0.0) is before
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_alibi_whose_mask_fits_the_budget_runs_in_blocks_above_a_size(monkeypatch):
+    """Under the element budget, a float32 ALiBi input with more than `WHOLE_MASK_ELEMENTS` mask elements runs in
+    blocks (equal to its whole mask's outputs); under that size, or in bf16 or under bf16 autocast, the mask is built
+    whole."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=30, d_model=32, n_layers=1, n_heads=4, d_ff=64, pos="alibi",
+                                          init_std=0.2))
+    ids = torch.randint(0, 30, (1, 40))
+    expected = model(ids).logits
+    calls = counted(monkeypatch)
+    monkeypatch.setattr(alibi_blocks, "WHOLE_MASK_ELEMENTS", 4 * 40 * 40 - 1)
+    torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=TOLERANCE)
+    assert len(calls) == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids)
+    monkeypatch.setattr(alibi_blocks, "WHOLE_MASK_ELEMENTS", 4 * 40 * 40)
+    model(ids)
+    assert len(calls) == 1
