@@ -2,8 +2,8 @@
 bias is a function of the key alone, merged by their log-sum-exp.
 
 The ALiBi bias -slope_h * |i - j| is a (heads x queries x keys) tensor; built per chunk of queries it costs more
-than the attention itself (at 64k tokens, protein-small, the chunks' masks were most of a training step's time),
-and SDPA's kernel reads it again in backward. But for query rows [a, b) at positions p..p + r:
+than the attention itself, and SDPA's kernel reads it again in backward (protein-small's training step at 8k tokens:
+33.5 CPU seconds with the chunks' masks, 6.9 without). But for query rows [a, b) at positions p..p + r:
 - a key j before the rows (j < p) has bias -s (i - j) = s (j - p) - s (i - p): a (heads, 1, keys) row shared by all
   query rows, plus a constant per row;
 - a key after them (j >= p + r, bidirectional only) has bias s (p + r - j) + s (i - p - r), the same form;
@@ -18,8 +18,8 @@ does). Nothing of size queries x keys is built or kept: memory is linear in the 
 Denormal floats are flushed to zero while the kernel runs (and the setting restored): the steep heads' far keys
 give probabilities below float32's smallest normal number (exp(-88)), whose arithmetic costs the CPU many times a
 normal one's; in backward, where the blocks' scores are taken against the whole row's log-sum-exp, whole blocks are
-such numbers (protein-small at 8k tokens: backward 3.4x slower without the flush). What the flush drops is under
-1e-38, far below float32's rounding of the sums it joins.
+such numbers (protein-small at 8k tokens: the blocks' backward 3.2-3.3x slower without the flush). What the flush
+drops is under 1e-38, far below float32's rounding of the sums it joins.
 
 Positions are relative to the chunk's first row, so the row masks stay small where probabilities are not
 negligible: outputs and gradients equal the whole masked call's to float32 rounding (tests/model/test_alibi_blocks.py).
@@ -40,7 +40,8 @@ FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 # Query rows per block: the diagonal block is heads x ROWS^2 floats (4 MiB at 4 heads), each chunk three kernel calls.
-# 512 measured fastest of 256 / 512 / 1,024 / 4,096 on protein-small's shape at 8k-64k tokens (docs/benchmarks.md).
+# On protein-small's shape at 8k and 16k tokens, one thread of a loaded 2-core machine, 256 to 2,048 rows ran within
+# 20% of each other (1,024 fastest, 512 second) and as fast as SDPA without any mask; docs/benchmarks.md has 512's.
 ROWS = 512
 
 # Above this many elements of the whole mask (heads x queries x keys: 1,024 tokens at 4 heads) ALiBi attention runs

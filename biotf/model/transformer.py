@@ -414,8 +414,8 @@ class Transformer(nn.Module):
         boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
         `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
         the description itself otherwise (attention then runs in chunks), and for ALiBi alone where `alibi_blocks`
-        applies above its `WHOLE_MASK_ELEMENTS` (attention then runs without the mask). Packed rows whose mask fits carry their
-        records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
+        applies above its `WHOLE_MASK_ELEMENTS` (attention then runs without the mask). Packed rows whose mask fits
+        carry their records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
         """
         causal = self.config.causal
         length, total = query_positions.shape[-1], key_positions.shape[-1]
@@ -434,7 +434,8 @@ class Transformer(nn.Module):
                              key_padding=None if attention_mask is None else attention_mask.bool(),
                              bias=self.positions.attention_bias if biased else None,
                              chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids,
-                             slopes=tuple(self.positions.slopes) if isinstance(self.positions, AlibiPositions) else None)
+                             slopes=(tuple(self.positions.slopes) if isinstance(self.positions, AlibiPositions)
+                                     else None))
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
         if Attention.alibi_blocks and mask.elements() > alibi_blocks.WHOLE_MASK_ELEMENTS:  # ALiBi without its mask
