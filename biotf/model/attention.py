@@ -23,6 +23,7 @@ an explicit softmax(q k^T / sqrt(head_dim) + mask) path runs instead of SDPA, wh
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -30,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from biotf.model import alibi_blocks
+from biotf.model.alibi_blocks import AlibiBlocks
 from biotf.model.attention_mask import AttentionMask, SegmentBatches
 from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
@@ -53,6 +56,10 @@ def upcast_for_backward(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 
 class Attention(nn.Module):
+    # Chunked ALiBi attention without its mask (`alibi_blocks`) where it applies; False runs the masked chunks
+    # (`bench.py long` times both). The outputs are the same either way (up to float rounding).
+    alibi_blocks = True
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
@@ -118,7 +125,17 @@ class Attention(nn.Module):
         """SDPA over `mask.chunk_rows` queries at a time, each on the keys its rows may see with their mask block.
         `split`, not slicing, for the queries: one cat in backward instead of a zero-filled full gradient per chunk.
         With gradients, each chunk is recomputed in backward (RNG restored: attention dropout repeats), so that
-        what backward keeps is the queries, keys and values, not every chunk's mask and scores."""
+        what backward keeps is the queries, keys and values, not every chunk's mask and scores.
+        ALiBi alone in float32 on the CPU skips the mask: `alibi_blocks` (PyTorch's flash kernel, nothing
+        recomputed)."""
+        if self.alibi_blocks and alibi_blocks.applies(mask, q.dtype, q.device, self.training and self.dropout > 0):
+            group = self.n_heads // self.n_kv_heads
+            if group > 1:
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            slopes = torch.tensor(mask.slopes, dtype=torch.float32, device=q.device)
+            # The diagonal block (heads x rows^2) within the element budget, as the chunks' masks are.
+            rows = max(1, min(alibi_blocks.ROWS, math.isqrt(mask.chunk_rows * mask.keys)))
+            return AlibiBlocks.apply(q, k, v, slopes, mask.causal, rows, self.scale, self.report_rows)
         recompute = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         outputs, start = [], 0
         for rows in q.split(mask.chunk_rows, dim=2):

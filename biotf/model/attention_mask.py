@@ -14,6 +14,8 @@ of, each O(batch x keys):
 - `segments`: (batch, keys) integer segment ids of packed rows (several records in one row): a query sees the keys
   of its own segment only, so attention is block-diagonal (and causal within a record for a causal model), hidden in
   `_visible` as padding is. Padding is segment 0 and is also `key_padding`.
+- `slopes`: where the bias is ALiBi's (-slope_h x distance), its slopes, so that attention over a long input can
+  skip the mask (`alibi_alone`, `alibi_blocks`);
 - `segment_batches`: where the transformer found it cheaper than the whole mask, the records of the packed rows
   gathered into batches of their own (`SegmentBatches`, below): attention then runs on those, and `block()`
   serves only the explicit path that returns attention probabilities.
@@ -78,6 +80,13 @@ class AttentionMask:
     chunk_rows: int | None = None
     segments: torch.Tensor | None = None
     segment_batches: SegmentBatches | None = None
+    slopes: tuple[float, ...] | None = None
+
+    @property
+    def alibi_alone(self) -> bool:
+        """Whether the mask is ALiBi's bias (`slopes`) and causality alone, on positions that are the key indices
+        (no padding, segments or window): attention can then run without it (`alibi_blocks`)."""
+        return self.slopes is not None and self.key_padding is None and self.segments is None and self.window is None
 
     @property
     def queries(self) -> int:

@@ -50,7 +50,8 @@ Plain PyTorch throughout (`nn.Linear`, SDPA). Three choices for speed, invisible
 q/k/v are one fused projection and the SwiGLU gate/up another (`biotf.model.hf` maps them explicitly), the mask is
 built once per forward for every layer, and the unpadded causal case lets SDPA apply causality itself. Long inputs:
 a mask larger than `attention_element_budget` is never built; attention runs in chunks of queries instead
-(`attention_mask.py`), so memory grows linearly with length.
+(`attention_mask.py`), so memory grows linearly with length; ALiBi alone (no padding) in float32 on the CPU is never
+built past 1,024 tokens at 4 heads (`alibi_blocks.py`: the flash kernel on blocks of keys).
 Decoding's own optimisations (weight layout, last-position prefill) live in `biotf.inference.fast`.
 
 A forward pass in reading order (all in `biotf/model/`): this file; `config.py` (every switch it reads);
@@ -74,6 +75,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from biotf.errors import ConfigError, InputError
+from biotf.model import alibi_blocks
+from biotf.model.attention import Attention
 from biotf.model.attention_mask import CALL_COST, AttentionMask, SegmentBatches
 from biotf.model.block import Block
 from biotf.model.kv_cache import KVCache
@@ -81,7 +84,7 @@ from biotf.model.config import TransformerConfig
 from biotf.model.heads import ContactHead, HeadTransform, predict_contacts
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
-from biotf.model.positions import build_positions, embedding_table
+from biotf.model.positions import AlibiPositions, build_positions, embedding_table
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -414,8 +417,9 @@ class Transformer(nn.Module):
         the sliding window), so that its fused kernels never build a mask; otherwise `AttentionMask`'s whole block (a
         boolean 'may attend' mask, or an additive float mask when ALiBi adds a bias) when it fits
         `attention_element_budget` or is one row for every query ((B, 1, 1, K) padding: linear in the length), and
-        the description itself otherwise (attention then runs in chunks). Packed rows whose mask fits carry their
-        records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
+        the description itself otherwise (attention then runs in chunks), and for ALiBi alone where `alibi_blocks`
+        applies above its `WHOLE_MASK_ELEMENTS` (attention then runs without the mask). Packed rows whose mask fits
+        carry their records' `SegmentBatches` instead where those are estimated cheaper (`segment_call_cost`).
         """
         causal = self.config.causal
         length, total = query_positions.shape[-1], key_positions.shape[-1]
@@ -433,9 +437,17 @@ class Transformer(nn.Module):
                              window=self.window_span if windowed else None,
                              key_padding=None if attention_mask is None else attention_mask.bool(),
                              bias=self.positions.attention_bias if biased else None,
-                             chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids)
+                             chunk_rows=max(1, budget // (batch * heads * total)), segments=segment_ids,
+                             slopes=(tuple(self.positions.slopes) if isinstance(self.positions, AlibiPositions)
+                                     else None))
         if dense_scores or (mask.by_row and mask.elements() > budget):  # (one row for all queries is linear)
             return mask, False
+        if Attention.alibi_blocks and mask.elements() > alibi_blocks.WHOLE_MASK_ELEMENTS:  # ALiBi without its mask
+            device = query_positions.device
+            dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else \
+                self.embed.weight.dtype
+            if alibi_blocks.applies(mask, dtype, device, self.training and self.config.dropout > 0):
+                return mask, False
         if segment_ids is not None and self.segment_call_cost is not None:  # packed rows: records apart if cheaper
             batches = SegmentBatches.of(mask, heads * self.config.head_dim, self.segment_call_cost)
             if batches is not None:

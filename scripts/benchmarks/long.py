@@ -19,6 +19,15 @@ extrapolated from the side's last two lengths (or quadratically from one), would
 memory is skipped, as is every longer one after an out-of-memory or a timeout. One thread when the machine is
 loaded (load average >= cores), every core otherwise; `--quick` stops at 16k. Target: 4x the length costs <= 4.5x
 the memory (`peak growth` lines).
+
+First, the training step over 2k-64k tokens (`--quick`: 2k-8k) with ALiBi, its time, FLOP rate and peak RSS side by
+side: attention without its mask (`biotf.model.alibi_blocks`, what runs) against attention with it ("masked":
+`Attention.alibi_blocks = False`, the whole mask up to 4k tokens, chunks of queries with their mask above),
+alternating which runs first at each length. FLOPs counted for the trunk's
+forward + backward, 3x the forward's (backward: twice the forward's matrix products): per layer 4 L^2 d_model for
+attention (q k^T and probabilities x v, 2 FLOPs per multiply-add) and 2 L (4 d_model^2 + 2 d_model d_ff) for the
+q, k, v, output and feed-forward projections; the masked chunks' recomputed forward is not counted (it is their
+overhead).
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ import sys
 LENGTHS = (4_096, 16_384, 65_536, 154_478)
 QUICK_LENGTHS = LENGTHS[:2]
 SIDES = ("biotf rope", "biotf alibi", "transformers esm")
+STEP_LENGTHS = (2_048, 4_096, 8_192, 16_384, 32_768, 65_536)
+QUICK_STEP_LENGTHS = STEP_LENGTHS[:3]
+STEP_SIDES = ("biotf alibi", "biotf alibi, masked")
 MODES = ("forward", "forward+backward")
 TIMEOUT_S = {True: 20 * 60, False: 6 * 60 * 60}  # per case: quick, full
 GROWTH_TARGET = 4.5
@@ -68,7 +80,10 @@ if side == "transformers esm":
     model = transformers.EsmModel(hf_config, add_pooling_layer=False)
     trunk = lambda ids: model(input_ids=ids).last_hidden_state
 else:
-    model = Transformer(config.replace(pos=side.split()[1], max_seq_len=None))
+    from biotf.model.attention import Attention
+
+    Attention.alibi_blocks = not side.endswith("masked")
+    model = Transformer(config.replace(pos=side.split()[1].rstrip(","), max_seq_len=None))
     trunk = lambda ids: model.encode(ids).last_hidden_state
 
 def call(ids):
@@ -80,7 +95,7 @@ def call(ids):
     return None
 
 ids = bases[torch.randint(0, 4, (1, length))]
-if side == "biotf alibi":  # warm up the chunks as well: the first checkpointed chunk imports much of torch
+if side.startswith("biotf alibi"):  # warm up the chunks as well: the first checkpointed chunk imports much of torch
     budget, model.attention_element_budget = model.attention_element_budget, 2 ** 16
     call(ids[:, :1024])
     model.attention_element_budget = budget
@@ -91,7 +106,7 @@ baseline = status("VmRSS")
 start, cpu_start = time.perf_counter(), time.process_time()
 call(ids)
 seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-chunked = side == "biotf alibi" and config.n_heads * length * length > model.attention_element_budget
+chunked = side.startswith("biotf alibi") and config.n_heads * length * length > model.attention_element_budget
 print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_kib": status("VmHWM") - baseline,
                   "chunked": chunked}))
 """
@@ -130,11 +145,48 @@ def measure(side: str, mode: str, length: int, threads: int, timeout: int) -> di
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def step_flops(length: int) -> float:
+    """FLOPs of one forward + backward of the protein-small trunk over `length` tokens (module docstring)."""
+    from biotf.model import TransformerConfig
+
+    config = TransformerConfig.preset("protein-small")
+    d, layers = config.d_model, config.n_layers
+    return 3 * layers * (4 * length ** 2 * d + 2 * length * (4 * d ** 2 + 2 * d * config.d_ff))
+
+
+def run_steps(bench, quick: bool, threads: int) -> None:
+    """The ALiBi training step per length, both attention paths alternating (module docstring)."""
+    stopped: set[str] = set()
+    peaks: dict[str, list[tuple[int, int]]] = {side: [] for side in STEP_SIDES}
+    for index, length in enumerate(QUICK_STEP_LENGTHS if quick else STEP_LENGTHS):
+        print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        for side in STEP_SIDES if index % 2 == 0 else reversed(STEP_SIDES):
+            if side in stopped:
+                continue
+            found = measure(side, "forward+backward", length, threads, TIMEOUT_S[quick])
+            if "failed" in found:
+                print(f"training step, {side}, {length:,} tokens: {found['failed']}", flush=True)
+                stopped.add(side)
+                continue
+            peaks[side].append((length, found["peak_kib"]))
+            rate = step_flops(length) / found["seconds"] / 1e9
+            bench.record(f"long training step (forward + backward), {length:,} tokens, protein-small ALiBi, {side}",
+                         found["seconds"], "s", note=f"{rate:,.1f} GFLOP/s of {step_flops(length):.3g} FLOPs; peak "
+                         f"RSS {found['peak_kib'] / 1024:,.0f} MiB above the model; CPU {found['cpu_seconds']:.1f} s; "
+                         f"{threads} thread(s)")
+    for side, measured in peaks.items():
+        for (short, short_peak), (long, long_peak) in zip(measured, measured[1:]):
+            bench.record(f"long training step, {side}: peak growth {short:,} -> {long:,} tokens, per 2x the length",
+                         (long_peak / short_peak) ** (math.log(2) / math.log(long / short)), "x",
+                         note=f"{short_peak / 1024:,.0f} -> {long_peak / 1024:,.0f} MiB")
+
+
 def run(bench, quick: bool) -> None:
     cores = os.cpu_count() or 1
     threads = 1 if os.getloadavg()[0] >= cores else cores
     print(f"torch threads per child: {threads} of {cores} cores (load average {os.getloadavg()[0]:.1f}); "
           f"available memory {available_kib() / 2**20:.1f} GiB", flush=True)
+    run_steps(bench, quick, threads)
     results: dict[tuple[str, str], dict[int, dict]] = {(side, mode): {} for side in SIDES for mode in MODES}
     stopped: set[tuple[str, str]] = set()
     for length in QUICK_LENGTHS if quick else LENGTHS:
