@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from biotf.model import Transformer, TransformerConfig
 from biotf.model import alibi_blocks
 from biotf.model.alibi_blocks import AlibiBlocks
-from biotf.model.positions import AlibiPositions, alibi_slopes
+from biotf.model.positions import AlibiPositions, alibi_slope_values
 
 TOLERANCE = 1e-5
 HEADS, DIM = 4, 16
@@ -43,7 +43,7 @@ def test_blocks_equal_the_whole_alibi_mask_in_outputs_and_gradients(causal, quer
     grad = torch.randn(2, HEADS, queries, DIM)
     expected = whole(q, k, v, causal, scale)
     expected_grads = torch.autograd.grad(expected, (q, k, v), grad)
-    got = AlibiBlocks.apply(q, k, v, alibi_slopes(HEADS), causal, rows, scale)
+    got = AlibiBlocks.apply(q, k, v, torch.tensor(alibi_slope_values(HEADS)), causal, rows, scale)
     got_grads = torch.autograd.grad(got, (q, k, v), grad)
     torch.testing.assert_close(got, expected, rtol=0, atol=TOLERANCE)
     for name, a, b in zip("qkv", got_grads, expected_grads):
@@ -57,7 +57,7 @@ def test_far_positions_keep_float32_precision():
     grad = torch.randn(1, HEADS, 4000, DIM)
     expected = whole(q, k, v, False, None)
     expected_grads = torch.autograd.grad(expected, (q, k, v), grad)
-    got = AlibiBlocks.apply(q, k, v, alibi_slopes(HEADS), False, 512, None)
+    got = AlibiBlocks.apply(q, k, v, torch.tensor(alibi_slope_values(HEADS)), False, 512, None)
     got_grads = torch.autograd.grad(got, (q, k, v), grad)
     torch.testing.assert_close(got, expected, rtol=0, atol=TOLERANCE)
     for name, a, b in zip("qkv", got_grads, expected_grads):
@@ -117,7 +117,7 @@ def test_the_denormal_flush_is_restored(before):
     torch.set_flush_denormal(before)
     try:
         q = torch.randn(1, HEADS, 20, DIM, requires_grad=True)
-        AlibiBlocks.apply(q, q, q, alibi_slopes(HEADS), False, 8, None).sum().backward()
+        AlibiBlocks.apply(q, q, q, torch.tensor(alibi_slope_values(HEADS)), False, 8, None).sum().backward()
         assert (torch.tensor([1e-39]).mul(1.0).item() == 0.0) is before
     finally:
         torch.set_flush_denormal(False)
