@@ -23,11 +23,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, read_checked_config
+from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, parse_dtype, read_checked_config
 from biotf.errors import CheckpointError
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, TokenCallback, encode_prompts, fit_prompts, generate_ids
 from biotf.model import Transformer
+from biotf.model.hf import hf_model_config
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.untrusted import read_json_object
 from biotf.naming import parameter
@@ -140,11 +141,12 @@ def load_hf_checkpoint(directory: str | PathLike, dtype: str | torch.dtype = tor
     """Model (eval mode, CPU, `dtype`), tokenizer and generation defaults of a causal checkpoint directory, for
     generation: its matrices are read straight into their decoding layout (`biotf.inference.fast`; one copy per
     tensor, where converting first and arranging later would hold two of the largest), so that
-    `optimize_for_decoding` then copies nothing."""
-    from biotf.inference.fast.layout import loaded_in_decode_layout
+    `optimize_for_decoding` then copies nothing; the layout's plan is timed before any weight is read."""
+    from biotf.inference.fast.layout import loaded_in_decode_layout, plan_before_loading
 
     directory = Path(directory)
     config = read_checked_config(directory, CAUSAL_LM_ARCHITECTURES, "run for text generation")
+    plan_before_loading(hf_model_config(directory, config), parse_dtype(dtype))
     model, tokenizer = load_hf_model(directory, dtype, materialise=loaded_in_decode_layout)
     defaults = GenerationDefaults.from_hf(read_generation_config(directory, config), tokenizer)
     vocab_size = model.config.vocab_size
