@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from biotf.checkpoint.gate_cache import gate_cache_for
 from biotf.checkpoint.hf_directory import CAUSAL_LM_ARCHITECTURES, load_hf_model, parse_dtype, read_checked_config
 from biotf.checkpoint.loading import MODEL_SOURCES, LoadedModel, find_source, load_fine_tuned, load_hf_directory
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
@@ -82,6 +83,14 @@ def _calibration(network: torch.nn.Module, tokenizer: Tokenizer) -> Calibration:
                              network.config.causal, tokenizer.mask_id,
                              prefix=() if start is None else (start,),
                              suffix=() if tokenizer.eos_id is None else (tokenizer.eos_id,))
+
+
+def _gated_precision(network: torch.nn.Module, tokenizer: Tokenizer, precision: str, model_name: str,
+                     task: torch.nn.Module | None) -> PrecisionChoice:
+    """`set_precision` on the gate's batch, with the figures an earlier process measured for the same weights,
+    batch, code and device where it kept them (`biotf.checkpoint.gate_cache`)."""
+    calibration = _calibration(network, tokenizer)
+    return set_precision(network, precision, calibration, model_name, task, gate_cache_for(network, calibration, task))
 
 
 def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.DataFrame:
@@ -138,7 +147,7 @@ class Model(LoadedModel):
         if task is not None:
             task.to(device=device, dtype=torch_dtype).eval()
         chosen = (PrecisionChoice("fp32", "fp32") if precision == "fp32" else  # fp32 as loaded: no gate to run
-                  set_precision(network, precision, _calibration(network, tokenizer), str(source), task))
+                  _gated_precision(network, tokenizer, precision, str(source), task))
         tokenizer = with_options(tokenizer, tokenizer_options or {})
         return cls(network, tokenizer, str(source), loader.name, task, info, dict(tokenizer_options or {}),
                    generation, chosen)
