@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from biotf.checkpoint.gate_cache import gate_cache_for
 from biotf.checkpoint.hf_directory import parse_dtype
 from biotf.checkpoint.loading import LoadedModel, SourceOptions, load_source
 from biotf.checkpoint.store import save_hf_pretrained, save_pretrained
@@ -41,7 +43,7 @@ from biotf.errors import ArgumentError, CheckpointError, check_choice, check_int
 from biotf.export.embed import Embedder, EmbedOptions, EmbedStats
 from biotf.export.sentence_transformers import check_pooling_width, embed_defaults, transformer_directory
 from biotf.inference.fast import DecodingModel, optimize_for_decoding
-from biotf.inference.fast.layout import loaded_in_decode_layout
+from biotf.inference.fast.layout import loaded_in_decode_layout, plan_before_loading
 from biotf.inference.generation import sampling_over
 from biotf.inference.predict import PredictionSummary, loaded_task_model, prediction_header, prediction_rows
 from biotf.model.positions import reading_length
@@ -80,6 +82,15 @@ def _calibration(network: torch.nn.Module, tokenizer: Tokenizer) -> Calibration:
                              network.config.causal, tokenizer.mask_id,
                              prefix=() if start is None else (start,),
                              suffix=() if tokenizer.eos_id is None else (tokenizer.eos_id,))
+
+
+def _gated_precision(network: torch.nn.Module, tokenizer: Tokenizer, precision: str, model_name: str,
+                     task: torch.nn.Module | None) -> PrecisionChoice:
+    """`set_precision` on the gate's batch, with the figures an earlier process measured for the same weights,
+    batch, code and device where it kept them (`biotf.checkpoint.gate_cache`)."""
+    calibration = _calibration(network, tokenizer)
+    return set_precision(network, precision, calibration, model_name, task, gate_cache_for(network, calibration, task))
+
 
 
 def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.DataFrame:
@@ -126,12 +137,12 @@ class Model(LoadedModel):
         path = transformer_directory(Path(source))  # a sentence-transformers directory's model (`embed` pools as it)
         torch_dtype = parse_dtype(dtype)  # an unknown dtype or precision is refused before any weight is read
         check_choice("precision", precision, PRECISIONS)
-        options = SourceOptions(torch_dtype, for_generation, loaded_in_decode_layout if for_generation else None)
+        options = SourceOptions(torch_dtype, for_generation, loaded_in_decode_layout if for_generation else None,
+                                partial(plan_before_loading, dtype=torch_dtype) if for_generation else None)
         loaded = load_source(path, options, device, tokenizer_options)
         check_pooling_width(Path(source), loaded.network.config.d_model)  # a sentence-transformers directory's
         chosen = (PrecisionChoice("fp32", "fp32") if precision == "fp32" else  # fp32 as loaded: no gate to run
-                  set_precision(loaded.network, precision, _calibration(loaded.network, loaded.tokenizer), str(source),
-                                loaded.task))
+                  _gated_precision(loaded.network, loaded.tokenizer, precision, str(source), loaded.task))
         stored = for_generation or loaded.generation_settings is None  # else read when generation is asked for
         parts = {name.name: getattr(loaded, name.name) for name in fields(LoadedModel)}
         return cls(**{**parts, "source": str(source)}, generation=_generation_defaults(loaded) if stored else None,

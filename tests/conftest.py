@@ -15,6 +15,9 @@ import torch
 # Decoding's fixed plan, in this process and the commands it starts: results must not depend on how fast each
 # product ran (tests/inference/test_fast_decoding.py covers the measured plans).
 os.environ.setdefault("BIOTF_DECODE_PLAN", "fixed")
+# The precision gate measured in every process: tests change gates and conversions, and must not read figures kept
+# by another run (tests/checkpoint/test_gate_cache.py turns the cache on in a temporary directory).
+os.environ.setdefault("BIOTF_GATE_CACHE", "off")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -37,9 +37,10 @@ from biotf.checkpoint.stored_model import load_checkpoint, load_exported
 from biotf.checkpoint.task_export import TaskInfo
 from biotf.checkpoint.task_model import load_task_model
 from biotf.errors import CheckpointError
-from biotf.model import Transformer
+from biotf.model import Transformer, TransformerConfig
 from biotf.model.heads import TaskModel
-from biotf.model.hf import Materialise
+from biotf.model.hf import Materialise, hf_model_config
+from biotf.model.hf.weights import read_hf_config
 from biotf.model.hf.fair_esm import is_fair_esm_file
 from biotf.tokenizers import AminoAcidTokenizer, load_tokenizer
 from biotf.tokenizers.build import with_options
@@ -72,11 +73,15 @@ class LoadedModel:
 class SourceOptions:
     """How a source is read: its weights in `dtype`; `for_generation`: a source that says what it can run (a Hugging
     Face directory's architecture) refuses a model that cannot generate before a weight is read; `materialise`: how a
-    loader that reads tensor by tensor places each one (`biotf.inference.fast`'s decoding layout), None: as read."""
+    loader that reads tensor by tensor places each one (`biotf.inference.fast`'s decoding layout), None: as read;
+    `before_weights`: called with the model's config after the source's checks and before such a loader reads any
+    weight (generation times its decoding plan there, so that the plan's test matrices are freed before the weights
+    fill memory)."""
 
     dtype: torch.dtype = torch.float32
     for_generation: bool = False
     materialise: Materialise | None = None
+    before_weights: Callable[[TransformerConfig], object] | None = None
 
 
 # --- one loader a kind of source, each returning a LoadedModel ---------------------------------------------
@@ -122,6 +127,8 @@ def _hf_directory(directory: Path, options: SourceOptions) -> LoadedModel:
     settings = cache(partial(read_generation_settings, directory))
     if options.for_generation:
         settings()
+    if options.before_weights is not None:
+        options.before_weights(hf_model_config(directory, read_hf_config(directory)))
     network, tokenizer = load_hf_model(directory, options.dtype, options.materialise)
     return LoadedModel(network, tokenizer, generation_settings=settings)
 

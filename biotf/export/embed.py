@@ -27,7 +27,6 @@ included) follow `long`: "chunk" (overlapping windows, pooled across, `biotf.dat
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from biotf.io.embeddings import RecordEmbedding
 from biotf.io.readers import Record
 from biotf.data.tokenize import content_start, encode_chunks, record_chunks
 from biotf.errors import ConfigError, InputError, check_choice, check_int
+from biotf.heap import release_free_heap
 from biotf.data.packing import check_packable, fill_rows, inference_batches
 from biotf.export import EMBED_LONG_POLICIES
 from biotf.export.pooling import POOLS, Partial, combine, pool_window
@@ -53,16 +53,6 @@ from biotf.naming import given
 ENCODE_RECORDS = 256  # tokenizers are vectorised: a few hundred records per call
 BLOCK_BATCHES = 4  # a block's vectors wait for its last batch: at most this many batches' hidden states of them
 T = TypeVar("T")
-try:
-    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc only; elsewhere (macOS, musl) the trim is skipped
-except (OSError, AttributeError):
-    _MALLOC_TRIM = None
-
-
-def release_free_heap() -> None:
-    """Return the heap's free pages to the OS (glibc `malloc_trim`), so RSS follows live memory."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from biotf.errors import CheckpointError
 from biotf.inference.fast import DecodingModel
 from biotf.inference.generation import Sampling, TokenCallback, encode_prompts, fit_prompts, generate_ids
 from biotf.model import Transformer
+from biotf.model.hf import hf_model_config
 from biotf.tokenizers.base import PolicyStats, Tokenizer
 from biotf.naming import parameter
 

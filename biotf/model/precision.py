@@ -31,8 +31,10 @@ masked once over the copies; causal models: its log-likelihood) within `LIKELIHO
 LM head has no likelihoods, so it is gated on its hidden states alone and its figures say so. A precision asked
 for by name that fails is refused in one line (`PrecisionError`); `auto` tries its next and says why. The cost
 is two forwards of 20 x 64 tokens at load for each precision tried (int8: a third, on the fitting rows, and GPTQ's
-rounding: `biotf.model.int8`), and no copy of the network: the fp32 weights are kept until the gate passes (a bf16
-network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8, and one linear's inputs' Gram matrix at a time).
+rounding: `biotf.model.int8`; the first two not where an earlier process kept the figures for the same weights,
+batch, code and device: `GateCache`), and no copy of the network: the fp32 weights are kept until the gate passes (a
+bf16 network's peak is fp32 + bf16 weights, an int8 one's fp32 + int8, and one linear's inputs' Gram matrix at a
+time).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import functools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -73,14 +76,16 @@ class Fidelity:
 
     cosine: float
     drift: float | None
+    cached: str = ""  # where the figures were read from when an earlier process measured them (`GateCache`)
 
     def passes(self, precision: str) -> bool:
         return self.cosine >= COSINE_GATE[precision] and (self.drift is None or self.drift < LIKELIHOOD_GATE)
 
     def __str__(self) -> str:
+        cached = f", measured by an earlier run: {self.cached}" if self.cached else ""
         if self.drift is None:
-            return f"cosine >= {self.cosine:.5f} (hidden states only: no LM head)"
-        return f"cosine >= {self.cosine:.5f}, log-likelihood drift <= {self.drift:.3f} nats"
+            return f"cosine >= {self.cosine:.5f} (hidden states only: no LM head{cached})"
+        return f"cosine >= {self.cosine:.5f}, log-likelihood drift <= {self.drift:.3f} nats{cached}"
 
     def needs(self, precision: str) -> str:
         """What the gate requires of the figures it measured."""
@@ -291,22 +296,38 @@ def check_device(precision: str, device: torch.device | str) -> None:
                              f"{torch.device(device).type} use bf16 or fp32")
 
 
-def _gated(network: nn.Module, precision: str, calibration: Calibration,
-           converted: nn.Module | None) -> tuple[Fidelity, Conversion]:
+class GateCache(Protocol):
+    """The gate's figures of one model and calibration batch kept across processes (`biotf.checkpoint.gate_cache`):
+    `get` returns those measured for `precision` (None: measure them), `put` keeps them."""
+
+    def get(self, precision: str) -> Fidelity | None: ...
+
+    def put(self, precision: str, figures: Fidelity) -> None: ...
+
+
+def _gated(network: nn.Module, precision: str, calibration: Calibration, converted: nn.Module | None,
+           cache: GateCache | None = None) -> tuple[Fidelity, Conversion]:
     """`network` converted to `precision` in place (`converted`: the module holding it whose other weights follow for
-    bf16), with the gate's figures against its fp32 outputs and the conversion's undo and description."""
-    reference = _calibration_outputs(network, calibration)
+    bf16), with the gate's figures against its fp32 outputs (or, from `cache`, those an earlier process measured for
+    the same weights, calibration, code and device) and the conversion's undo and description."""
+    figures = cache.get(precision) if cache is not None else None
+    reference = _calibration_outputs(network, calibration) if figures is None else None
     conversion = CONVERSIONS[precision](network if precision == "int8" or converted is None else converted,
                                         calibration)
-    return fidelity(reference, _calibration_outputs(network, calibration)), conversion
+    if figures is None:
+        figures = fidelity(reference, _calibration_outputs(network, calibration))
+        if cache is not None:
+            cache.put(precision, figures)
+    return figures, conversion
 
 
 def set_precision(network: nn.Module, precision: str, calibration: Calibration, model_name: str = "this model",
-                  converted: nn.Module | None = None) -> PrecisionChoice:
+                  converted: nn.Module | None = None, cache: GateCache | None = None) -> PrecisionChoice:
     """Convert `network` (a float32 `Transformer`, or `converted`, a module holding it such as a task model: its
     other weights follow for bf16) to `precision` in place, once the fidelity gate on `calibration` passed (module
-    docstring); returns what runs and why. A gate that fails restores fp32 and raises `PrecisionError` naming
-    `model_name`; `auto` tries its next candidate instead (`auto_precisions`), down to fp32, and says why."""
+    docstring; `cache`: figures measured by an earlier process, which then says so); returns what runs and why. A gate
+    that fails restores fp32 and raises `PrecisionError` naming `model_name`; `auto` tries its next candidate instead
+    (`auto_precisions`), down to fp32, and says why."""
     check_choice("precision", precision, PRECISIONS)
     candidates = auto_precisions(network.device) if precision == "auto" else [(precision, "")]
     failed = []
@@ -317,7 +338,7 @@ def set_precision(network: nn.Module, precision: str, calibration: Calibration, 
         if network.embed.weight.dtype != torch.float32:
             raise PrecisionError(f"precision {candidate} converts a float32 model; {model_name} was loaded in "
                                  f"{network.embed.weight.dtype} (load it in float32)")
-        figures, (undo, scheme) = _gated(network, candidate, calibration, converted)
+        figures, (undo, scheme) = _gated(network, candidate, calibration, converted, cache)
         if figures.passes(candidate):
             return PrecisionChoice(candidate, precision, "; ".join([*failed, reason]), figures, scheme)
         undo()

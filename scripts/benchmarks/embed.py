@@ -11,7 +11,11 @@
    the smallest and largest run: only ids (the writer's, and the reader's id hashes for its duplicate
    count: ~130 bytes a record) should stay in memory, since vectors, sequences and metadata stream to disk.
    Every run has at least 10k records, so the first read block (2^19 tokens, ~7,500 of these records) is
-   full: below that the peak grows with the block, not with the file.
+   full: below that the peak grows with the block, not with the file. The peak is one batch's activations
+   above a floor that moves from batch to batch (runs of the same file peaked up to 11 MiB apart on a loaded
+   machine), and it rises by about 25 MiB over the first 30k records before it flattens (native memory: no
+   Python object stays). So quick's 10k -> 20k reads anywhere from 0.1 to 1.4 MiB per 1k; the full run's
+   10k -> 100k is the figure (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Generation section: loading and running a Hugging Face Qwen2 checkpoint directory (issue 6).
 
-1. Peak RSS of loading (`Transformer.from_hf(materialise=loaded_in_decode_layout)`, as `biotf generate`) a
-   random checkpoint of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in bf16 without ever
-   building a model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
+1. Peak RSS of loading (the decoding plan timed first, then `Transformer.from_hf(materialise=loaded_in_decode_layout)`,
+   as `biotf generate` loads) a random checkpoint of Qwen2.5-0.5B's shape (494M parameters, written shard by shard in
+   bf16 without ever building a model), in a child process, as bfloat16 and as float32: the peak above the RSS the imports hold, over
    the weights' size in memory; target <= 1.3x (the interpreter + torch share is printed beside it).
 2. Prefill and decode tokens/s of `biotf.inference.generation.generate_ids` against `transformers`'
    `generate` on the same checkpoint, dtype and prompt, timed alternately: greedy, one prompt of 128
@@ -107,8 +107,10 @@ LOAD_CHILD = """
 import json, sys, time
 import torch
 from biotf.inference.fast import optimize_for_decoding
-from biotf.inference.fast.layout import loaded_in_decode_layout
+from biotf.inference.fast.layout import loaded_in_decode_layout, plan_before_loading
 from biotf.model import Transformer
+from biotf.model.hf import hf_model_config, read_hf_config
+from pathlib import Path
 
 def status(field):
     with open("/proc/self/status") as handle:
@@ -118,7 +120,9 @@ with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")
 baseline = status("VmRSS")
 start = time.perf_counter()
-model = Transformer.from_hf(sys.argv[1], dtype=getattr(torch, sys.argv[2]), materialise=loaded_in_decode_layout)
+dtype = getattr(torch, sys.argv[2])
+plan_before_loading(hf_model_config(Path(sys.argv[1]), read_hf_config(Path(sys.argv[1]))), dtype)
+model = Transformer.from_hf(sys.argv[1], dtype=dtype, materialise=loaded_in_decode_layout)
 model = optimize_for_decoding(model).model
 seconds = time.perf_counter() - start
 with torch.inference_mode():

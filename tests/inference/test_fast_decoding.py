@@ -217,6 +217,24 @@ def test_a_measured_plan_times_every_candidate_and_says_what_it_chose(two_thread
     assert plan_module.cpu_description().split(",")[0] in line
 
 
+def test_a_measured_plan_fits_its_matrices_in_the_bytes_it_is_given(two_threads):
+    assert "measured on 7 matrices of 256x128" in plan_module.measured_plan(torch.float32, 256, 128, 2**20 - 1, 2).how
+
+
+@pytest.mark.parametrize("model_bytes", [2**20, 700 * 2**20, 8 * 2**30])
+def test_the_plan_times_no_more_than_the_model_nor_than_the_cache_asks(monkeypatch, model_bytes):
+    """Its two sets of matrices (row-major, transposed) together hold at most the model's decode matrices, and each at
+    most CACHE_MULTIPLE x the last-level cache (a 300 MiB one sized them past a small model's weights)."""
+    asked = {}
+    monkeypatch.setenv("BIOTF_DECODE_PLAN", "measure")
+    monkeypatch.setattr(plan_module, "last_level_cache_bytes", lambda: 300 * 2**20)
+    monkeypatch.setattr(plan_module, "measured_plan", lambda dtype, out, inner, measured, threads: asked.update(
+        out=out, inner=inner, measured=measured))
+    plan_module.decode_plan(torch.float32, torch.device("cpu"), 151936, 896, model_bytes)
+    assert asked["measured"] <= min(model_bytes // 2, plan_module.CACHE_MULTIPLE * 300 * 2**20)
+    assert 2 * asked["out"] * asked["inner"] * 4 <= asked["measured"]  # one matrix at most half a set
+
+
 def test_the_plan_mode_is_checked_and_fixed_means_the_tuned_choices(monkeypatch):
     monkeypatch.setenv("BIOTF_DECODE_PLAN", "fast")
     with pytest.raises(ConfigError, match="BIOTF_DECODE_PLAN.*measure \\| fixed"):

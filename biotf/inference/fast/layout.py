@@ -22,6 +22,8 @@ import torch
 from torch import nn
 
 from biotf.inference.fast.plan import DecodePlan, decode_plan, fixed_plan, last_level_cache_bytes
+from biotf.heap import release_free_heap
+from biotf.model import Transformer, TransformerConfig
 
 
 def decode_layout(weight: torch.Tensor, dtype: torch.dtype | None = None,
@@ -45,9 +47,20 @@ def loaded_in_decode_layout(model: nn.Module, name: str, source: torch.Tensor, d
     the dtype (a bf16 checkpoint read as float32) and then the layout would hold two copies of the largest."""
     if name not in decode_matrix_names(model):
         return source.to(dtype)
-    # The plan is timed at the first matrix read (then cached): its test matrices are freed before the weights fill
-    # memory, so they add nothing to the load's peak, where timing it after the load would add them on top.
+    # The plan is cached: a loader times it before reading any weight (`plan_before_loading`), else it is timed here.
     return decode_layout(source, dtype, model_plan(model, dtype, source.device).transposed)
+
+
+def plan_before_loading(config: TransformerConfig, dtype: torch.dtype) -> DecodePlan:
+    """Time now, on the CPU, the plan `loaded_in_decode_layout` reads a model of `config` into (`decode_plan` caches
+    it). A loader calls it before reading any weight, so that the plan's test matrices are freed before the
+    checkpoint's tensors fill memory: timed at the first matrix read they sat on top of every source tensor
+    (docs/benchmarks.md, "Generation and loading")."""
+    with torch.device("meta"):
+        shape = Transformer(config)
+    plan = model_plan(shape, dtype, torch.device("cpu"))
+    release_free_heap()  # the test matrices' pages, which glibc's heap would otherwise keep under the weights
+    return plan
 
 
 def model_plan(model: nn.Module, dtype: torch.dtype | None = None, device: torch.device | None = None) -> DecodePlan:

@@ -37,6 +37,8 @@ PREFILL_ROWS = 64
 # Matrices timed together stream from memory when they exceed the last-level cache: each layout's set is this many
 # times the cache (and at least MEASURED_BYTES_FLOOR), no more, and one matrix at most half of it (a larger one,
 # such as a tied embedding, is timed on its first rows: the products' speed is per row of the input dimension).
+# Nor more than half the model's decode matrices: the two sets (row-major and transposed) together never hold more
+# than the model itself, so timing a plan never needs more memory than loading the model does.
 CACHE_MULTIPLE = 1.5
 MEASURED_BYTES_FLOOR = 16 * 2**20
 PLAN_MODES = ("measure", "fixed")
@@ -86,19 +88,19 @@ def decode_plan(dtype: torch.dtype, device: torch.device, out_features: int, in_
         raise ConfigError("BIOTF_DECODE_PLAN", mode, " | ".join(PLAN_MODES))
     if mode == "fixed":
         return fixed_plan(dtype)
-    cap = max(int(CACHE_MULTIPLE * last_level_cache_bytes()), MEASURED_BYTES_FLOOR)
+    measured = min(max(int(CACHE_MULTIPLE * last_level_cache_bytes()), MEASURED_BYTES_FLOOR), model_bytes // 2)
     row_bytes = in_features * torch.finfo(dtype).bits // 8
-    out_features = max(1, min(out_features, cap // 2 // row_bytes))
-    return measured_plan(dtype, out_features, in_features, min(model_bytes, cap), torch.get_num_threads())
+    out_features = max(1, min(out_features, measured // 2 // row_bytes))
+    return measured_plan(dtype, out_features, in_features, measured, torch.get_num_threads())
 
 
 @functools.cache
 def measured_plan(dtype: torch.dtype, out_features: int, in_features: int, measured_bytes: int,
                   threads: int) -> DecodePlan:
-    """Times the candidates on enough (out_features, in_features) matrices of `dtype` to fill `measured_bytes`
-    (module docstring). `threads` is part of the cache key: the split product's worth depends on it."""
+    """Times the candidates on as many (out_features, in_features) matrices of `dtype` as fit in `measured_bytes`, at
+    least one (module docstring). `threads` is part of the cache key: the split product's worth depends on it."""
     matrix_bytes = out_features * in_features * torch.finfo(dtype).bits // 8
-    count = max(1, math.ceil(measured_bytes / matrix_bytes))
+    count = max(1, measured_bytes // matrix_bytes)
     row_major = [torch.empty(out_features, in_features, dtype=dtype).uniform_(-0.05, 0.05) for _ in range(count)]
     transposed = [torch.empty(in_features, out_features, dtype=dtype).copy_(w.t()).t() for w in row_major]
     one, prefill = (torch.empty(rows, in_features, dtype=dtype).uniform_(-1, 1) for rows in (1, PREFILL_ROWS))
