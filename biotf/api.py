@@ -92,7 +92,6 @@ def _gated_precision(network: torch.nn.Module, tokenizer: Tokenizer, precision: 
     return set_precision(network, precision, calibration, model_name, task, gate_cache_for(network, calibration, task))
 
 
-
 def _frame(rows: list[dict[str, object]], columns: Sequence[str]) -> pandas.DataFrame:
     import pandas as pd
 
