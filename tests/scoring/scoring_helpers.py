@@ -50,6 +50,15 @@ def masked_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str,
     return total
 
 
+def masked_marginal_joint(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
+    """Every mutated position masked at once in one copy, then the same sum (read by name by test_scorer's
+    parametrized comparison)."""
+    ids = tokenizer.encode(wild_type)
+    for _, position, _ in mutations:
+        ids[position + 1] = tokenizer.mask_id
+    return _log_ratio(log_probs(model, ids), tokenizer, mutations)
+
+
 def wt_marginal(model, tokenizer, wild_type: str, mutations: list[tuple[str, int, str]]) -> float:
     """The same differences read off the unmasked wild type."""
     return _log_ratio(log_probs(model, tokenizer.encode(wild_type)), tokenizer, mutations)
