@@ -338,6 +338,18 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     return [Result(name, *verdict_of(comparison)), ddp_training_run(kind, size, workdir)]
 
 
+def run_train_py(name: str, overrides: list[str], workdir: Path) -> Result | None:
+    """`python train.py OVERRIDES` in `workdir` (one OpenMP thread a process unless OMP_NUM_THREADS says otherwise);
+    the FAIL result, with the end of its stderr printed, where it exits non-zero, else None."""
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
+                          capture_output=True, text=True, timeout=1200, env=environment)
+    if done.returncode == 0:
+        return None
+    sys.stderr.write(done.stderr[-5000:])
+    return Result(name, "FAIL", f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+
+
 def ddp_training_run(kind: str, size: Size, workdir: Path) -> Result:
     """`python train.py` on 2 devices of `kind` (cuda | cpu) with DDP in bf16-mixed: every step done, a finite
     validation loss."""
@@ -349,12 +361,9 @@ def ddp_training_run(kind: str, size: Size, workdir: Path) -> Result:
                  *size.train_overrides, "trainer.enable_progress_bar=false",
                  f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py {' '.join(where)} trainer.strategy=ddp"
-    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
-                          capture_output=True, text=True, timeout=1200, env=environment)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-5000:])
-        return Result(name, "FAIL", f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+    failed = run_train_py(name, overrides, workdir)
+    if failed is not None:
+        return failed
     summary = json.loads((run / "summary.json").read_text())
     steps = size.train_steps
     passed = summary["steps"] == steps and np.isfinite(summary["final_val_loss"])
@@ -410,12 +419,9 @@ def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
                  f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // 2}", "optim.warmup_steps=1",
                  "trainer.enable_progress_bar=false", f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py experiment=finetune finetune.mode=lora {' '.join(where)} trainer.strategy=fsdp"
-    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
-                          capture_output=True, text=True, timeout=1200, env=environment)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-5000:])
-        return Result(name, "FAIL", f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+    failed = run_train_py(name, overrides, workdir)
+    if failed is not None:
+        return failed
     summary = json.loads((run / "finetune.json").read_text())
     exported = all((run / "model" / file).is_file() for file in ("model.safetensors", "adapter.safetensors"))
     passed = summary["steps"] == steps and np.isfinite(summary["validation"]["loss"]) and exported
