@@ -65,7 +65,7 @@ import torch
 from biotf.model import Transformer, TransformerConfig
 from biotf.model.lora import LoRAConfig
 from biotf.model.modes import build_mode
-from biotf.model.tasks import TaskModel
+from biotf.model.heads import TaskModel
 
 def status(field):
     with open("/proc/self/status") as handle:
