@@ -84,7 +84,7 @@ from biotf.model.config import TransformerConfig
 from biotf.model.heads import ContactHead, HeadTransform, predict_contacts
 from biotf.model.loss import check_labels, cross_entropy, lm_targets
 from biotf.model.norms import build_norm
-from biotf.model.positions import AlibiPositions, build_positions, embedding_table
+from biotf.model.positions import AlibiPositions, build_positions, embedding_table, rotary_for_blocks
 from biotf.model.segments import check_segments, segment_positions
 from biotf.model.stem import BinLayout, Stem
 
@@ -356,6 +356,8 @@ class Transformer(nn.Module):
         if self.embed_project is not None:
             x = self.embed_project(x)
         rotary = self.positions.rotary(query_positions, offset=past if attention_mask is None else None)
+        if rotary is not None:
+            rotary = rotary_for_blocks(rotary, x.dtype, batch, config.n_heads + config.n_kv_heads)
         mask, is_causal = self._attention_mask(attention_mask, query_positions, key_positions, batch, segment_ids)
         return BlockInputs(x, rotary, mask, is_causal, cache, bins)
 
