@@ -35,6 +35,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
         self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.activation_name = config.mlp
         self.activation = ACTIVATIONS[config.mlp]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

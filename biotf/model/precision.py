@@ -50,6 +50,7 @@ from torch import nn
 
 from biotf.conventions import PRECISIONS
 from biotf.errors import BiotfError, check_choice
+from biotf.model import bf16_linear
 from biotf.model.int8 import Int8Scheme, quantize_linears
 from biotf.model.transformer import Transformer
 from biotf.naming import given
@@ -265,13 +266,24 @@ def _to_bf16(network: nn.Module, calibration: Calibration) -> Conversion:
     saved = [(tensor, tensor.data) for tensor in [*network.parameters(), *network.buffers()]
              if tensor.is_floating_point()]
     network.to(torch.bfloat16)
+    fused = fused_bf16_linears(next(network.parameters()).device)
+    changed = [change for trunk in trunks for change in bf16_linear.fuse_linears(trunk.blocks)] if fused else []
 
     def undo() -> None:
+        bf16_linear.undo_changes(changed)
         for tensor, data in saved:
             tensor.data = data
         for trunk in trunks:
             trunk.float_head = None
-    return undo, ""
+    return undo, "products on oneDNN with bias and activation fused" if fused else ""
+
+
+def fused_bf16_linears(device: torch.device | str, flags: Collection[str] | None = None) -> bool:
+    """Whether bf16's linears run fused on oneDNN (`biotf.model.bf16_linear`): on an x86 CPU with native bf16
+    products (`flags`: default `cpu_flags()`) and a PyTorch with oneDNN."""
+    flags = cpu_flags() if flags is None else flags
+    return (torch.device(device).type == "cpu" and any(flag in flags for flag in ("amx_bf16", "avx512_bf16"))
+            and bf16_linear.available())
 
 
 def _to_int8(network: nn.Module, calibration: Calibration, scheme: Int8Scheme | None = None) -> Conversion:

@@ -1,0 +1,73 @@
+"""oneDNN's bf16 linears with the bias and the MLP's activation fused: the same outputs as F.linear and the activation
+(bf16 rounding apart), the same parameters, and undone exactly."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from biotf.model import Transformer, TransformerConfig
+from biotf.model import bf16_linear
+from biotf.model.bf16_linear import Bf16Linear, fuse_linears, undo_changes
+from biotf.model.mlp import ACTIVATIONS, FeedForward
+
+pytestmark = pytest.mark.skipif(not bf16_linear.available(), reason="this PyTorch has no oneDNN linear")
+
+
+@pytest.mark.parametrize("activation", [None, "gelu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_fused_product_equals_f_linear_and_its_activation(activation, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 160, bias=bias).to(torch.bfloat16)
+    x = torch.randn(3, 50, 96, dtype=torch.bfloat16)
+    fused = Bf16Linear(linear, activation)
+    assert fused.weight is linear.weight and fused.bias is linear.bias
+    with torch.inference_mode():
+        got = fused(x).float()
+        # the reference in float32 from the same bf16 numbers: both sides round once to bf16 at the end
+        expected = F.linear(x.float(), linear.weight.float(), None if linear.bias is None else linear.bias.float())
+        expected = expected if activation is None else ACTIVATIONS[activation](expected)
+    assert got.shape == (3, 50, 160)
+    # bf16 keeps 8 bits of mantissa: one rounding of values of magnitude <= ~4 is <= 2^-6
+    torch.testing.assert_close(got, expected, atol=2 ** -5, rtol=2 ** -7)
+
+
+def test_with_gradients_it_runs_f_linear_so_training_still_works():
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 8).to(torch.bfloat16)
+    fused = Bf16Linear(linear, "gelu")
+    x = torch.randn(4, 16, dtype=torch.bfloat16, requires_grad=True)
+    fused(x).float().sum().backward()
+    expected = x.detach().clone().requires_grad_()
+    F.gelu(F.linear(expected, linear.weight, linear.bias)).float().sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+
+
+def test_a_fused_network_keeps_its_parameters_outputs_and_is_undone_exactly():
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=33, d_model=64, n_heads=4, n_layers=2, d_ff=128, max_seq_len=64,
+                               causal=False, pos="rope", mlp="gelu")
+    model = Transformer(config).eval().to(torch.bfloat16)
+    keys = list(model.state_dict())
+    ids = torch.randint(4, 29, (3, 40))
+    with torch.inference_mode():
+        plain = model(ids).logits.float()
+    before = [type(module) for module in model.modules()]
+    changed = fuse_linears(model.blocks)
+    kinds = [type(module) for module in model.blocks.modules()]
+    assert kinds.count(Bf16Linear) == 4 * 2 and nn.Linear not in kinds  # qkv, out, up and down of 2 blocks
+    assert all(block.mlp.up.activation == "gelu" for block in model.blocks)
+    assert list(model.state_dict()) == keys
+    with torch.inference_mode():
+        fused = model(ids).logits.float()
+    # two bf16 roundings per linear differ in place: logits of a random 2-layer model move by bf16's few ulps
+    torch.testing.assert_close(fused, plain, atol=0.05, rtol=0.02)
+    undo_changes(changed)
+    assert [type(module) for module in model.modules()] == before
+    assert all(isinstance(block.mlp, FeedForward) and block.mlp.activation is ACTIVATIONS["gelu"]
+               for block in model.blocks)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(ids).logits.float(), plain, atol=0, rtol=0)
