@@ -29,23 +29,26 @@ def proteins() -> list[str]:
 
 
 class Forwards:
-    """The model rows of every forward: (rows, width, records in the most packed row; 0 without segment ids)."""
+    """The model rows of every trunk pass (`encode`, which `forward` calls too): (rows, width, records in the most
+    packed row; 0 without segment ids)."""
 
     def __init__(self, model: Transformer):
         self.calls: list[tuple[int, int, int]] = []
         self.model = model
 
     def __enter__(self) -> Forwards:
-        def hook(module, args, kwargs):
-            segments = kwargs.get("segment_ids")
-            rows, width = args[0].shape
-            self.calls.append((rows, width, 0 if segments is None else int(segments.max())))
+        encode = self.model.encode
 
-        self.handle = self.model.register_forward_pre_hook(hook, with_kwargs=True)
+        def counted(input_ids, *args, segment_ids=None, **kwargs):
+            rows, width = input_ids.shape
+            self.calls.append((rows, width, 0 if segment_ids is None else int(segment_ids.max())))
+            return encode(input_ids, *args, segment_ids=segment_ids, **kwargs)
+
+        self.model.encode = counted
         return self
 
     def __exit__(self, *exc) -> None:
-        self.handle.remove()
+        del self.model.encode
 
     @property
     def padded_tokens(self) -> int:
