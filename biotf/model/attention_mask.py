@@ -189,14 +189,13 @@ GATHER_CALLS = 24
 @dataclass(frozen=True, eq=False)
 class SegmentBatches:
     """index: (slots,) positions in the flattened (batch x length) tokens, bucket after bucket, each bucket's
-    (records, longest) slots row-major; a padding slot repeats its record's first token. real: (slots,) bool, False
-    for padding slots, or None where no bucket is padded. tokens: index[real], where the outputs go. shapes: (records,
-    longest) per bucket. masks: per bucket SDPA's (attn_mask, is_causal). whole: the rows themselves are the one
-    bucket (each row one record, no padding): no gather, no scatter."""
+    (records, longest) slots row-major; a padding slot repeats its record's first token. targets: where each slot's
+    output goes: its token, or for a padding slot batch x length, one row past the tokens that the outputs drop.
+    shapes: (records, longest) per bucket. masks: per bucket SDPA's (attn_mask, is_causal). whole: the rows themselves
+    are the one bucket (each row one record, no padding): no gather, no scatter."""
 
     index: torch.Tensor
-    real: torch.Tensor | None
-    tokens: torch.Tensor
+    targets: torch.Tensor
     shapes: list[tuple[int, int]]
     masks: list[tuple[torch.Tensor | None, bool]]
     whole: bool
@@ -234,10 +233,9 @@ class SegmentBatches:
             index.append((first + offset * inside).reshape(-1))
             real.append(inside.reshape(-1))
         index, real = torch.cat(index), torch.cat(real)
-        padded = not bool(real.all())
         masks = [cls._bucket_mask(mask, longest, lengths[bucket[-1]] < longest, real_slots.view(len(bucket), longest))
                  for bucket, (_, longest), real_slots in zip(buckets, shapes, real.split([c * l for c, l in shapes]))]
-        return cls(index, real if padded else None, index[real] if padded else index, shapes, masks, whole)
+        return cls(index, index.masked_fill(~real, rows * length), shapes, masks, whole)
 
     @staticmethod
     def _bucket_mask(mask: AttentionMask, longest: int, padded: bool,
