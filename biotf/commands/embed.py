@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, metavar="PATH",
                         help="run directory, .ckpt, exported directory (biotf export-model) or any source "
-                             "biotf.load_pretrained reads")
+                             "biotf.Model.load reads")
     add_input_arguments(parser)
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
                                   "unknown=to_unk (repeatable; its vocabulary must stay the same)")

@@ -11,7 +11,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export-model", help="export a trained model to a directory (safetensors, config, tokenizer)",
         description="Write model.safetensors, config.json and tokenizer.json for a run directory (its best "
-                    "checkpoint), a .ckpt file or an exported directory. Load it with biotf.load_pretrained(dir).")
+                    "checkpoint), a .ckpt file or an exported directory. Load it with biotf.Model.load(dir).")
     parser.add_argument("source", help="run directory, .ckpt file, exported or Hugging Face directory")
     parser.add_argument("directory", help="new output directory (must not exist or be empty)")
     parser.add_argument("--hf", nargs="?", const="auto", metavar="MODEL_TYPE",

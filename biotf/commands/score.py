@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("score", help="sequence likelihoods and variant effects (zero-shot)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", metavar="PATH",
-                        help="run directory, .ckpt, exported directory or any source biotf.load_pretrained reads")
+                        help="run directory, .ckpt, exported directory or any source biotf.Model.load reads")
     add_input_arguments(parser, required=False)
     add_tokenizer_options(parser, "change a policy of the model's tokenizer, e.g. stop=strip_terminal, "
                                   "unknown=to_unk (repeatable; its vocabulary must stay the same)")

@@ -31,7 +31,7 @@ def add_parser(forms: argparse._SubParsersAction, methods: tuple[str, ...]) -> N
 
     parser = forms.add_parser("proteingym", help="ProteinGym assays into one table of per-assay metrics",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, metavar="PATH", help="any source biotf.load_pretrained reads")
+    parser.add_argument("--model", required=True, metavar="PATH", help="any source biotf.Model.load reads")
     parser.add_argument("--assays", required=True, nargs="+", type=Path, metavar="DIR|FILE",
                         help="a directory of assay CSVs, or assay files")
     parser.add_argument("--reference-file", required=True, type=Path, metavar="CSV",
