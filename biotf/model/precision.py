@@ -8,7 +8,9 @@
   of its matrix (`Transformer.float_head`): bf16 logits alone drifted a pseudo-log-likelihood by ~0.2 nats over 300
   residues, the rest of the network by ~0.01. Measured against CPU autocast on an Intel Xeon with AMX (ESM-2 8M
   shape, 8 x 512 tokens): bf16 weights 1.5x fp32, autocast 1.1x (it casts every weight on every call), float32
-  activations around bf16 products 0.9x (the casts).
+  activations around bf16 products 0.9x (the casts). On x86 CPUs with native bf16 the blocks' linears run on
+  oneDNN with the bias and the MLP's activation computed in the product (`biotf.model.bf16_linear`; the summary says
+  so).
 - **int8**: every nn.Linear of the transformer blocks becomes a `SmoothedInt8Linear` (`biotf.model.int8`): int8
   weights with one scale per output channel rounded by GPTQ, activations smoothed per channel (SmoothQuant) and
   quantized per call, biases corrected, all fitted on a forward of the calibration batch's fitting rows (seeded
