@@ -445,14 +445,48 @@ def training_run(mode: str, widths: dict, steps: int, device: str, directory: Pa
                    capture_output=True, text=True, cwd=directory)
     return json.loads(output.read_text())
 
-def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type: str,
-                  batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> int:
-    """One process of `training_run` (launched by torchrun): a ~100M-parameter model wrapped by DDP or sharded by
-    `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory while it
-    trains and its memory before the model was built (CUDA: allocated, the peak as CUDA counts it; CPU: the resident
-    set, its peak the kernel's high-water mark VmHWM, reset once the whole model each rank built is freed), what it
-    holds of the parameters, gradients and AdamW state after the last step (counted from the tensors: its shards
-    under FSDP), its step time, and each step's mean loss, to `output`."""
+
+def in_process_group(device_type: str, work: Callable[[torch.device], None]) -> int:
+    """`work(device)` in a process torchrun launched (device: this rank's GPU of `device_type` cuda, else the CPU),
+    inside the default process group (nccl on GPUs, gloo on the CPU); the ranks leave together (a barrier) and the
+    group is destroyed only after everything `work` made is freed, on success as on an exception.
+
+    That order keeps a rank from hanging at exit. A DistributedDataParallel wrapper still alive when the group is
+    destroyed holds the group's last reference in its C++ Reducer, whose Python binding frees it without releasing
+    the GIL; ProcessGroupGloo's destructor then joins gloo's worker threads while holding the GIL, and a worker that
+    still holds its last collective's tensors waits for the GIL to free them: a deadlock, one rank in a futex after
+    its peer exited (pytorch/pytorch#56297; the ProcessGroup's own binding releases the GIL, the Reducer's does not).
+    Freed while the group lives, the Reducer drops a reference that is not the last one, and destroying the group
+    frees it through the ProcessGroup's binding."""
+    import gc
+
+    import torch.distributed as distributed
+
+    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        work(device)
+        gc.collect()  # a DDP wrapper in a reference cycle goes now, not at a later collection after the group
+        distributed.barrier()  # a gloo rank torn down while its peer still works can abort it
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)  # the failed frames' locals (a DDP wrapper) go before the group
+        gc.collect()
+        raise
+    finally:
+        distributed.destroy_process_group()
+    return 0
+
+
+def training_rank(mode: str, output: Path, widths: dict, steps: int, device: torch.device,
+                  batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> None:
+    """One process of `training_run` (launched by torchrun, run by `in_process_group`): a ~100M-parameter model
+    wrapped by DDP or sharded by `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every
+    rank's peak memory while it trains and its memory before the model was built (CUDA: allocated, the peak as CUDA
+    counts it; CPU: the resident set, its peak the kernel's high-water mark VmHWM, reset once the whole model each
+    rank built is freed), what it holds of the parameters, gradients and AdamW state after the last step (counted from
+    the tensors: its shards under FSDP), its step time, and each step's mean loss, to `output`."""
     import ctypes
     from dataclasses import replace
 
@@ -463,11 +497,7 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
     from biotf.tokenizers import AminoAcidTokenizer
     from biotf.training.sharding import shard_blocks
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = distributed.get_rank(), distributed.get_world_size()
 
     def memory_mib() -> float:
         """Memory in use now: allocated tensors on CUDA, the resident set on the CPU."""
@@ -496,51 +526,46 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
         local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
         return local.numel() * local.element_size() / 2**20
 
-    try:
-        before = memory_mib()
-        tokenizer = AminoAcidTokenizer()
-        config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
-        torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
-        model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
-        model.gradient_checkpointing = recompute
-        parameters = model.num_parameters()
-        if mode == "fsdp":
-            shard_blocks(model, list(model.blocks))
-            step_model = model
-        else:
-            step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        reset_peak()  # training's own peak, after what the whole model held before sharding is returned
-        batches = torch.Generator().manual_seed(1000 + rank)
-        losses, seconds = [], []
-        for _ in range(steps):
-            ids = torch.randint(4, 24, batch, generator=batches).to(device)
-            start = time.perf_counter()
-            loss = step_model(ids, labels=ids).loss
-            loss.backward()
-            optimizer.step()
-            state = sum(local_mib(tensor) for parameter in model.parameters()
-                        for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
-                        if isinstance(tensor, torch.Tensor))
-            optimizer.zero_grad(set_to_none=True)
-            mean = loss.detach().clone()
-            distributed.all_reduce(mean)
-            seconds.append(time.perf_counter() - start)
-            losses.append(float(mean) / world)
-        figures = torch.tensor([peak_mib(), before, state], dtype=torch.float64, device=device)
-        gathered = [torch.zeros_like(figures) for _ in range(world)]
-        distributed.all_gather(gathered, figures)
-        if rank == 0:
-            output.write_text(json.dumps({
-                "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
-                "before_mib": [float(g[1]) for g in gathered],
-                "state_mib": [float(g[2]) for g in gathered],
-                "step_seconds": statistics.median(seconds[1:] or seconds),  # the first step left out, if not alone
-                "losses": losses}))
-        distributed.barrier()
-    finally:
-        distributed.destroy_process_group()
-    return 0
+    before = memory_mib()
+    tokenizer = AminoAcidTokenizer()
+    config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
+    torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
+    model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
+    model.gradient_checkpointing = recompute
+    parameters = model.num_parameters()
+    if mode == "fsdp":
+        shard_blocks(model, list(model.blocks))
+        step_model = model
+    else:
+        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    reset_peak()  # training's own peak, after what the whole model held before sharding is returned
+    batches = torch.Generator().manual_seed(1000 + rank)
+    losses, seconds = [], []
+    for _ in range(steps):
+        ids = torch.randint(4, 24, batch, generator=batches).to(device)
+        start = time.perf_counter()
+        loss = step_model(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        state = sum(local_mib(tensor) for parameter in model.parameters()
+                    for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
+                    if isinstance(tensor, torch.Tensor))
+        optimizer.zero_grad(set_to_none=True)
+        mean = loss.detach().clone()
+        distributed.all_reduce(mean)
+        seconds.append(time.perf_counter() - start)
+        losses.append(float(mean) / world)
+    figures = torch.tensor([peak_mib(), before, state], dtype=torch.float64, device=device)
+    gathered = [torch.zeros_like(figures) for _ in range(world)]
+    distributed.all_gather(gathered, figures)
+    if rank == 0:
+        output.write_text(json.dumps({
+            "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
+            "before_mib": [float(g[1]) for g in gathered],
+            "state_mib": [float(g[2]) for g in gathered],
+            "step_seconds": statistics.median(seconds[1:] or seconds),  # the first step left out, if not alone
+            "losses": losses}))
 
 
 class LossOf(torch.nn.Module):
@@ -555,37 +580,28 @@ class LossOf(torch.nn.Module):
         return step_loss(self.model, batch, "float32")
 
 
-def ddp_rank(directory: Path, device_type: str) -> int:
-    """One process of the ddp check (launched by torchrun): its half of the batch, DDP's all-reduce, and on rank 0
-    the averaged gradient and the mean loss into `directory`."""
+def ddp_rank(directory: Path, device: torch.device) -> None:
+    """One process of the ddp check (launched by torchrun, run by `in_process_group`): its half of the batch, DDP's
+    all-reduce, and on rank 0 the averaged gradient and the mean loss into `directory`."""
     import torch.distributed as distributed
     from safetensors.torch import load_file, save_file
     from torch.nn.parallel import DistributedDataParallel
 
     import biotf
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    try:
-        model = biotf.Model.load(directory, device=device).network
-        model.train()
-        batch = {key: value.chunk(world)[rank] for key, value in load_file(directory / "batch.safetensors").items()}
-        wrapped = DistributedDataParallel(LossOf(model), device_ids=[device.index] if device.type == "cuda" else None)
-        loss = wrapped(batch)
-        loss.backward()
-        mean = loss.detach().clone()
-        distributed.all_reduce(mean)
-        if rank == 0:
-            save_file({name: parameter.grad.detach().cpu().contiguous() for name, parameter in model.named_parameters()
-                       if parameter.grad is not None}, directory / "gradients.safetensors")
-            (directory / "loss.json").write_text(json.dumps({"loss": float(mean) / world}))
-        distributed.barrier()  # both ranks leave together: a gloo rank torn down while its peer works can abort
-    finally:
-        distributed.destroy_process_group()
-    return 0
+    rank, world = distributed.get_rank(), distributed.get_world_size()
+    model = biotf.Model.load(directory, device=device).network
+    model.train()
+    batch = {key: value.chunk(world)[rank] for key, value in load_file(directory / "batch.safetensors").items()}
+    wrapped = DistributedDataParallel(LossOf(model), device_ids=[device.index] if device.type == "cuda" else None)
+    loss = wrapped(batch)
+    loss.backward()
+    mean = loss.detach().clone()
+    distributed.all_reduce(mean)
+    if rank == 0:
+        save_file({name: parameter.grad.detach().cpu().contiguous() for name, parameter in model.named_parameters()
+                   if parameter.grad is not None}, directory / "gradients.safetensors")
+        (directory / "loss.json").write_text(json.dumps({"loss": float(mean) / world}))
 
 
 # --- commands ---------------------------------------------------------------------------------------------------
@@ -874,11 +890,11 @@ def run_checks(checks: list[str], device: str, reference: str, size: str, workdi
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [DDP_WORKER]:
-        return ddp_rank(Path(argv[1]), argv[2])
+        return in_process_group(argv[2], lambda device: ddp_rank(Path(argv[1]), device))
     if argv[:1] == [TRAINING_WORKER]:
         rows, length, recompute = json.loads(argv[6])
-        return training_rank(argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), argv[5], (rows, length),
-                             recompute)
+        return in_process_group(argv[5], lambda device: training_rank(
+            argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), device, (rows, length), recompute))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checks", nargs="*", metavar="CHECK", help=f"checks to run (default all: {', '.join(CHECKS)})")
     parser.add_argument("--device", default="cuda", help="where the checked computation runs (default cuda)")

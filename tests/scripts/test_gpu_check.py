@@ -54,14 +54,48 @@ def test_ddp_of_two_gloo_processes_equals_one_process(gpu_check, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="its DDP side hung once in three runs on 2 gloo processes (one rank waiting in a futex, its peer gone); "
-                  "the FSDP path itself is tested by tests/training/test_training_fsdp.py; re-enable once found")
 def test_fsdp_of_two_gloo_processes_equals_ddp_and_reports_memory(gpu_check, tmp_path):
     report = gpu_check.run_checks(["fsdp"], "cpu", "cpu", "tiny", tmp_path)
     assert_all_pass(report)
     row, finetune = report.results
     assert "losses differ by at most" in row.detail and "peak per process (resident memory)" in row.detail, row.detail
     assert finetune.detail.startswith("4 of 4 steps") and "export written" in finetune.detail, finetune.detail
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_rank_frees_its_ddp_wrapper_before_its_process_group_is_destroyed(gpu_check, fails, monkeypatch):
+    """What hung a DDP rank at exit: a DDP wrapper outliving its gloo group frees the group from its C++ Reducer with
+    the GIL held, joining gloo threads that wait for the GIL. The wrapper must go while the group is initialized, after
+    the work returned as after it raised."""
+    import socket
+    import weakref
+
+    import torch.distributed as distributed
+    from torch.nn.parallel import DistributedDataParallel
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(key, value)
+    group_alive_when_freed = []
+
+    def work(device):
+        wrapped = DistributedDataParallel(torch.nn.Linear(4, 4).to(device))
+        weakref.finalize(wrapped, lambda: group_alive_when_freed.append(distributed.is_initialized()))
+        wrapped(torch.ones(2, 4)).sum().backward()
+        distributed.all_gather([torch.zeros(4)], torch.ones(4))  # a collective's tensors, held by a gloo thread
+        if fails:
+            raise RuntimeError("a step failed")
+
+    if fails:
+        with pytest.raises(RuntimeError, match="a step failed"):
+            gpu_check.in_process_group("cpu", work)
+    else:
+        assert gpu_check.in_process_group("cpu", work) == 0
+    assert group_alive_when_freed == [True]
+    assert not distributed.is_initialized()
 
 
 def test_the_step_gate_refuses_a_wrong_gradient_loss_or_parameter_set(gpu_check):
