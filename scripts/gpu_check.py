@@ -47,6 +47,7 @@ import io
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -119,16 +120,20 @@ class Size:
     timed_steps: int
     train_steps: int  # of `python train.py` (the default run: protein-small on the DeepLoc sample) under DDP
     train_overrides: tuple[str, ...]  # its other overrides, besides `widths` (as model.<field>=<value>)
+    # seconds a child process (a torchrun launch, a `python train.py` run) may take before it is killed with every
+    # process it started and its row fails: several times the longest such run at this size
+    child_timeout: int
 
 
 SIZES = {
     "full": Size(widths={}, clm_vocab=None, records=32, lengths=(50, 510), clm_batch=(8, 512),
                  prompts=("M", "MKT", "MSLEQ", "MAHHHHHH"), new_tokens=32, timed_steps=10, train_steps=100,
-                 train_overrides=("trainer.val_check_interval=50",)),
+                 train_overrides=("trainer.val_check_interval=50",), child_timeout=1200),
     "tiny": Size(widths=dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=64), clm_vocab=256,
                  records=6, lengths=(5, 40), clm_batch=(2, 32), prompts=("M", "MKT"), new_tokens=6, timed_steps=2,
                  train_steps=4, train_overrides=("data.max_length=64", "data.batch_size=8",
-                                                 "trainer.val_check_interval=2", "trainer.limit_val_batches=2")),
+                                                 "trainer.val_check_interval=2", "trainer.limit_val_batches=2"),
+                 child_timeout=300),
 }
 
 
@@ -306,6 +311,51 @@ def training_checks(device: str, reference: str, size: Size, workdir: Path) -> l
     return results
 
 
+# --- child processes --------------------------------------------------------------------------------------------
+class ChildTimedOut(RuntimeError):
+    """A child process that ran past its timeout, killed with every process it started."""
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it, parents first (read from /proc: a process's parent is the 4th field
+    of its stat, after the name in parentheses)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):  # a process gone meanwhile
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+    tree = [pid]
+    for parent in tree:  # breadth first: the list grows as it is read
+        tree.extend(children.get(parent, []))
+    return tree
+
+
+def last_lines(text: str | None, count: int = 3) -> str:
+    return " | ".join(line.strip() for line in (text or "").strip().splitlines()[-count:])
+
+
+def run_child(name: str, command: list, timeout: float, capture: bool = True,
+              **options) -> subprocess.CompletedProcess:
+    """`command` run as `subprocess.run` runs it (its text output captured unless `capture` is false) but never past
+    `timeout` seconds: then the child and every process it started are killed, and ChildTimedOut names `name`, the
+    timeout and the child's last output lines (the whole output goes to stderr). Killing the child alone would leave
+    a hung rank running: torchrun starts its ranks in sessions of their own."""
+    pipe = subprocess.PIPE if capture else None
+    with subprocess.Popen([str(part) for part in command], stdout=pipe, stderr=pipe, text=True, **options) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in process_tree(child.pid):  # every pid first: a killed parent's children are no longer its
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
+            sys.stderr.write((stdout or "") + (stderr or ""))
+            output = (f"last stderr: {last_lines(stderr) or '(none)'}; last stdout: {last_lines(stdout) or '(none)'}"
+                      if capture else "its output above")
+            raise ChildTimedOut(f"{name} timed out after {timeout:g} s (killed with every process it started); "
+                                f"{output}") from None
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
 # --- ddp --------------------------------------------------------------------------------------------------------
 def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Result]:
     """The 2-process all-reduced gradient of a causal protein-small (every row full, so the mean of the two halves'
@@ -325,9 +375,12 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     save_file(batch, directory / "batch.safetensors")
     reference_loss, reference_gradients = gradient_step(model.to(reference), batch, "float32")
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             str(Path(__file__).resolve()), DDP_WORKER, str(directory), kind],
-                            capture_output=True, text=True, timeout=600, env=environment)
+    try:
+        launch = run_child(f"torchrun {DDP_WORKER}", [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                      "--nproc-per-node", "2", Path(__file__).resolve(), DDP_WORKER,
+                                                      directory, kind], size.child_timeout, env=environment)
+    except ChildTimedOut as error:
+        return [Result(name, "FAIL", str(error))]
     if launch.returncode != 0:
         sys.stderr.write(launch.stdout + launch.stderr)
         last = (launch.stderr.strip().splitlines() or ["no output"])[-1]
@@ -338,12 +391,16 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     return [Result(name, *verdict_of(comparison)), ddp_training_run(kind, size, workdir)]
 
 
-def run_train_py(name: str, overrides: list[str], workdir: Path) -> Result | None:
+def run_train_py(name: str, overrides: list[str], workdir: Path, timeout: float) -> Result | None:
     """`python train.py OVERRIDES` in `workdir` (one OpenMP thread a process unless OMP_NUM_THREADS says otherwise);
-    the FAIL result, with the end of its stderr printed, where it exits non-zero, else None."""
+    the FAIL result, with the end of its stderr printed, where it exits non-zero or runs past `timeout` seconds, else
+    None."""
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
-                          capture_output=True, text=True, timeout=1200, env=environment)
+    try:
+        done = run_child(f"python train.py ({name})", [sys.executable, SCRIPTS.parent / "train.py", *overrides],
+                         timeout, cwd=workdir, env=environment)
+    except ChildTimedOut as error:
+        return Result(name, "FAIL", str(error))
     if done.returncode == 0:
         return None
     sys.stderr.write(done.stderr[-5000:])
@@ -361,7 +418,7 @@ def ddp_training_run(kind: str, size: Size, workdir: Path) -> Result:
                  *size.train_overrides, "trainer.enable_progress_bar=false",
                  f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py {' '.join(where)} trainer.strategy=ddp"
-    failed = run_train_py(name, overrides, workdir)
+    failed = run_train_py(name, overrides, workdir, size.child_timeout)
     if failed is not None:
         return failed
     summary = json.loads((run / "summary.json").read_text())
@@ -383,10 +440,13 @@ def fsdp_check(device: str, reference: str, size: Size, workdir: Path) -> list[R
     widths = {"n_layers": 14} if size.widths == {} else {"n_layers": 2, "d_model": 48, "n_heads": 4, "n_kv_heads": 4,
                                                          "d_ff": 96}
     try:
-        runs = {mode: training_run(mode, widths, size.timed_steps + 1, kind, workdir) for mode in ("ddp", "fsdp")}
+        runs = {mode: training_run(mode, widths, size.timed_steps + 1, kind, workdir, timeout=size.child_timeout)
+                for mode in ("ddp", "fsdp")}
     except subprocess.CalledProcessError as error:
         sys.stderr.write((error.stdout or "") + (error.stderr or ""))
         return [Result(name, "FAIL", f"torchrun exit status {error.returncode}")]
+    except ChildTimedOut as error:
+        return [Result(name, "FAIL", str(error))]
     difference = float(np.max(np.abs(np.subtract(runs["fsdp"]["losses"], runs["ddp"]["losses"]))))
     unit = "GPU (max_memory_allocated)" if kind == "cuda" else "process (resident memory)"
     memory = ", ".join(f"{mode} {max(run['peak_mib']):,.0f} MiB (of which parameters, gradients and AdamW state "
@@ -419,7 +479,7 @@ def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
                  f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // 2}", "optim.warmup_steps=1",
                  "trainer.enable_progress_bar=false", f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py experiment=finetune finetune.mode=lora {' '.join(where)} trainer.strategy=fsdp"
-    failed = run_train_py(name, overrides, workdir)
+    failed = run_train_py(name, overrides, workdir, size.child_timeout)
     if failed is not None:
         return failed
     summary = json.loads((run / "finetune.json").read_text())
@@ -432,17 +492,19 @@ def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
 
 
 def training_run(mode: str, widths: dict, steps: int, device: str, directory: Path,
-                 batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> dict:
+                 batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False, timeout: float = 1800) -> dict:
     """`training_rank` on 2 processes under torchrun (one thread each): rank 0's report (every rank's figures).
     `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...); `batch`: each rank's rows x tokens;
-    `recompute`: activation checkpointing (`trainer.gradient_checkpointing`)."""
+    `recompute`: activation checkpointing (`trainer.gradient_checkpointing`). CalledProcessError where torchrun
+    fails, ChildTimedOut where it runs past `timeout` seconds (the default bounds `bench.py scale`'s CPU runs)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1")
     output = directory / f"{mode}.json"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                    str(Path(__file__).resolve()), TRAINING_WORKER, mode, str(output),
-                    json.dumps(widths), str(steps), device, json.dumps([*batch, recompute])], env=env, check=True,
-                   capture_output=True, text=True, cwd=directory)
+    done = run_child(f"torchrun {TRAINING_WORKER} {mode}", [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+        Path(__file__).resolve(), TRAINING_WORKER, mode, output, json.dumps(widths), steps, device,
+        json.dumps([*batch, recompute])], timeout, env=env, cwd=directory)
+    done.check_returncode()
     return json.loads(output.read_text())
 
 
@@ -817,8 +879,11 @@ def bench_check(device: str, reference: str, size: Size, workdir: Path) -> list[
     kind = torch.device(device).type  # bench.py takes cpu | cuda
     name = f"bench.py packing --quick --device {kind}"
     sys.stdout.flush()
-    status = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "packing", "--quick", "--device", kind,
-                             "--json", str(output)], timeout=1800).returncode
+    try:
+        status = run_child(name, [sys.executable, SCRIPTS / "bench.py", "packing", "--quick", "--device", kind,
+                                  "--json", output], timeout=1800, capture=False).returncode
+    except ChildTimedOut as error:
+        return [Result(name, "FAIL", str(error))]
     if status != 0:
         return [Result(name, "FAIL", f"exit status {status} (its output above)")]
     ratios = [f"{entry['name'].split(':')[0]} {entry['ratio']:.2f}x" for entry in
