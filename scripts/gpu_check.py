@@ -47,6 +47,7 @@ import io
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -119,16 +120,20 @@ class Size:
     timed_steps: int
     train_steps: int  # of `python train.py` (the default run: protein-small on the DeepLoc sample) under DDP
     train_overrides: tuple[str, ...]  # its other overrides, besides `widths` (as model.<field>=<value>)
+    # seconds a child process (a torchrun launch, a `python train.py` run) may take before it is killed with every
+    # process it started and its row fails: several times the longest such run at this size
+    child_timeout: int
 
 
 SIZES = {
     "full": Size(widths={}, clm_vocab=None, records=32, lengths=(50, 510), clm_batch=(8, 512),
                  prompts=("M", "MKT", "MSLEQ", "MAHHHHHH"), new_tokens=32, timed_steps=10, train_steps=100,
-                 train_overrides=("trainer.val_check_interval=50",)),
+                 train_overrides=("trainer.val_check_interval=50",), child_timeout=1200),
     "tiny": Size(widths=dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=64), clm_vocab=256,
                  records=6, lengths=(5, 40), clm_batch=(2, 32), prompts=("M", "MKT"), new_tokens=6, timed_steps=2,
                  train_steps=4, train_overrides=("data.max_length=64", "data.batch_size=8",
-                                                 "trainer.val_check_interval=2", "trainer.limit_val_batches=2")),
+                                                 "trainer.val_check_interval=2", "trainer.limit_val_batches=2"),
+                 child_timeout=300),
 }
 
 
@@ -306,6 +311,51 @@ def training_checks(device: str, reference: str, size: Size, workdir: Path) -> l
     return results
 
 
+# --- child processes --------------------------------------------------------------------------------------------
+class ChildTimedOut(RuntimeError):
+    """A child process that ran past its timeout, killed with every process it started."""
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it, parents first (read from /proc: a process's parent is the 4th field
+    of its stat, after the name in parentheses)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):  # a process gone meanwhile
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+    tree = [pid]
+    for parent in tree:  # breadth first: the list grows as it is read
+        tree.extend(children.get(parent, []))
+    return tree
+
+
+def last_lines(text: str | None, count: int = 3) -> str:
+    return " | ".join(line.strip() for line in (text or "").strip().splitlines()[-count:])
+
+
+def run_child(name: str, command: list, timeout: float, capture: bool = True,
+              **options) -> subprocess.CompletedProcess:
+    """`command` run as `subprocess.run` runs it (its text output captured unless `capture` is false) but never past
+    `timeout` seconds: then the child and every process it started are killed, and ChildTimedOut names `name`, the
+    timeout and the child's last output lines (the whole output goes to stderr). Killing the child alone would leave
+    a hung rank running: torchrun starts its ranks in sessions of their own."""
+    pipe = subprocess.PIPE if capture else None
+    with subprocess.Popen([str(part) for part in command], stdout=pipe, stderr=pipe, text=True, **options) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in process_tree(child.pid):  # every pid first: a killed parent's children are no longer its
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
+            sys.stderr.write((stdout or "") + (stderr or ""))
+            output = (f"last stderr: {last_lines(stderr) or '(none)'}; last stdout: {last_lines(stdout) or '(none)'}"
+                      if capture else "its output above")
+            raise ChildTimedOut(f"{name} timed out after {timeout:g} s (killed with every process it started); "
+                                f"{output}") from None
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
 # --- ddp --------------------------------------------------------------------------------------------------------
 def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Result]:
     """The 2-process all-reduced gradient of a causal protein-small (every row full, so the mean of the two halves'
@@ -325,9 +375,12 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     save_file(batch, directory / "batch.safetensors")
     reference_loss, reference_gradients = gradient_step(model.to(reference), batch, "float32")
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             str(Path(__file__).resolve()), DDP_WORKER, str(directory), kind],
-                            capture_output=True, text=True, timeout=600, env=environment)
+    try:
+        launch = run_child(f"torchrun {DDP_WORKER}", [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                      "--nproc-per-node", "2", Path(__file__).resolve(), DDP_WORKER,
+                                                      directory, kind], size.child_timeout, env=environment)
+    except ChildTimedOut as error:
+        return [Result(name, "FAIL", str(error))]
     if launch.returncode != 0:
         sys.stderr.write(launch.stdout + launch.stderr)
         last = (launch.stderr.strip().splitlines() or ["no output"])[-1]
@@ -338,12 +391,16 @@ def ddp_check(device: str, reference: str, size: Size, workdir: Path) -> list[Re
     return [Result(name, *verdict_of(comparison)), ddp_training_run(kind, size, workdir)]
 
 
-def run_train_py(name: str, overrides: list[str], workdir: Path) -> Result | None:
+def run_train_py(name: str, overrides: list[str], workdir: Path, timeout: float) -> Result | None:
     """`python train.py OVERRIDES` in `workdir` (one OpenMP thread a process unless OMP_NUM_THREADS says otherwise);
-    the FAIL result, with the end of its stderr printed, where it exits non-zero, else None."""
+    the FAIL result, with the end of its stderr printed, where it exits non-zero or runs past `timeout` seconds, else
+    None."""
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run([sys.executable, str(SCRIPTS.parent / "train.py"), *overrides], cwd=workdir,
-                          capture_output=True, text=True, timeout=1200, env=environment)
+    try:
+        done = run_child(f"python train.py ({name})", [sys.executable, SCRIPTS.parent / "train.py", *overrides],
+                         timeout, cwd=workdir, env=environment)
+    except ChildTimedOut as error:
+        return Result(name, "FAIL", str(error))
     if done.returncode == 0:
         return None
     sys.stderr.write(done.stderr[-5000:])
@@ -361,7 +418,7 @@ def ddp_training_run(kind: str, size: Size, workdir: Path) -> Result:
                  *size.train_overrides, "trainer.enable_progress_bar=false",
                  f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py {' '.join(where)} trainer.strategy=ddp"
-    failed = run_train_py(name, overrides, workdir)
+    failed = run_train_py(name, overrides, workdir, size.child_timeout)
     if failed is not None:
         return failed
     summary = json.loads((run / "summary.json").read_text())
@@ -383,10 +440,13 @@ def fsdp_check(device: str, reference: str, size: Size, workdir: Path) -> list[R
     widths = {"n_layers": 14} if size.widths == {} else {"n_layers": 2, "d_model": 48, "n_heads": 4, "n_kv_heads": 4,
                                                          "d_ff": 96}
     try:
-        runs = {mode: training_run(mode, widths, size.timed_steps + 1, kind, workdir) for mode in ("ddp", "fsdp")}
+        runs = {mode: training_run(mode, widths, size.timed_steps + 1, kind, workdir, timeout=size.child_timeout)
+                for mode in ("ddp", "fsdp")}
     except subprocess.CalledProcessError as error:
         sys.stderr.write((error.stdout or "") + (error.stderr or ""))
         return [Result(name, "FAIL", f"torchrun exit status {error.returncode}")]
+    except ChildTimedOut as error:
+        return [Result(name, "FAIL", str(error))]
     difference = float(np.max(np.abs(np.subtract(runs["fsdp"]["losses"], runs["ddp"]["losses"]))))
     unit = "GPU (max_memory_allocated)" if kind == "cuda" else "process (resident memory)"
     memory = ", ".join(f"{mode} {max(run['peak_mib']):,.0f} MiB (of which parameters, gradients and AdamW state "
@@ -419,7 +479,7 @@ def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
                  f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps // 2}", "optim.warmup_steps=1",
                  "trainer.enable_progress_bar=false", f"data.cache_dir={workdir / 'cache'}", f"hydra.run.dir={run}"]
     name = f"train.py experiment=finetune finetune.mode=lora {' '.join(where)} trainer.strategy=fsdp"
-    failed = run_train_py(name, overrides, workdir)
+    failed = run_train_py(name, overrides, workdir, size.child_timeout)
     if failed is not None:
         return failed
     summary = json.loads((run / "finetune.json").read_text())
@@ -432,27 +492,63 @@ def fsdp_finetune_run(kind: str, size: Size, workdir: Path) -> Result:
 
 
 def training_run(mode: str, widths: dict, steps: int, device: str, directory: Path,
-                 batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> dict:
+                 batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False, timeout: float = 1800) -> dict:
     """`training_rank` on 2 processes under torchrun (one thread each): rank 0's report (every rank's figures).
     `widths`: the gpt2-small preset's fields to change (n_layers, d_model, ...); `batch`: each rank's rows x tokens;
-    `recompute`: activation checkpointing (`trainer.gradient_checkpointing`)."""
+    `recompute`: activation checkpointing (`trainer.gradient_checkpointing`). CalledProcessError where torchrun
+    fails, ChildTimedOut where it runs past `timeout` seconds (the default bounds `bench.py scale`'s CPU runs)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(PYTHONPATH=str(SCRIPTS.parent), OMP_NUM_THREADS="1")
     output = directory / f"{mode}.json"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                    str(Path(__file__).resolve()), TRAINING_WORKER, mode, str(output),
-                    json.dumps(widths), str(steps), device, json.dumps([*batch, recompute])], env=env, check=True,
-                   capture_output=True, text=True, cwd=directory)
+    done = run_child(f"torchrun {TRAINING_WORKER} {mode}", [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+        Path(__file__).resolve(), TRAINING_WORKER, mode, output, json.dumps(widths), steps, device,
+        json.dumps([*batch, recompute])], timeout, env=env, cwd=directory)
+    done.check_returncode()
     return json.loads(output.read_text())
 
-def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type: str,
-                  batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> int:
-    """One process of `training_run` (launched by torchrun): a ~100M-parameter model wrapped by DDP or sharded by
-    `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every rank's peak memory while it
-    trains and its memory before the model was built (CUDA: allocated, the peak as CUDA counts it; CPU: the resident
-    set, its peak the kernel's high-water mark VmHWM, reset once the whole model each rank built is freed), what it
-    holds of the parameters, gradients and AdamW state after the last step (counted from the tensors: its shards
-    under FSDP), its step time, and each step's mean loss, to `output`."""
+
+def in_process_group(device_type: str, work: Callable[[torch.device], None]) -> int:
+    """`work(device)` in a process torchrun launched (device: this rank's GPU of `device_type` cuda, else the CPU),
+    inside the default process group (nccl on GPUs, gloo on the CPU); the ranks leave together (a barrier) and the
+    group is destroyed only after everything `work` made is freed, on success as on an exception.
+
+    That order keeps a rank from hanging at exit. A DistributedDataParallel wrapper still alive when the group is
+    destroyed holds the group's last reference in its C++ Reducer, whose Python binding frees it without releasing
+    the GIL; ProcessGroupGloo's destructor then joins gloo's worker threads while holding the GIL, and a worker that
+    still holds its last collective's tensors waits for the GIL to free them: a deadlock, one rank in a futex after
+    its peer exited (pytorch/pytorch#56297; the ProcessGroup's own binding releases the GIL, the Reducer's does not).
+    Freed while the group lives, the Reducer drops a reference that is not the last one, and destroying the group
+    frees it through the ProcessGroup's binding."""
+    import gc
+
+    import torch.distributed as distributed
+
+    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        work(device)
+        gc.collect()  # a DDP wrapper in a reference cycle goes now, not at a later collection after the group
+        distributed.barrier()  # a gloo rank torn down while its peer still works can abort it
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)  # the failed frames' locals (a DDP wrapper) go before the group
+        gc.collect()
+        raise
+    finally:
+        distributed.destroy_process_group()
+    return 0
+
+
+def training_rank(mode: str, output: Path, widths: dict, steps: int, device: torch.device,
+                  batch: tuple[int, int] = TRAINING_BATCH, recompute: bool = False) -> None:
+    """One process of `training_run` (launched by torchrun, run by `in_process_group`): a ~100M-parameter model
+    wrapped by DDP or sharded by `shard_blocks`, `steps` AdamW steps on this rank's random batches; rank 0 writes every
+    rank's peak memory while it trains and its memory before the model was built (CUDA: allocated, the peak as CUDA
+    counts it; CPU: the resident set, its peak the kernel's high-water mark VmHWM, reset once the whole model each
+    rank built is freed), what it holds of the parameters, gradients and AdamW state after the last step (counted from
+    the tensors: its shards under FSDP), its step time, and each step's mean loss, to `output`."""
     import ctypes
     from dataclasses import replace
 
@@ -463,11 +559,7 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
     from biotf.tokenizers import AminoAcidTokenizer
     from biotf.training.sharding import shard_blocks
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = distributed.get_rank(), distributed.get_world_size()
 
     def memory_mib() -> float:
         """Memory in use now: allocated tensors on CUDA, the resident set on the CPU."""
@@ -496,51 +588,46 @@ def training_rank(mode: str, output: Path, widths: dict, steps: int, device_type
         local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
         return local.numel() * local.element_size() / 2**20
 
-    try:
-        before = memory_mib()
-        tokenizer = AminoAcidTokenizer()
-        config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
-        torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
-        model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
-        model.gradient_checkpointing = recompute
-        parameters = model.num_parameters()
-        if mode == "fsdp":
-            shard_blocks(model, list(model.blocks))
-            step_model = model
-        else:
-            step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        reset_peak()  # training's own peak, after what the whole model held before sharding is returned
-        batches = torch.Generator().manual_seed(1000 + rank)
-        losses, seconds = [], []
-        for _ in range(steps):
-            ids = torch.randint(4, 24, batch, generator=batches).to(device)
-            start = time.perf_counter()
-            loss = step_model(ids, labels=ids).loss
-            loss.backward()
-            optimizer.step()
-            state = sum(local_mib(tensor) for parameter in model.parameters()
-                        for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
-                        if isinstance(tensor, torch.Tensor))
-            optimizer.zero_grad(set_to_none=True)
-            mean = loss.detach().clone()
-            distributed.all_reduce(mean)
-            seconds.append(time.perf_counter() - start)
-            losses.append(float(mean) / world)
-        figures = torch.tensor([peak_mib(), before, state], dtype=torch.float64, device=device)
-        gathered = [torch.zeros_like(figures) for _ in range(world)]
-        distributed.all_gather(gathered, figures)
-        if rank == 0:
-            output.write_text(json.dumps({
-                "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
-                "before_mib": [float(g[1]) for g in gathered],
-                "state_mib": [float(g[2]) for g in gathered],
-                "step_seconds": statistics.median(seconds[1:] or seconds),  # the first step left out, if not alone
-                "losses": losses}))
-        distributed.barrier()
-    finally:
-        distributed.destroy_process_group()
-    return 0
+    before = memory_mib()
+    tokenizer = AminoAcidTokenizer()
+    config = replace(TransformerConfig.preset("gpt2-small"), **widths, dropout=0.0)
+    torch.manual_seed(0)  # built whole on every rank (the same weights for both modes), then sharded or wrapped
+    model = Transformer(config.for_tokenizer(tokenizer.vocab_size, tokenizer.mask_id)).to(device)
+    model.gradient_checkpointing = recompute
+    parameters = model.num_parameters()
+    if mode == "fsdp":
+        shard_blocks(model, list(model.blocks))
+        step_model = model
+    else:
+        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    reset_peak()  # training's own peak, after what the whole model held before sharding is returned
+    batches = torch.Generator().manual_seed(1000 + rank)
+    losses, seconds = [], []
+    for _ in range(steps):
+        ids = torch.randint(4, 24, batch, generator=batches).to(device)
+        start = time.perf_counter()
+        loss = step_model(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        state = sum(local_mib(tensor) for parameter in model.parameters()
+                    for tensor in (parameter, parameter.grad, *optimizer.state[parameter].values())
+                    if isinstance(tensor, torch.Tensor))
+        optimizer.zero_grad(set_to_none=True)
+        mean = loss.detach().clone()
+        distributed.all_reduce(mean)
+        seconds.append(time.perf_counter() - start)
+        losses.append(float(mean) / world)
+    figures = torch.tensor([peak_mib(), before, state], dtype=torch.float64, device=device)
+    gathered = [torch.zeros_like(figures) for _ in range(world)]
+    distributed.all_gather(gathered, figures)
+    if rank == 0:
+        output.write_text(json.dumps({
+            "mode": mode, "parameters": parameters, "peak_mib": [float(g[0]) for g in gathered],
+            "before_mib": [float(g[1]) for g in gathered],
+            "state_mib": [float(g[2]) for g in gathered],
+            "step_seconds": statistics.median(seconds[1:] or seconds),  # the first step left out, if not alone
+            "losses": losses}))
 
 
 class LossOf(torch.nn.Module):
@@ -555,37 +642,28 @@ class LossOf(torch.nn.Module):
         return step_loss(self.model, batch, "float32")
 
 
-def ddp_rank(directory: Path, device_type: str) -> int:
-    """One process of the ddp check (launched by torchrun): its half of the batch, DDP's all-reduce, and on rank 0
-    the averaged gradient and the mean loss into `directory`."""
+def ddp_rank(directory: Path, device: torch.device) -> None:
+    """One process of the ddp check (launched by torchrun, run by `in_process_group`): its half of the batch, DDP's
+    all-reduce, and on rank 0 the averaged gradient and the mean loss into `directory`."""
     import torch.distributed as distributed
     from safetensors.torch import load_file, save_file
     from torch.nn.parallel import DistributedDataParallel
 
     import biotf
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = torch.device(device_type, int(os.environ["LOCAL_RANK"])) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    try:
-        model = biotf.Model.load(directory, device=device).network
-        model.train()
-        batch = {key: value.chunk(world)[rank] for key, value in load_file(directory / "batch.safetensors").items()}
-        wrapped = DistributedDataParallel(LossOf(model), device_ids=[device.index] if device.type == "cuda" else None)
-        loss = wrapped(batch)
-        loss.backward()
-        mean = loss.detach().clone()
-        distributed.all_reduce(mean)
-        if rank == 0:
-            save_file({name: parameter.grad.detach().cpu().contiguous() for name, parameter in model.named_parameters()
-                       if parameter.grad is not None}, directory / "gradients.safetensors")
-            (directory / "loss.json").write_text(json.dumps({"loss": float(mean) / world}))
-        distributed.barrier()  # both ranks leave together: a gloo rank torn down while its peer works can abort
-    finally:
-        distributed.destroy_process_group()
-    return 0
+    rank, world = distributed.get_rank(), distributed.get_world_size()
+    model = biotf.Model.load(directory, device=device).network
+    model.train()
+    batch = {key: value.chunk(world)[rank] for key, value in load_file(directory / "batch.safetensors").items()}
+    wrapped = DistributedDataParallel(LossOf(model), device_ids=[device.index] if device.type == "cuda" else None)
+    loss = wrapped(batch)
+    loss.backward()
+    mean = loss.detach().clone()
+    distributed.all_reduce(mean)
+    if rank == 0:
+        save_file({name: parameter.grad.detach().cpu().contiguous() for name, parameter in model.named_parameters()
+                   if parameter.grad is not None}, directory / "gradients.safetensors")
+        (directory / "loss.json").write_text(json.dumps({"loss": float(mean) / world}))
 
 
 # --- commands ---------------------------------------------------------------------------------------------------
@@ -801,8 +879,11 @@ def bench_check(device: str, reference: str, size: Size, workdir: Path) -> list[
     kind = torch.device(device).type  # bench.py takes cpu | cuda
     name = f"bench.py packing --quick --device {kind}"
     sys.stdout.flush()
-    status = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "packing", "--quick", "--device", kind,
-                             "--json", str(output)], timeout=1800).returncode
+    try:
+        status = run_child(name, [sys.executable, SCRIPTS / "bench.py", "packing", "--quick", "--device", kind,
+                                  "--json", output], timeout=1800, capture=False).returncode
+    except ChildTimedOut as error:
+        return [Result(name, "FAIL", str(error))]
     if status != 0:
         return [Result(name, "FAIL", f"exit status {status} (its output above)")]
     ratios = [f"{entry['name'].split(':')[0]} {entry['ratio']:.2f}x" for entry in
@@ -874,11 +955,11 @@ def run_checks(checks: list[str], device: str, reference: str, size: str, workdi
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [DDP_WORKER]:
-        return ddp_rank(Path(argv[1]), argv[2])
+        return in_process_group(argv[2], lambda device: ddp_rank(Path(argv[1]), device))
     if argv[:1] == [TRAINING_WORKER]:
         rows, length, recompute = json.loads(argv[6])
-        return training_rank(argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), argv[5], (rows, length),
-                             recompute)
+        return in_process_group(argv[5], lambda device: training_rank(
+            argv[1], Path(argv[2]), json.loads(argv[3]), int(argv[4]), device, (rows, length), recompute))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checks", nargs="*", metavar="CHECK", help=f"checks to run (default all: {', '.join(CHECKS)})")
     parser.add_argument("--device", default="cuda", help="where the checked computation runs (default cuda)")

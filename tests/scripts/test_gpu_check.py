@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +56,97 @@ def test_ddp_of_two_gloo_processes_equals_one_process(gpu_check, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="its DDP side hung once in three runs on 2 gloo processes (one rank waiting in a futex, its peer gone); "
-                  "the FSDP path itself is tested by tests/training/test_training_fsdp.py; re-enable once found")
 def test_fsdp_of_two_gloo_processes_equals_ddp_and_reports_memory(gpu_check, tmp_path):
     report = gpu_check.run_checks(["fsdp"], "cpu", "cpu", "tiny", tmp_path)
     assert_all_pass(report)
     row, finetune = report.results
     assert "losses differ by at most" in row.detail and "peak per process (resident memory)" in row.detail, row.detail
     assert finetune.detail.startswith("4 of 4 steps") and "export written" in finetune.detail, finetune.detail
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_rank_frees_its_ddp_wrapper_before_its_process_group_is_destroyed(gpu_check, fails, monkeypatch):
+    """What hung a DDP rank at exit: a DDP wrapper outliving its gloo group frees the group from its C++ Reducer with
+    the GIL held, joining gloo threads that wait for the GIL. The wrapper must go while the group is initialized, after
+    the work returned as after it raised."""
+    import socket
+    import weakref
+
+    import torch.distributed as distributed
+    from torch.nn.parallel import DistributedDataParallel
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for key, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(key, value)
+    group_alive_when_freed = []
+
+    def work(device):
+        wrapped = DistributedDataParallel(torch.nn.Linear(4, 4).to(device))
+        weakref.finalize(wrapped, lambda: group_alive_when_freed.append(distributed.is_initialized()))
+        wrapped(torch.ones(2, 4)).sum().backward()
+        distributed.all_gather([torch.zeros(4)], torch.ones(4))  # a collective's tensors, held by a gloo thread
+        if fails:
+            raise RuntimeError("a step failed")
+
+    if fails:
+        with pytest.raises(RuntimeError, match="a step failed"):
+            gpu_check.in_process_group("cpu", work)
+    else:
+        assert gpu_check.in_process_group("cpu", work) == 0
+    assert group_alive_when_freed == [True]
+    assert not distributed.is_initialized()
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_child_past_its_timeout_is_killed_with_the_processes_it_started(gpu_check, tmp_path):
+    """As torchrun does, the child starts a process in a session of its own; both hang: both are killed, and the
+    error names the child, its timeout and its last output. (The rank writes nowhere: one that held the child's
+    output pipes open would keep a kill of the child alone from returning at all.)"""
+    grandchild = ("import subprocess, sys, time; rank = subprocess.Popen([sys.executable, '-c', 'import time; "
+                  "time.sleep(600)'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+                  "print('rank', rank.pid, flush=True); print('waiting for the rank', file=sys.stderr, flush=True); "
+                  "time.sleep(600)")
+    start = time.monotonic()
+    with pytest.raises(gpu_check.ChildTimedOut) as raised:
+        gpu_check.run_child("a hanging launcher", [sys.executable, "-c", grandchild], timeout=3)
+    assert time.monotonic() - start < 30
+    message = str(raised.value)
+    assert message.startswith("a hanging launcher timed out after 3 s (killed with every process it started)")
+    assert "last stderr: waiting for the rank; last stdout: rank " in message, message
+    rank = int(message.rsplit("rank ", 1)[1])
+    deadline = time.monotonic() + 10
+    while alive(rank) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(rank), f"the launcher's child {rank} still runs"
+
+
+@pytest.mark.parametrize("check", ["ddp", "fsdp"])
+def test_a_torchrun_launch_past_its_timeout_is_a_fail_row_naming_it(gpu_check, check, tmp_path, monkeypatch):
+    monkeypatch.setitem(gpu_check.SIZES, "tiny", replace(gpu_check.SIZES["tiny"], child_timeout=1))
+    report = gpu_check.run_checks([check], "cpu", "cpu", "tiny", tmp_path)
+    [row] = report.results
+    launch = {"ddp": "torchrun ddp-rank", "fsdp": "torchrun training-rank ddp"}[check]
+    assert row.status == "FAIL" and row.detail.startswith(
+        f"{launch} timed out after 1 s (killed with every process it started); last stderr: "), row.detail
+    leftover = [pid for pid in gpu_check.process_tree(os.getpid())[1:] if alive(pid)
+                and str(tmp_path) in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")]
+    assert leftover == [], "ranks of the killed launch still run"
+
+
+def test_a_train_py_run_past_its_timeout_is_a_fail_row_naming_it(gpu_check, tmp_path):
+    row = gpu_check.run_train_py("train.py trainer.strategy=ddp", ["trainer.max_steps=1"], tmp_path, timeout=1)
+    assert row.check == "train.py trainer.strategy=ddp" and row.status == "FAIL"
+    assert row.detail.startswith("python train.py (train.py trainer.strategy=ddp) timed out after 1 s"), row.detail
 
 
 def test_the_step_gate_refuses_a_wrong_gradient_loss_or_parameter_set(gpu_check):
