@@ -151,20 +151,20 @@ class Attention(nn.Module):
 
     def _batched(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batches: SegmentBatches) -> torch.Tensor:
         """SDPA per bucket of records (`SegmentBatches`): one gather of each of q, k, v out of the rows (one scatter
-        back in backward), a `split` into buckets (one cat in backward), one call per bucket, whose outputs are
-        copied straight to their tokens (padding slots to one spare row, dropped); padding tokens get 0."""
+        back in backward), a `split` into buckets (one cat in backward), one call per bucket, one cat of the outputs
+        and one copy of them to their tokens (padding slots to one spare row, dropped); padding tokens get 0. One
+        copy, not one per bucket: each call waits for every thread, which costs most where other jobs share the
+        cores."""
         if batches.whole:
             return self._sdpa(q, k, v, *batches.masks[0])
         batch, heads, length, dim = q.shape
-        sizes = [count * longest for count, longest in batches.shapes]
         pieces = [t.transpose(1, 2).reshape(batch * length, t.shape[1], dim).index_select(0, batches.index)
-                  .split_with_sizes(sizes) for t in (q, k, v)]
-        y = q.new_zeros(batch * length + 1, heads, dim)
-        for (count, longest), mask, targets, *bucket in zip(batches.shapes, batches.masks,
-                                                            batches.targets.split_with_sizes(sizes), *pieces):
+                  .split_with_sizes([count * longest for count, longest in batches.shapes]) for t in (q, k, v)]
+        outputs = []
+        for (count, longest), mask, *bucket in zip(batches.shapes, batches.masks, *pieces):
             q_, k_, v_ = (t.view(count, longest, t.shape[1], dim).transpose(1, 2) for t in bucket)
-            y.index_copy_(0, targets, self._sdpa(q_, k_, v_, *mask).transpose(1, 2).reshape(count * longest, heads,
-                                                                                            dim))
+            outputs.append(self._sdpa(q_, k_, v_, *mask).transpose(1, 2).reshape(count * longest, heads, dim))
+        y = q.new_zeros(batch * length + 1, heads, dim).index_copy_(0, batches.targets, torch.cat(outputs))
         return y[:-1].view(batch, length, heads, dim).transpose(1, 2)
 
     def _rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask, start: int,
