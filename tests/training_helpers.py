@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +34,37 @@ def train_command(args: list[str]) -> list[str]:
     return [sys.executable, str(REPO / "train.py"), *args]
 
 
+def start_script(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`python train.py *args` started in a fresh process, its output kept in temporary files (never a pipe that
+    fills while another run is waited on). Runs that do not depend on each other start together: a 2-process run
+    keeps one core busy for much of its time (rank 0 imports and reads its data before it launches rank 1, and
+    scores and exports alone at the end), so on 2 cores two side by side take little more than one."""
+    stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(train_command(args), cwd=cwd, stdout=stdout, stderr=stderr, text=True,
+                               env=SUBPROCESS_ENV)
+    process.output_files = stdout, stderr
+    return process
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Wait for a `start_script` process (killed past `timeout`): its exit status and output."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    output = []
+    for handle in process.output_files:
+        handle.seek(0)
+        output.append(handle.read())
+        handle.close()
+    return subprocess.CompletedProcess(process.args, process.returncode, *output)
+
+
 def run_script(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python train.py *args` in a fresh process, waiting for it to finish."""
-    return subprocess.run(train_command(args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=SUBPROCESS_ENV)
+    return finish(start_script(args, cwd), timeout)
 
 
 def write_proteins(path: Path, n: int = 60, seed: int = 0) -> Path:

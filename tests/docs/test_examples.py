@@ -26,7 +26,10 @@ as in a reader's session). What differs between a reader's checkout and this tes
 - `--num-samples N` of `biotf generate` asks for at most 200 samples, and the MOSES reference files of
   `biotf generate evaluate` are their first 200 molecules (`REFERENCE_CUT`): the full files cost half an hour.
 - a page of `SHORTENED` (the long-DNA tutorial, the README) reads a shortened copy of a long input and trains for
-  a few steps (`shortened`): the 154 kb chloroplast genome is its first `SHORT_GENOME_BASES` bases.
+  a few steps (`shortened`): the 154 kb chloroplast genome is its first `SHORT_GENOME_BASES` bases;
+- a page of `SAMPLED` reads every `SAMPLE_EVERY`-th record of the whole data sets of ../shared its worked examples
+  embed and probe (`sampled`): the same commands, in seconds instead of minutes (the page's figures are the full
+  sets', from the commands it shows).
 A bash block runs under `bash -e -o pipefail`, a Python block through `exec`. A bash block made of simple commands
 runs line by line: a plain `biotf ...`, `python -m biotf ...` or `python train.py ...` line (no variables, globs,
 pipes or redirections) calls `biotf.cli.main` / `biotf.entry.train.main` in this process, with its output
@@ -330,7 +333,39 @@ def shortened(text: str, directory: Path) -> str:
 
 
 
+# page: the files of ../shared/data its blocks read whole
+SAMPLED = {"docs/tutorials/token_embeddings.md": ("proteins/deeploc_test_set.fasta", "dna/uci_splice.csv",
+                                                  "smiles/molnet_esol.csv")}
+SAMPLE_EVERY = 10
+
+
+def sampled(text: str, names: tuple[str, ...], directory: Path) -> str:
+    """The block on every `SAMPLE_EVERY`-th record of each of `names` (a copy written once into the page's
+    directory, in the same format: FASTA records as written, or CSV rows under their header)."""
+    import csv
+
+    for name in names:
+        full, sample = SHARED / "data" / name, directory / "samples" / name
+        if str(full) not in text:
+            continue
+        if not sample.exists():
+            sample.parent.mkdir(parents=True, exist_ok=True)
+            if sample.suffix == ".csv":
+                with open(full, newline="") as source, open(sample, "w", newline="") as target:
+                    rows = csv.reader(source)
+                    header = next(rows)
+                    csv.writer(target, lineterminator="\n").writerows(
+                        [header, *(row for i, row in enumerate(rows) if i % SAMPLE_EVERY == 0)])
+            else:  # FASTA: each record as it is written, header and lines
+                records = re.split(r"^(?=>)", full.read_text(), flags=re.MULTILINE)[1:]
+                sample.write_text("".join(records[::SAMPLE_EVERY]))
+        text = text.replace(str(full), str(sample))
+    return text
+
+
 def page_input(block: Block, text: str, session: Session) -> str:
+    if block.page in SAMPLED:
+        return sampled(text, SAMPLED[block.page], session.directory)
     return shortened(text, session.directory) if block.page in SHORTENED else text
 
 
@@ -661,6 +696,23 @@ def test_a_shortened_page_reads_the_genomes_start_and_trains_two_steps(tmp_path)
     assert text == "python train.py trainer.max_steps=2 && biotf embed --input chloroplast_start.fasta"
     (record,) = read_records(tmp_path / "chloroplast_start.fasta")
     assert len(record.sequence) == SHORT_GENOME_BASES and record.id == "NC_000932.1"
+
+
+def test_a_sampled_page_reads_every_tenth_record_in_the_same_format(tmp_path, shared_data):
+    fasta, csv_name = "proteins/deeploc_test_set.fasta", "smiles/molnet_esol.csv"
+    text = sampled(f"biotf embed --input {SHARED}/data/{fasta} && biotf embed --input {SHARED}/data/{csv_name}",
+                   (fasta, csv_name, "dna/uci_splice.csv"), tmp_path)
+    samples = tmp_path / "samples"
+    assert text == f"biotf embed --input {samples / fasta} && biotf embed --input {samples / csv_name}"
+    from biotf.io import read_records
+    from biotf.io.readers import ReaderOptions
+
+    for name, options in ((fasta, None), (csv_name, ReaderOptions(column="smiles", id_column="Compound ID"))):
+        full, sample = (list(read_records(path, options))
+                        for path in (SHARED / "data" / name, tmp_path / "samples" / name))
+        assert [(r.id, r.sequence, r.metadata) for r in sample] == \
+            [(r.id, r.sequence, r.metadata) for r in full[::SAMPLE_EVERY]], name
+    assert not (tmp_path / "samples" / "dna").exists()  # a file the block does not read is not copied
 
 
 def test_a_renamed_option_or_key_in_a_block_is_caught():

@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from safetensors.torch import load_file
 from biotf.checkpoint.sharded_checkpoint import is_sharded
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
-from training_helpers import SUBPROCESS_ENV, finetune_overrides, run_script, train_command
+from training_helpers import SUBPROCESS_ENV, finetune_overrides, finish, start_script, train_command
 
 # float32: DDP all-reduces whole gradients, FSDP2 reduce-scatters their shards; the same sums added in another order
 # (measured: weights within 2e-8 after 8 steps here).
@@ -32,11 +33,18 @@ def overrides(pretrained, run_dir, *extra):
                               "optim.warmup_steps=2", *extra, f"hydra.run.dir={run_dir}")
 
 
-def fine_tune(pretrained, run_dir, *extra):
-    result = run_script(overrides(pretrained, run_dir, *extra), cwd=run_dir.parent, timeout=400)
+def finished_cleanly(process) -> None:
+    result = finish(process, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sync_dist" not in result.stderr and "view tensor" not in result.stderr, result.stderr[-3000:]
-    return run_dir
+
+
+def fine_tune(pretrained, *runs: tuple[Path, list[str]]) -> list[Path]:
+    """Each (run directory, overrides) fine-tuned, all side by side (`start_script`); their directories."""
+    started = [start_script(overrides(pretrained, run_dir, *extra), cwd=run_dir.parent) for run_dir, extra in runs]
+    for process in started:
+        finished_cleanly(process)
+    return [run_dir for run_dir, _ in runs]
 
 
 def checkpoint(run_dir, name="last.ckpt"):
@@ -66,8 +74,8 @@ def assert_same_state(actual, expected, atol):
 @pytest.mark.parametrize("mode", ["full", "frozen"])  # frozen: the head on cached features, the trunk never gathered
 def test_fine_tuning_under_fsdp_equals_ddp(pretrained, tmp_path, mode):
     common = ["data.label_column=label", "trainer.max_steps=8", "trainer.val_check_interval=4", f"finetune.mode={mode}"]
-    fsdp = fine_tune(pretrained, tmp_path / "fsdp", *common, "trainer.strategy=fsdp")
-    ddp = fine_tune(pretrained, tmp_path / "ddp", *common, "trainer.strategy=ddp")
+    fsdp, ddp = fine_tune(pretrained, (tmp_path / "fsdp", [*common, "trainer.strategy=fsdp"]),
+                          (tmp_path / "ddp", [*common, "trainer.strategy=ddp"]))
     assert len(train_losses(fsdp)) == 8
     np.testing.assert_allclose(train_losses(fsdp), train_losses(ddp), rtol=0, atol=TOL)
     assert_same_state(checkpoint(fsdp), checkpoint(ddp), TOL)
@@ -112,7 +120,21 @@ def test_lora_under_fsdp_trains_resumes_exactly_and_its_merged_export_predicts_a
     common = ["data.label_column=value", "task=regression", "finetune.mode=lora", "finetune.monitor=spearman",
               f"trainer.max_steps={LORA_STEPS}", "trainer.val_check_interval=5", "trainer.checkpoint_every_n_steps=2",
               "trainer.strategy=fsdp"]
-    run = fine_tune(pretrained, tmp_path / "lora", *common)
+    # the run stopped by SIGTERM below starts beside the uninterrupted one (it depends on nothing of it)
+    stopped = tmp_path / "stopped"
+    process = subprocess.Popen(train_command(overrides(pretrained, stopped, *common)), cwd=tmp_path,
+                               env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    last = stopped / "checkpoints" / "last.ckpt"
+    uninterrupted = start_script(overrides(pretrained, tmp_path / "lora", *common), cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while not is_sharded(last) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err[-3000:]
+    assert is_sharded(last)
+    finished_cleanly(uninterrupted)
+    run = tmp_path / "lora"
     losses = train_losses(run)
     assert len(losses) == LORA_STEPS and losses[-5:].mean() < losses[:5].mean(), losses
     summary = json.loads((run / "finetune.json").read_text())
@@ -135,18 +157,7 @@ def test_lora_under_fsdp_trains_resumes_exactly_and_its_merged_export_predicts_a
         assert predicted[identifier] == pytest.approx(value, rel=1e-5, abs=1e-5), identifier
 
     # stopped by SIGTERM after a sharded checkpoint, resumed from it: the uninterrupted run's weights, moments, losses
-    stopped = tmp_path / "stopped"
-    process = subprocess.Popen(train_command(overrides(pretrained, stopped, *common)), cwd=tmp_path,
-                               env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    last = stopped / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 300
-    while not is_sharded(last) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err[-3000:]
-    assert is_sharded(last)
-    resumed = fine_tune(pretrained, tmp_path / "resumed", *common, f"ckpt_path={last}")
+    (resumed,) = fine_tune(pretrained, (tmp_path / "resumed", [*common, f"ckpt_path={last}"]))
     assert_same_state(checkpoint(resumed), checkpoint(run), atol=1e-7)
     step = len(losses) - len(train_losses(resumed))
     assert 2 <= step < LORA_STEPS

@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from biotf.checkpoint.sharded_checkpoint import is_sharded, read_full, verify_sh
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
 from protein_batches import masked_protein_batch
-from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command, write_proteins
+from training_helpers import SUBPROCESS_ENV, TINY, finish, start_script, train_command, write_proteins
 
 STEPS = 20
 # float32: DDP all-reduces whole gradients, FSDP2 reduce-scatters their shards; the sums are the same numbers added
@@ -54,10 +55,13 @@ def setup(tmp_path_factory):
     return root, common
 
 
-def train(root, name, *overrides, timeout=400):
-    result = run_script([*overrides, f"hydra.run.dir={root / name}"], cwd=root, timeout=timeout)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root / name
+def train(root, *runs: tuple[str, list[str]]) -> list[Path]:
+    """Each (name, overrides) trained into `root / name`, all side by side (`start_script`); their directories."""
+    started = [start_script([*overrides, f"hydra.run.dir={root / name}"], cwd=root) for name, overrides in runs]
+    for process in started:
+        result = finish(process, timeout=400)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return [root / name for name, _ in runs]
 
 
 def last(run_dir):
@@ -81,15 +85,21 @@ def assert_same_state(actual, expected, atol):
 
 
 @pytest.fixture(scope="module")
-def fsdp_run(setup):
+def fsdp_and_ddp_runs(setup):
     root, common = setup
-    return train(root, "fsdp", *common, "trainer.devices=2", "trainer.strategy=fsdp")
+    return train(root, ("fsdp", [*common, "trainer.devices=2", "trainer.strategy=fsdp"]),
+                 ("ddp", [*common, "trainer.devices=2", "trainer.strategy=ddp"]))
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(fsdp_and_ddp_runs):
+    return fsdp_and_ddp_runs[0]
 
 
 @pytest.mark.slow
-def test_fsdp_trains_as_ddp_does_and_ends_as_one_checkpoint_file(setup, fsdp_run, tmp_path, capsys):
+def test_fsdp_trains_as_ddp_does_and_ends_as_one_checkpoint_file(setup, fsdp_and_ddp_runs, tmp_path, capsys):
     root, common = setup
-    ddp = train(root, "ddp", *common, "trainer.devices=2", "trainer.strategy=ddp")
+    fsdp_run, ddp = fsdp_and_ddp_runs
     np.testing.assert_allclose(train_losses(fsdp_run), train_losses(ddp), rtol=0, atol=LOSS_TOL)
     assert len(train_losses(fsdp_run)) == STEPS
     # consolidated: the single file DDP writes, full weights and optimizer state keyed alike
@@ -131,17 +141,19 @@ def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
     consolidated = root / "consolidated.ckpt"
     save_checkpoint(saved, consolidated)
     more = [f"trainer.max_steps={step + 2}", "trainer.devices=1"]
-    on_one = train(root, "on_one", *common, *more, "trainer.strategy=fsdp", f"ckpt_path={checkpoint}")
-    plain = train(root, "plain", *common, *more, f"ckpt_path={consolidated}")
-    assert_same_state(last(on_one), last(plain), atol=1e-7)
-    assert last(on_one)["global_step"] == step + 2
-
     # stop-and-go equals uninterrupted, from the sharded directory and from its single file (what a finished FSDP run
     # or a DDP run leaves: each rank takes its shard of the full tensors); the latter recomputing every block in
     # backward (activation checkpointing: each block gathers its shards again; the same dropout masks, the same sums)
-    for name, source, recompute in (("resumed", checkpoint, "false"), ("from_file", consolidated, "true")):
-        resumed = train(root, name, *common, "trainer.devices=2", "trainer.strategy=fsdp", f"ckpt_path={source}",
-                        f"trainer.gradient_checkpointing={recompute}")
+    two = [*common, "trainer.devices=2", "trainer.strategy=fsdp"]
+    on_one, plain, *resumed_runs = train(
+        root, ("on_one", [*common, *more, "trainer.strategy=fsdp", f"ckpt_path={checkpoint}"]),
+        ("plain", [*common, *more, f"ckpt_path={consolidated}"]),
+        ("resumed", [*two, f"ckpt_path={checkpoint}", "trainer.gradient_checkpointing=false"]),
+        ("from_file", [*two, f"ckpt_path={consolidated}", "trainer.gradient_checkpointing=true"]))
+    assert_same_state(last(on_one), last(plain), atol=1e-7)
+    assert last(on_one)["global_step"] == step + 2
+
+    for resumed in resumed_runs:
         assert_same_state(last(resumed), last(fsdp_run), atol=1e-7)
         np.testing.assert_allclose(train_losses(resumed), train_losses(fsdp_run)[step:], rtol=0, atol=1e-7)
 
@@ -165,8 +177,8 @@ def test_fsdp_checkpoint_of_one_process_resumes_on_two_and_exports_to_transforme
     single = root / "one_process.ckpt"
     save_checkpoint(read_full(checkpoint), single)
     more = [*esm, f"trainer.max_steps={step + 3}", "trainer.devices=2", "trainer.strategy=fsdp"]
-    on_two = train(root, "on_two", *more, f"ckpt_path={checkpoint}")
-    from_file = train(root, "on_two_from_file", *more, f"ckpt_path={single}")
+    on_two, from_file = train(root, ("on_two", [*more, f"ckpt_path={checkpoint}"]),
+                              ("on_two_from_file", [*more, f"ckpt_path={single}"]))
     assert_same_state(last(on_two), last(from_file), atol=1e-7)
     assert last(on_two)["global_step"] == step + 3
     np.testing.assert_allclose(train_losses(on_two), train_losses(from_file), rtol=0, atol=1e-7)

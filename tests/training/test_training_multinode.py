@@ -11,7 +11,7 @@ import torch
 
 from biotf.entry import train as entry
 from torchrun_helpers import free_port, torchrun
-from training_helpers import REPO, SUBPROCESS_ENV, TINY, run_script, write_proteins
+from training_helpers import REPO, SUBPROCESS_ENV, TINY, finish, start_script, write_proteins
 
 STEPS = 8
 # Rank 0 of the first node stops itself with SIGTERM at a step, as a preempted host would be stopped.
@@ -62,15 +62,17 @@ def test_two_nodes_train_into_one_run_directory_and_resume_a_preempted_run_exact
     common = [*TINY, f"data.path={fasta}", f"data.cache_dir={cache_dir}", f"trainer.max_steps={STEPS}",
               "trainer.val_check_interval=4", "model.dropout=0.1"]
     run_dir, reference_dir = tmp_path / "run", tmp_path / "uninterrupted"
+    # The uninterrupted reference: the same two ranks, launched as two processes of one node by Lightning (two
+    # processes to start instead of two launchers and their two workers; the ranks compute the same). It depends on
+    # nothing of the other runs: it trains beside them (`start_script`).
+    started = start_script([*common, f"hydra.run.dir={reference_dir}", "trainer.accelerator=cpu", "trainer.devices=2",
+                            "trainer.strategy=ddp"], cwd=tmp_path)
     stopped = two_nodes(tmp_path, [*common, f"hydra.run.dir={run_dir}"], stop_at=3)
     assert all(p.returncode != 0 for p in stopped)  # both nodes stop: one by its signal, one by the agreement
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     assert last(run_dir)["global_step"] == 4 and f"stopped by SIGTERM at step 4; saved {checkpoint}" in stopped[0].stderr
     resumed = two_nodes(tmp_path, [*common, f"ckpt_path={checkpoint}"])  # the printed resume: no hydra.run.dir
-    # The uninterrupted reference: the same two ranks, launched as two processes of one node by Lightning (two
-    # processes to start instead of two launchers and their two workers; the ranks compute the same).
-    reference = run_script([*common, f"hydra.run.dir={reference_dir}", "trainer.accelerator=cpu", "trainer.devices=2",
-                            "trainer.strategy=ddp"], cwd=tmp_path, timeout=400)
+    reference = finish(started, timeout=400)
     for result in (*resumed, reference):
         assert result.returncode == 0, "\n".join(p.stderr[-2000:] for p in (*resumed, reference))
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["run", "uninterrupted"]  # no other run dirs
