@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +62,20 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> subprocess.Comple
         output.append(handle.read())
         handle.close()
     return subprocess.CompletedProcess(process.args, process.returncode, *output)
+
+
+def stop_once_sharded(process: subprocess.Popen, checkpoint: Path) -> None:
+    """SIGTERM a `start_script` training run as soon as its `checkpoint` is a sharded directory, and check that the
+    run saved and stopped (exit status 143) leaving it sharded (the run did not end)."""
+    from biotf.checkpoint.sharded_checkpoint import is_sharded
+
+    deadline = time.monotonic() + 300
+    while not is_sharded(checkpoint) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stopped = finish(process, timeout=120)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert is_sharded(checkpoint)
 
 
 def run_script(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

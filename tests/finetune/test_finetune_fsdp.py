@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from biotf.checkpoint.sharded_checkpoint import is_sharded
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
-from training_helpers import SUBPROCESS_ENV, finetune_overrides, finish, start_script, train_command
+from training_helpers import finetune_overrides, finish, start_script, stop_once_sharded
 
 # float32: DDP all-reduces whole gradients, FSDP2 reduce-scatters their shards; the same sums added in another order
 # (measured: weights within 2e-8 after 8 steps here).
@@ -122,17 +118,10 @@ def test_lora_under_fsdp_trains_resumes_exactly_and_its_merged_export_predicts_a
               "trainer.strategy=fsdp"]
     # the run stopped by SIGTERM below starts beside the uninterrupted one (it depends on nothing of it)
     stopped = tmp_path / "stopped"
-    process = subprocess.Popen(train_command(overrides(pretrained, stopped, *common)), cwd=tmp_path,
-                               env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = start_script(overrides(pretrained, stopped, *common), cwd=tmp_path)
     last = stopped / "checkpoints" / "last.ckpt"
     uninterrupted = start_script(overrides(pretrained, tmp_path / "lora", *common), cwd=tmp_path)
-    deadline = time.monotonic() + 300
-    while not is_sharded(last) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err[-3000:]
-    assert is_sharded(last)
+    stop_once_sharded(process, last)
     finished_cleanly(uninterrupted)
     run = tmp_path / "lora"
     losses = train_losses(run)

@@ -4,9 +4,6 @@ and resume exactly, reshard onto another number of processes, and end as the sin
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +13,11 @@ import transformers
 
 from biotf.checkpoint import save_checkpoint
 from biotf.checkpoint.loading import load_pretrained
-from biotf.checkpoint.sharded_checkpoint import is_sharded, read_full, verify_sharded
+from biotf.checkpoint.sharded_checkpoint import read_full, verify_sharded
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
 from protein_batches import masked_protein_batch
-from training_helpers import SUBPROCESS_ENV, TINY, finish, start_script, train_command, write_proteins
+from training_helpers import TINY, finish, start_script, stop_once_sharded, write_proteins
 
 STEPS = 20
 # float32: DDP all-reduces whole gradients, FSDP2 reduce-scatters their shards; the sums are the same numbers added
@@ -115,16 +112,8 @@ def test_fsdp_trains_as_ddp_does_and_ends_as_one_checkpoint_file(setup, fsdp_and
 def stop_by_sigterm(root, name, *overrides):
     """Train in `root / name` until the first sharded checkpoint is written, then stop the run with SIGTERM (it saves
     and exits): its last.ckpt, left sharded (the run did not end), and the step it holds."""
-    process = subprocess.Popen(train_command([*overrides, f"hydra.run.dir={root / name}"]), cwd=root,
-                               env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     checkpoint = root / name / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 300
-    while not is_sharded(checkpoint) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err[-3000:]
-    assert is_sharded(checkpoint)
+    stop_once_sharded(start_script([*overrides, f"hydra.run.dir={root / name}"], cwd=root), checkpoint)
     step = verify_sharded(checkpoint)["global_step"]
     assert 5 <= step < STEPS, step
     return checkpoint, step
