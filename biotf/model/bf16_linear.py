@@ -17,6 +17,8 @@ AVX512-BF16: `biotf.model.precision`), the CPUs where `auto` picks bf16.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,9 +30,18 @@ ONEDNN_ACTIVATIONS: dict[str, tuple[str, str]] = {"gelu": ("gelu", "none"), "gel
                                                   "relu": ("relu", "")}
 
 
+@functools.cache
 def available() -> bool:
-    """Whether this PyTorch build has oneDNN's linear (x86 and ARM builds with mkldnn do)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    """Whether this PyTorch build has oneDNN's linear and it computes a bf16 product on this CPU (one tiny product,
+    tried once: oneDNN builds no bf16 kernel for some older CPUs)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        ones = torch.ones(2, 4, dtype=torch.bfloat16)
+        product = torch.ops.mkldnn._linear_pointwise(ones, ones, None, "none", [], "")
+    except RuntimeError:
+        return False
+    return bool((product == 4).all())
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:

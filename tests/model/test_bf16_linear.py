@@ -71,3 +71,12 @@ def test_a_fused_network_keeps_its_parameters_outputs_and_is_undone_exactly():
                for block in model.blocks)
     with torch.inference_mode():
         torch.testing.assert_close(model(ids).logits.float(), plain, atol=0, rtol=0)
+
+
+def test_the_bf16_conversion_fuses_only_on_x86_cpus_with_native_bf16():
+    from biotf.model.precision import fused_bf16_linears
+
+    assert fused_bf16_linears("cpu", flags={"amx_bf16"}) and fused_bf16_linears("cpu", flags={"avx512_bf16"})
+    assert not fused_bf16_linears("cpu", flags={"avx2", "avx512f"})  # no native bf16: the products stay F.linear's
+    assert not fused_bf16_linears("cpu", flags={"bf16"})  # ARM's flag: oneDNN's fused path is not measured there
+    assert not fused_bf16_linears("cuda", flags={"amx_bf16"})
