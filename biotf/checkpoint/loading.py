@@ -236,8 +236,9 @@ def load_pretrained(source: str | Path, tokenizer: Tokenizer | None = None, devi
 
 def inference_precision(loaded: LoadedModel) -> dict[str, str]:
     """What `loaded`'s network computes in: `precision` (fp32 | bf16 | int8 | fp16) and, where the name says less
-    than how it was made (int8), `precision_scheme`: the choice `biotf.Model.load` converted it with (a `biotf.Model`
-    carries it as `precision`, `PrecisionChoice.identity`), else its weights' dtype (a model loaded in bfloat16)."""
+    than how it was made (int8) or computes (bf16's fused products), `precision_scheme`: the choice `biotf.Model.load`
+    converted it with (a `biotf.Model` carries it as `precision`, `PrecisionChoice.identity`), else its weights'
+    dtype (a model loaded in bfloat16)."""
     choice = getattr(loaded, "precision", None)
     if choice is not None and choice.precision != "fp32":
         return choice.identity()

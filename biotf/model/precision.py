@@ -105,7 +105,7 @@ class PrecisionChoice:
     requested: str
     reason: str = ""
     fidelity: Fidelity | None = None
-    scheme: str = ""  # how a reduced precision was made, and on what it was fitted (int8)
+    scheme: str = ""  # how a reduced precision was made or computes (int8's fitting; bf16's fused products)
 
     def __str__(self) -> str:
         notes = [self.reason] if self.reason else []
@@ -117,7 +117,7 @@ class PrecisionChoice:
 
     def identity(self) -> dict[str, str]:
         """What decides the outputs' numbers, for an output's identity: the precision and, where it says more than
-        its name (int8), how it was made and on what it was fitted."""
+        its name, how it was made and on what it was fitted (int8) or how its products run (bf16 fused on oneDNN)."""
         return {"precision": self.precision, **({"precision_scheme": self.scheme} if self.scheme else {})}
 
 
