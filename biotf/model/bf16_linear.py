@@ -86,8 +86,3 @@ def fuse_linears(blocks: nn.Module) -> list[tuple[nn.Module, str, object]]:
             parent.activation = _identity
     return changed
 
-
-def undo_changes(changed: list[tuple[nn.Module, str, object]]) -> None:
-    """Put back what `fuse_linears` (or any such swap) replaced."""
-    for module, attribute, held in reversed(changed):
-        setattr(module, attribute, held)

@@ -62,7 +62,8 @@ COSINE_GATE = {"bf16": 0.999, "int8": 0.99}  # per-record embedding cosine again
 LIKELIHOOD_GATE = 0.1  # nats per sequence, less than: (pseudo-)log-likelihood drift against fp32
 CALIBRATION_SEQUENCES, CALIBRATION_TOKENS, MASK_STRIDE = 4, 64, 4
 # CPU flags of native bf16 products (x86: AMX tiles, AVX512-BF16 dot products; ARM: the BF16 extension).
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+X86_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+NATIVE_BF16_FLAGS = (*X86_BF16_FLAGS, "bf16")
 # CPU flags of native int8 dot products (x86: AMX-INT8, AVX512-VNNI, AVX-VNNI; ARM: the dot-product extension).
 NATIVE_INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni", "asimddp")
 
@@ -257,6 +258,13 @@ def int8_scheme(flags: Collection[str] | None = None) -> Int8Scheme:
 Conversion = tuple[Callable[[], None], str]  # its undo, and what it did where a summary should say more than its name
 
 
+def put_back(changed: list[tuple[nn.Module, str, object]]) -> None:
+    """Undo a conversion's swaps: each (module, attribute, what it held) of `bf16_linear.fuse_linears` or
+    `int8.quantize_linears` set back, the last first."""
+    for module, attribute, held in reversed(changed):
+        setattr(module, attribute, held)
+
+
 def _to_bf16(network: nn.Module, calibration: Calibration) -> Conversion:
     """`network` (or a module holding it, as a task model) in bfloat16 in place, its LM head kept in float32
     (`Transformer.float_head`)."""
@@ -272,7 +280,7 @@ def _to_bf16(network: nn.Module, calibration: Calibration) -> Conversion:
     changed = [change for trunk in trunks for change in bf16_linear.fuse_linears(trunk.blocks)] if fused else []
 
     def undo() -> None:
-        bf16_linear.undo_changes(changed)
+        put_back(changed)
         for tensor, data in saved:
             tensor.data = data
         for trunk in trunks:
@@ -284,7 +292,7 @@ def fused_bf16_linears(device: torch.device | str, flags: Collection[str] | None
     """Whether bf16's linears run fused on oneDNN (`biotf.model.bf16_linear`): on an x86 CPU with native bf16
     products (`flags`: default `cpu_flags()`) and a PyTorch with oneDNN."""
     flags = cpu_flags() if flags is None else flags
-    return (torch.device(device).type == "cpu" and any(flag in flags for flag in ("amx_bf16", "avx512_bf16"))
+    return (torch.device(device).type == "cpu" and any(flag in flags for flag in X86_BF16_FLAGS)
             and bf16_linear.available())
 
 
@@ -293,11 +301,7 @@ def _to_int8(network: nn.Module, calibration: Calibration, scheme: Int8Scheme | 
     `int8_scheme()`) fitted on `calibration.fitting`, in place."""
     scheme = scheme or int8_scheme()
     swapped = quantize_linears(network, calibration.fitting, scheme)
-
-    def undo() -> None:
-        for parent, name, child in swapped:
-            setattr(parent, name, child)
-    return undo, f"{scheme.describe()}, {calibration.describe_fitting()}"
+    return functools.partial(put_back, swapped), f"{scheme.describe()}, {calibration.describe_fitting()}"
 
 
 CONVERSIONS: dict[str, Callable[[nn.Module, Calibration], Conversion]] = {"bf16": _to_bf16, "int8": _to_int8}

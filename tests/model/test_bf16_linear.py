@@ -11,8 +11,9 @@ from torch import nn
 
 from biotf.model import Transformer, TransformerConfig
 from biotf.model import bf16_linear
-from biotf.model.bf16_linear import Bf16Linear, fuse_linears, undo_changes
+from biotf.model.bf16_linear import Bf16Linear, fuse_linears
 from biotf.model.mlp import ACTIVATIONS, FeedForward
+from biotf.model.precision import put_back
 
 pytestmark = pytest.mark.skipif(not bf16_linear.available(), reason="this PyTorch has no oneDNN linear")
 
@@ -65,7 +66,7 @@ def test_a_fused_network_keeps_its_parameters_outputs_and_is_undone_exactly():
         fused = model(ids).logits.float()
     # two bf16 roundings per linear differ in place: logits of a random 2-layer model move by bf16's few ulps
     torch.testing.assert_close(fused, plain, atol=0.05, rtol=0.02)
-    undo_changes(changed)
+    put_back(changed)
     assert [type(module) for module in model.modules()] == before
     assert all(isinstance(block.mlp, FeedForward) and block.mlp.activation is ACTIVATIONS["gelu"]
                for block in model.blocks)
