@@ -77,10 +77,10 @@ class Attention(nn.Module):
         # take minutes; set while a command reports progress (`biotf.progress.layer_notes`).
         self.report_rows: Callable[[int, int], None] | None = None
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                 mask: torch.Tensor | AttentionMask | None, is_causal: bool, cache: KVCache | None = None,
                 layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """x: (B, T, d_model); rotary: (cos, signed sin) of `RotaryPositions.rotary`; mask: bool (allowed) or float
+        """x: (B, T, d_model); rotary: the tables of `positions.rotary_for_blocks`; mask: bool (allowed) or float
         (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case, or the
         description of a mask too large to build (attention then runs in chunks of queries). With a list
         `attentions`, this layer's (B, n_heads, T, keys) float32 probabilities are appended to it."""

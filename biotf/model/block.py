@@ -31,12 +31,12 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
         self.residual_scale = config.residual_scale if config.residual_scale != 1.0 else None
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
                 layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
         return self.feed_forward(self.attend(x, rotary, mask, is_causal, cache, layer, attentions))
 
-    def attend(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    def attend(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
                layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
         """The attention half: the stream after the attention branch (and its norm); `attentions`: see `Attention`."""

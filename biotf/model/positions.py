@@ -249,21 +249,38 @@ class RotaryPositions(PositionEncoding):
 
 
 def rotary_for_blocks(rotary: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype, batch: int,
-                      heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (cos, signed sin) tables cast once per forward to the blocks' `dtype`, rather than by every layer; in
-    bfloat16 on the CPU also expanded to the rotated tensor's whole (batch, length, heads, head_dim) shape: PyTorch's
-    CPU kernels run a (B, T, 1, D) table broadcast over heads 16 numbers at a time at ESM-2's head size, and the
-    rotation took twice as long as on whole tables (16,384 tokens x 40 heads x 16, 2-core Xeon)."""
+                      heads: int) -> tuple[torch.Tensor, ...]:
+    """The (cos, signed sin) tables made ready once per forward for every layer's `apply_rotary`, in the blocks'
+    `dtype`. On the CPU, where a head has at most twice as many dimensions as there are heads rotated together
+    (ESM-2's 16 dimensions x 40 query and key heads), as one (head_dim, head_dim) rotation matrix per token,
+    (batch * length, head_dim, head_dim): the rotation is then one batched product instead of a swap, a product
+    and a multiply-add (PyTorch's CPU kernels run a table broadcast over heads 16 numbers at a time), and the
+    matrices take no more memory than two tables expanded over the heads would. 9 x 1,024 tokens x 40 heads x 16,
+    2-core Xeon with AMX: 1.8 ms in bfloat16 against 5.4 (tables expanded) and 16.2 (broadcast), 1.3 ms in float32
+    against 14.0 (broadcast)."""
     cos, sin = (table.to(dtype) for table in rotary)
-    if dtype != torch.bfloat16 or cos.device.type != "cpu":
+    head_dim = cos.shape[-1]
+    if cos.device.type != "cpu" or head_dim > 2 * heads:
         return cos, sin
-    shape = (batch, cos.shape[1], heads, cos.shape[-1])
-    return cos.expand(shape).contiguous(), sin.expand(shape).contiguous()
+    half, tokens = head_dim // 2, batch * cos.shape[1]
+    cos, sin = (table.expand(batch, -1, -1, -1).reshape(tokens, head_dim) for table in (cos, sin))
+    # x @ rotation: out[i] = x[i] * cos[i] + x[i +- half] * signed_sin[i] (rotate_half's pairs, HF's layout).
+    rotation = cos.new_zeros(tokens, head_dim, head_dim)
+    rotation.diagonal(dim1=1, dim2=2).copy_(cos)
+    rotation.diagonal(-half, dim1=1, dim2=2).copy_(sin[:, :half])
+    rotation.diagonal(half, dim1=1, dim2=2).copy_(sin[:, half:])
+    return (rotation,)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """x * cos + rotate_half(x) * sin, where rotate_half(x) = cat(-x2, x1) (HF's layout), computed as
-    x * cos + cat(x2, x1) * cat(-sin, sin) in three passes; x is (B, T, heads, head_dim)."""
+def apply_rotary(x: torch.Tensor, *tables: torch.Tensor) -> torch.Tensor:
+    """x * cos + rotate_half(x) * sin, where rotate_half(x) = cat(-x2, x1) (HF's layout); x is (B, T, heads,
+    head_dim). `tables`: (cos, signed sin) of `RotaryPositions.rotary`, computed as x * cos + cat(x2, x1) *
+    cat(-sin, sin) in three passes, or the one (B * T, head_dim, head_dim) rotation of `rotary_for_blocks`."""
+    if len(tables) == 1:
+        batch, length, heads, head_dim = x.shape
+        rotated = torch.bmm(x.reshape(batch * length, heads, head_dim), tables[0].to(x.dtype))
+        return rotated.view(batch, length, heads, head_dim)
+    cos, signed_sin = tables
     first, second = x.chunk(2, dim=-1)  # a split: one cat in backward, no zero-filled slice gradients
     swapped = torch.cat((second, first), dim=-1)
     return torch.addcmul(x * cos.to(x.dtype), swapped, signed_sin.to(x.dtype))

@@ -109,11 +109,12 @@ class TransformerOutput:
 
 class BlockInputs(NamedTuple):
     """What every block takes, prepared once per forward by `Transformer.block_inputs`: the embedded tokens (bins
-    with a stem), the rotary (cos, sin) or None, the attention mask (or None with `is_causal`, or the description of
-    a mask too large to build), the KV cache or None, and with a stem how the tokens became bins."""
+    with a stem), the rotary tables (`rotary_for_blocks`) or None, the attention mask (or None with `is_causal`, or
+    the description of a mask too large to build), the KV cache or None, and with a stem how the tokens became
+    bins."""
 
     hidden: torch.Tensor
-    rotary: tuple[torch.Tensor, torch.Tensor] | None
+    rotary: tuple[torch.Tensor, ...] | None
     mask: torch.Tensor | AttentionMask | None
     is_causal: bool
     cache: KVCache | None

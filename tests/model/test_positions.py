@@ -9,7 +9,8 @@ import torch
 
 from biotf.model import Transformer, TransformerConfig
 from biotf.errors import BiotfWarning, ConfigError
-from biotf.model.positions import alibi_slope_values, apply_rotary, build_positions, reading_length, sinusoidal_table
+from biotf.model.positions import (alibi_slope_values, apply_rotary, build_positions, reading_length,
+                                   rotary_for_blocks, sinusoidal_table)
 
 
 def test_rope_scores_depend_only_on_the_relative_offset():
@@ -46,6 +47,30 @@ def test_rope_offset_slices_the_same_tables_it_gathers():
     positions = torch.arange(300, 305)[None]  # past the first cached table (256 rows): the tables grow
     for sliced, gathered in zip(rope.rotary(positions, offset=300), rope.rotary(positions)):
         torch.testing.assert_close(sliced, gathered, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 2 ** -7)])
+@pytest.mark.parametrize("offset", [None, 4])
+def test_rotation_matrices_rotate_as_the_tables_do(dtype, tolerance, offset):
+    """On the CPU, narrow heads are rotated by one (head_dim x head_dim) matrix per token: the same rotation as the
+    tables' (bfloat16: within its rounding, one rounding instead of three), for gathered and offset positions."""
+    rope = build_positions(TransformerConfig(d_model=64, n_heads=4, pos="rope"))
+    positions = torch.tensor([[0, 1, 2, 3, 4], [2, 3, 4, 5, 6]])
+    tables = rope.rotary(positions if offset is None else positions[:1], offset=offset)
+    x = torch.randn(2, 5, 8, 16, generator=torch.Generator().manual_seed(0))
+    (rotation,) = rotary_for_blocks(tables, dtype, batch=2, heads=8)
+    assert rotation.shape == (10, 16, 16) and rotation.dtype == dtype
+    expected = apply_rotary(x.double(), *(table.double() for table in tables))
+    torch.testing.assert_close(apply_rotary(x.to(dtype), rotation).double(), expected, rtol=tolerance,
+                               atol=tolerance * 4)
+
+
+def test_wide_heads_keep_the_tables():
+    """A head wider than twice the heads rotated together keeps the two tables (its matrices would outgrow the
+    rotated tensor)."""
+    rope = build_positions(TransformerConfig(d_model=64, n_heads=1, pos="rope"))
+    tables = rotary_for_blocks(rope.rotary(torch.arange(5)[None], offset=0), torch.float32, batch=1, heads=2)
+    assert [table.shape for table in tables] == [(1, 5, 1, 64)] * 2
 
 
 def test_sinusoidal_values_match_vaswani_formula():
