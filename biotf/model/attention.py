@@ -80,10 +80,18 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                 mask: torch.Tensor | AttentionMask | None, is_causal: bool, cache: KVCache | None = None,
                 layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """x: (B, T, d_model); rotary: the tables of `positions.rotary_for_blocks`; mask: bool (allowed) or float
-        (additive) broadcastable to (B, n_heads, T, keys), or None with `is_causal` for the plain case, or the
-        description of a mask too large to build (attention then runs in chunks of queries). With a list
-        `attentions`, this layer's (B, n_heads, T, keys) float32 probabilities are appended to it."""
+        """The heads' outputs (`heads`) through the output projection `out`."""
+        return self.out(self.heads(x, rotary, mask, is_causal, cache, layer, attentions))
+
+    def heads(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
+              mask: torch.Tensor | AttentionMask | None, is_causal: bool, cache: KVCache | None = None,
+              layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The heads' outputs side by side, (B, T, n_heads * head_dim), before the output projection (a block adds
+        its residual inside that product where it can). x: (B, T, d_model); rotary: the tables of
+        `positions.rotary_for_blocks`; mask: bool (allowed) or float (additive) broadcastable to (B, n_heads, T,
+        keys), or None with `is_causal` for the plain case, or the description of a mask too large to build
+        (attention then runs in chunks of queries). With a list `attentions`, this layer's (B, n_heads, T, keys)
+        float32 probabilities are appended to it."""
         batch, length, _ = x.shape
         qkv = self.qkv(x)
         if self.q_norm is not None:
@@ -110,7 +118,7 @@ class Attention(nn.Module):
                                                                                                 mask.segment_batches)
         else:
             y = self._sdpa(q, k, v, mask, is_causal)
-        return self.out(y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim))
+        return y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim)
 
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               is_causal: bool) -> torch.Tensor:

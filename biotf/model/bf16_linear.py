@@ -3,10 +3,12 @@
 `torch.nn.functional.linear` with a bias runs on the CPU as `addmm`: the bias is first copied into every row of the
 output, then the product is added to it, one more pass over the output than the product needs; the MLP's activation
 is another. oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the kernel PyTorch's own CPU compiler emits for
-frozen linears) adds the bias and applies GELU / ReLU while the output tile is still in registers. On a 2-core Xeon
-with AMX (other jobs running), at 16,384 tokens of ESM-2 8M's widths, a 320 -> 1,280 linear with its GELU took 0.66x
-the time of `F.linear` then `F.gelu`, and the 320 -> 960 attention input 0.69x; `python scripts/bench.py inference`
-times whole bf16 embedding and scoring with it.
+frozen linears) adds the bias and applies GELU / ReLU while the output tile is still in registers, and `plus` adds a
+block's residual stream inside its attention's output projection and its MLP's down projection the same way. On a
+2-core Xeon with AMX (other jobs running), at 16,384 tokens of ESM-2 8M's widths, a 320 -> 1,280 linear with its GELU
+took 0.66x the time of `F.linear` then `F.gelu`, and the 320 -> 960 attention input 0.69x; at 9,216 tokens a
+320 -> 320 projection with the residual added inside 0.5x the time of the product then the add;
+`python scripts/bench.py inference` times whole bf16 embedding and scoring with it.
 
 `fuse_linears` swaps every plain nn.Linear of a bf16 network's blocks for a `Bf16Linear` (the same parameters: state
 dicts and exports are unchanged), and folds a two-projection MLP's activation into its first projection. The fused
@@ -57,9 +59,13 @@ class Bf16Linear(nn.Linear):
         self.weight, self.bias = linear.weight, linear.bias
         self.activation = activation
 
+    def fuses(self, x: torch.Tensor) -> bool:
+        """Whether the product of `x` runs on oneDNN: bfloat16 on the CPU, nothing needing gradients."""
+        return (x.dtype == torch.bfloat16 and x.device.type == "cpu" and self.weight.dtype == torch.bfloat16
+                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and self.weight.dtype == torch.bfloat16
-                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
+        if self.fuses(x):
             name, algorithm = ONEDNN_ACTIVATIONS[self.activation] if self.activation else ("none", "")
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, name, [], algorithm)
         y = F.linear(x, self.weight, self.bias)
@@ -67,6 +73,15 @@ class Bf16Linear(nn.Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, activation={self.activation}, oneDNN"
+
+
+def plus(residual: torch.Tensor, linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """residual + linear(x), a residual branch's last projection added to the stream: for a `Bf16Linear` without
+    activation on its oneDNN path the add happens inside the product (one rounding, no pass over the output for the
+    add), otherwise as written."""
+    if isinstance(linear, Bf16Linear) and linear.activation is None and linear.fuses(x) and residual.dtype == x.dtype:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, linear.weight, linear.bias, "add")
+    return residual + linear(x)
 
 
 def fuse_linears(blocks: nn.Module) -> list[tuple[nn.Module, str, object]]:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from biotf.model.attention import Attention
+from biotf.model.bf16_linear import plus
 from biotf.model.kv_cache import KVCache
 from biotf.model.config import TransformerConfig
 from biotf.model.mlp import build_mlp
@@ -40,15 +41,25 @@ class Block(nn.Module):
                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
                layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
         """The attention half: the stream after the attention branch (and its norm); `attentions`: see `Attention`."""
-        if self.pre_norm:
-            return x + self._branch(self.attn(self.attn_norm(x), rotary, mask, is_causal, cache, layer, attentions))
-        return self.attn_norm(x + self._branch(self.attn(x, rotary, mask, is_causal, cache, layer, attentions)))
+        heads = self.attn.heads(self.attn_norm(x) if self.pre_norm else x, rotary, mask, is_causal, cache, layer,
+                                attentions)
+        return self._add_branch(x, self.attn.out, heads, self.attn_norm)
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The MLP half, position by position: it may run on some positions alone (decoding's prefill)."""
-        if self.pre_norm:
-            return x + self._branch(self.mlp(self.mlp_norm(x)))
-        return self.mlp_norm(x + self._branch(self.mlp(x)))
+        return self._add_branch(x, self.mlp.down, self.mlp.hidden(self.mlp_norm(x) if self.pre_norm else x),
+                                self.mlp_norm)
+
+    def _add_branch(self, x: torch.Tensor, projection: nn.Module, features: torch.Tensor, norm: nn.Module
+                    ) -> torch.Tensor:
+        """x plus a branch's output, `projection(features)`, then `norm` when norms come after: where nothing comes
+        between the projection and the add (no dropout at work, no residual scale), the add is `bf16_linear.plus`'s,
+        inside the product where it can be."""
+        if self.residual_scale is None and (self.dropout is None or not self.training):
+            x = plus(x, projection, features)
+        else:
+            x = x + self._branch(projection(features))
+        return x if self.pre_norm else norm(x)
 
     def _branch(self, y: torch.Tensor) -> torch.Tensor:
         """A residual branch's output, after dropout when there is any (no module call otherwise), times

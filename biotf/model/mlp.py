@@ -39,7 +39,11 @@ class FeedForward(nn.Module):
         self.activation = ACTIVATIONS[config.mlp]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.activation(self.up(x)))
+        return self.down(self.hidden(x))
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The d_ff features `down` projects (a block adds its residual inside that product where it can)."""
+        return self.activation(self.up(x))
 
 
 # The gated MLPs (`mlp`) and the activation of their gate.
@@ -58,8 +62,12 @@ class SwiGLU(nn.Module):
         self.activation = GATED_ACTIVATIONS[config.mlp]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.hidden(x))
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The d_ff features `down` projects (a block adds its residual inside that product where it can)."""
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # two halves of d_ff
-        return self.down(self.activation(gate) * up)
+        return self.activation(gate) * up
 
 
 MLP_CLASSES: dict[str, type[nn.Module]] = {**dict.fromkeys(ACTIVATIONS, FeedForward),

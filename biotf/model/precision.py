@@ -285,7 +285,7 @@ def _to_bf16(network: nn.Module, calibration: Calibration) -> Conversion:
             tensor.data = data
         for trunk in trunks:
             trunk.float_head = None
-    return undo, "products on oneDNN with bias and activation fused" if fused else ""
+    return undo, "products on oneDNN with bias, activation and residual add fused" if fused else ""
 
 
 def fused_bf16_linears(device: torch.device | str, flags: Collection[str] | None = None) -> bool:

@@ -1,4 +1,4 @@
-"""oneDNN's bf16 linears with the bias and the MLP's activation fused: the same outputs as F.linear and the activation
+"""oneDNN's bf16 linears with the bias, the MLP's activation and the residual add fused: the same outputs as F.linear
 (bf16 rounding apart), the same parameters, and undone exactly."""
 
 from __future__ import annotations
@@ -34,6 +34,34 @@ def test_the_fused_product_equals_f_linear_and_its_activation(activation, bias):
     assert got.shape == (3, 50, 160)
     # bf16 keeps 8 bits of mantissa: one rounding of values of magnitude <= ~4 is <= 2^-6
     torch.testing.assert_close(got, expected, atol=2 ** -5, rtol=2 ** -7)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_plus_adds_the_residual_inside_the_product(bias):
+    """`plus` is residual + linear(x), rounded once in bf16, and it is the block's add on the fused path (a block's
+    attention and MLP halves each run it once), while a plain linear or gradients take the sum as
+    written."""
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 48, bias=bias).to(torch.bfloat16)
+    x, residual = torch.randn(3, 50, 96, dtype=torch.bfloat16), torch.randn(3, 50, 48, dtype=torch.bfloat16) * 4
+    with torch.inference_mode():
+        got = bf16_linear.plus(residual, Bf16Linear(linear), x).float()
+        expected = residual.float() + F.linear(x.float(), linear.weight.float(),
+                                               None if linear.bias is None else linear.bias.float())
+        torch.testing.assert_close(got, expected, atol=2 ** -5, rtol=2 ** -7)
+        assert torch.equal(bf16_linear.plus(residual, linear, x), residual + linear(x))
+    config = TransformerConfig(vocab_size=33, d_model=64, n_heads=4, n_layers=2, d_ff=128, causal=False, pos="rope")
+    model = Transformer(config).eval().to(torch.bfloat16)
+    fuse_linears(model.blocks)
+
+    def adds_inside(grad: bool) -> int:  # oneDNN linears given a residual: the binary form's five inputs
+        with torch.profiler.profile(record_shapes=True) as profiled, torch.set_grad_enabled(grad):
+            model(torch.randint(4, 29, (2, 9)))
+        return sum(event.name == "mkldnn::_linear_pointwise" and len(event.input_shapes) == 5
+                   for event in profiled.events())
+
+    assert adds_inside(grad=False) == 2 * 2
+    assert adds_inside(grad=True) == 0  # gradients asked for: F.linear, then the add
 
 
 def test_with_gradients_it_runs_f_linear_so_training_still_works():
