@@ -271,15 +271,12 @@ def layer_notes(model: Any, progress: Progress | None) -> Iterator[None]:
         yield
         return
     total = len(blocks)
-    handles = []
     for i, block in enumerate(blocks, 1):
-        handles.append(block.attn.register_forward_hook(lambda *_, i=i: progress.detail(f"layer {i}/{total}", "layer")))
+        block.attn.report_done = lambda i=i: progress.detail(f"layer {i}/{total}", "layer")
         block.attn.report_rows = (lambda done, rows, i=i:
                                   progress.detail(f"layer {i}/{total}: {done:,}/{rows:,} query rows", "layer"))
     try:
         yield
     finally:
-        for handle in handles:
-            handle.remove()
         for block in blocks:
-            block.attn.report_rows = None
+            block.attn.report_rows = block.attn.report_done = None

@@ -74,8 +74,10 @@ class Attention(nn.Module):
         self.q_norm = build_norm(config, config.n_heads * config.head_dim, bias=False) if config.qk_norm else None
         self.k_norm = build_norm(config, config.n_kv_heads * config.head_dim, bias=False) if config.qk_norm else None
         # Told (query rows done, rows) after each chunk of chunked attention, where one layer over a long record can
-        # take minutes; set while a command reports progress (`biotf.progress.layer_notes`).
+        # take minutes, and told () once the heads are done; set while a command reports progress
+        # (`biotf.progress.layer_notes`).
         self.report_rows: Callable[[int, int], None] | None = None
+        self.report_done: Callable[[], None] | None = None
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                 mask: torch.Tensor | AttentionMask | None, is_causal: bool, cache: KVCache | None = None,
@@ -118,6 +120,8 @@ class Attention(nn.Module):
                                                                                                 mask.segment_batches)
         else:
             y = self._sdpa(q, k, v, mask, is_causal)
+        if self.report_done is not None:
+            self.report_done()
         return y.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim)
 
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

@@ -34,15 +34,21 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                 mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
-                layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
-        return self.feed_forward(self.attend(x, rotary, mask, is_causal, cache, layer, attentions))
+                layer: int = 0, attentions: list[torch.Tensor] | None = None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        return self.feed_forward(self.attend(x, rotary, mask, is_causal, cache, layer, attentions, rows))
 
     def attend(self, x: torch.Tensor, rotary: tuple[torch.Tensor, ...] | None,
                mask: torch.Tensor | None, is_causal: bool, cache: KVCache | None = None,
-               layer: int = 0, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """The attention half: the stream after the attention branch (and its norm); `attentions`: see `Attention`."""
+               layer: int = 0, attentions: list[torch.Tensor] | None = None,
+               rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention half: the stream after the attention branch (and its norm); `attentions`: see `Attention`.
+        With `rows` (flat indices into batch x length), only those positions come out, (len(rows), d_model): the
+        heads read every position's keys and values, the output projection and the residual run on those rows."""
         heads = self.attn.heads(self.attn_norm(x) if self.pre_norm else x, rotary, mask, is_causal, cache, layer,
                                 attentions)
+        if rows is not None:
+            x, heads = (stream.flatten(0, 1).index_select(0, rows) for stream in (x, heads))
         return self._add_branch(x, self.attn.out, heads, self.attn_norm)
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -247,10 +247,14 @@ class Transformer(nn.Module):
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, past_key_values: KVCache | None = None,
                use_cache: bool = False, output_attentions: bool = False,
-               segment_ids: torch.Tensor | None = None) -> TrunkOutput:
+               segment_ids: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> TrunkOutput:
         """Everything but the LM head: the final hidden states (after the final norm), and every layer's output and
         attention probabilities on request (attentions are kept, so no block is recomputed in backward then).
-        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard."""
+        Embedding export calls this directly, so it never computes (batch x length x vocab) logits it would discard.
+        With `rows` (flat indices into batch x length; see `states_at`), the final states of those positions only."""
+        if rows is not None and (self.stem is not None or output_hidden_states or output_attentions or use_cache):
+            raise ValueError("encode(rows=...) reads final states of tokens: not with a stem, hidden states, "
+                             "attentions or a cache")
         inputs = self.block_inputs(input_ids, attention_mask, past_key_values, use_cache, segment_ids)
         x = inputs.hidden
         hidden_states = [x] if output_hidden_states else None
@@ -262,7 +266,8 @@ class Transformer(nn.Module):
                 x = checkpoint(block, x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer,
                                use_reentrant=False)
             else:
-                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer, attentions)
+                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer, attentions,
+                          rows if layer == len(self.layer_blocks) - 1 else None)
             if hidden_states is not None:
                 hidden_states.append(x)
         if self.final_norm is not None:
@@ -279,6 +284,17 @@ class Transformer(nn.Module):
         if trunk.bins is None:
             return trunk.last_hidden_state
         return self.stem.upsample(trunk.last_hidden_state, trunk.bins)
+
+    def states_at(self, input_ids: torch.Tensor, rows: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                  segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """`token_states` of the positions `rows` only (flat indices, row * length + position), (len(rows),
+        d_model): what a caller reading a few positions of each row needs (scoring reads one of a masked copy's L).
+        The last block's output projection and MLP, and the final norm, run on those positions alone: they work
+        position by position. With a stem (bins, not tokens, go through the blocks) every position is computed."""
+        if self.stem is not None:
+            states = self.token_states(self.encode(input_ids, attention_mask, segment_ids=segment_ids))
+            return states.flatten(0, 1).index_select(0, rows)
+        return self.encode(input_ids, attention_mask, segment_ids=segment_ids, rows=rows).last_hidden_state
 
     def predict_contacts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                          residue_mask: torch.Tensor | None = None) -> list[torch.Tensor]:

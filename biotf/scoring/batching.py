@@ -58,9 +58,10 @@ def _run(model: Transformer, rows: Sequence[Row], order: list[int], batch: list[
     where = np.concatenate([rows[index].predict_at + start for index, (_, start, _) in zip(order, filled.spans)])
     device = model.device
     with torch.inference_mode():
-        states = model.token_states(model.encode(torch.from_numpy(filled.ids).to(device), **filled.inputs(device)))
-        # The LM head at the positions read only: a masked copy reads one of its L positions.
-        logits = model.logits(states[torch.from_numpy(which).to(device), torch.from_numpy(where).to(device)])
+        # The last block past its attention and the LM head at the positions read only: a masked copy reads one of
+        # its L positions.
+        read = torch.from_numpy(which * filled.ids.shape[1] + where).to(device)
+        logits = model.logits(model.states_at(torch.from_numpy(filled.ids).to(device), read, **filled.inputs(device)))
         picked = torch.log_softmax(logits.float(), dim=-1).double().cpu().numpy()
     start = 0
     for index, count in zip(order, counts):

@@ -51,6 +51,29 @@ def test_encode_is_forward_without_the_head(causal):
         model.encode(ids, mask[:, :5])
 
 
+STEM = dict(causal=False, stem="conv", stem_widths=[32], stem_kernel=3, stem_pool=[2])
+
+
+@pytest.mark.parametrize("changes, packed", [
+    (dict(causal=False), False), (dict(causal=False), True), (dict(causal=False, norm_position="post"), True),
+    (dict(causal=True, dropout=0.1), False), (STEM, False)], ids=["pre", "pre-packed", "post-packed", "dropout", "stem"])
+def test_states_at_are_the_token_states_of_those_positions(changes, packed):
+    """`states_at` (scoring's: the last block past its attention on the positions read) gives the token states of
+    those positions, padded or packed rows, norms before or after, with a stem (computed whole), dropout (off in
+    eval); encode refuses `rows` where its states would not be tokens'."""
+    model = tiny(**changes)
+    ids = torch.randint(4, 64, (3, 8))
+    inputs = {"segment_ids": torch.tensor([[1] * 3 + [2] * 5, [1] * 8, [1] * 4 + [2] * 2 + [0] * 2])} if packed else \
+        {"attention_mask": torch.tensor([[1] * 8, [1] * 5 + [0] * 3, [1] * 2 + [0] * 6])}
+    rows = torch.tensor([0, 7, 9, 12, 16, 17, 3])
+    with torch.inference_mode():
+        whole = model.token_states(model.encode(ids, **inputs)).flatten(0, 1)[rows]
+        torch.testing.assert_close(model.states_at(ids, rows, **inputs), whole, rtol=1e-5, atol=1e-6)
+    if "stem" not in changes:
+        with pytest.raises(ValueError, match="not with a stem, hidden states"):
+            model.encode(ids, output_hidden_states=True, rows=rows)
+
+
 def test_causal_loss_is_shifted_next_token_cross_entropy():
     model = tiny()
     ids = torch.randint(0, 64, (2, 7))
