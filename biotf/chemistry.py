@@ -1,5 +1,4 @@
-"""biotf's one home for chemistry (RDKit, the `[chem]` extra): parsing SMILES (validity, canonical form, randomized
-SMILES), Morgan fingerprints, the Tanimoto similarity of fingerprint bits and Bemis-Murcko scaffolds. Tokenizers,
+"""biotf's one home for chemistry (RDKit, the `[chem]` extra): parsing SMILES (validity, canonical form), Morgan fingerprints, the Tanimoto similarity of fingerprint bits and Bemis-Murcko scaffolds. Tokenizers,
 splits, baselines, search and the MOSES metrics all take them from here, each with its own settings as parameters
 (fingerprint radius and bits, stereochemistry in a scaffold's SMILES, what two empty fingerprints score).
 
@@ -77,13 +76,6 @@ def is_valid(smiles: str) -> bool:
 def canonicalize(smiles: str, record: str | None = None, isomeric: bool = True) -> str:
     """RDKit's canonical SMILES of `smiles` (stereochemistry kept unless `isomeric=False`)."""
     return _chem().MolToSmiles(molecule(smiles, record), isomericSmiles=isomeric)
-
-
-def randomize(smiles: str, n: int = 1, seed: int = 0, record: str | None = None) -> list[str]:
-    """`n` randomized SMILES of the same molecule (Bjerrum 2017 augmentation), reproducible by `seed`."""
-    if n < 1:
-        raise BiotfError(f"randomize needs n >= 1, got {n}")
-    return list(_chem().MolToRandomSmilesVect(molecule(smiles, record), n, randomSeed=seed))
 
 
 def fingerprint_bits(molecules: Iterable, radius: int, bits: int) -> np.ndarray:

@@ -22,10 +22,10 @@ from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.checkpoint.format import (CHECKPOINT_DIR, CHECKPOINT_KEY, FINETUNED_MODEL_DIR, FORMAT_VERSION,
                                      STATE_PREFIX, TASK_FILE, WEIGHTS_FILE, checkpoint_payload, ensure_same_tokenizer,
                                      payload_fingerprint, tokenizer_from_payload, tokenizer_payload)
-from biotf.checkpoint.store import (CONFIG_FILE, read_checkpoint, read_exported, read_payload, save_checkpoint,
-                                    save_hf_pretrained, save_pretrained)
+from biotf.checkpoint.store import (CONFIG_FILE, read_checkpoint, read_exported, save_checkpoint, save_hf_pretrained,
+                                    save_pretrained)
 
 __all__ = ["CHECKPOINT_DIR", "CHECKPOINT_KEY", "CONFIG_FILE", "DIGEST_KEY", "FINETUNED_MODEL_DIR", "FORMAT_VERSION",
            "STATE_PREFIX", "TASK_FILE", "WEIGHTS_FILE", "checkpoint_payload", "content_crc32", "ensure_same_tokenizer",
-           "payload_fingerprint", "read_checkpoint", "read_exported", "read_payload", "save_checkpoint",
+           "payload_fingerprint", "read_checkpoint", "read_exported", "save_checkpoint",
            "save_hf_pretrained", "save_pretrained", "tokenizer_from_payload", "tokenizer_payload"]

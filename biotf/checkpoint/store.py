@@ -20,7 +20,7 @@ import torch
 from biotf.checkpoint.digest import DIGEST_KEY, content_crc32
 from biotf.io.atomic import atomic_directory, atomic_write
 from biotf.io.outputs import check_new_directory
-from biotf.checkpoint.format import CHECKPOINT_KEY, FORMAT_VERSION, WEIGHTS_FILE
+from biotf.checkpoint.format import FORMAT_VERSION, WEIGHTS_FILE
 from biotf.model.hf import CONFIG_FILE, check_hf_writable  # an export's config.json is named as a HF directory's
 from biotf.errors import CheckpointError
 from biotf.tokenizers.base import TOKENIZER_FILE, Tokenizer
@@ -76,12 +76,6 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     if isinstance(checkpoint, dict):
         _check_digest(checkpoint.pop(DIGEST_KEY, None), checkpoint, path)
     return checkpoint
-
-
-def read_payload(path: str | Path) -> dict[str, Any] | None:
-    """The `checkpoint["biotf"]` section of a checkpoint file (None when it has none)."""
-    checkpoint = read_checkpoint(path)
-    return checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
 
 
 def check_export_directory(directory: str | Path) -> Path:

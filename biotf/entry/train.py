@@ -9,7 +9,8 @@ a `-m` sweep in turn) and validates it, so a bad override, an unknown experiment
 file, a run directory that holds another run or cannot be written (`rundir.check_writable`), a resume with
 other settings than its run's (`rundir.check_resume`) stops the command at once with one line on stderr and exit
 status 2, before any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job
-starts). Hydra then runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
+starts; into a directory that exists, such as a resumed run's, it writes them aside until the job accepts the run:
+`pending_hydra_files`, so that a resume the job refuses leaves .hydra/ as it was). Hydra then runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
 this script in each worker process).
 
 Resuming (`ckpt_path=<run>/checkpoints/last.ckpt`) continues that run's directory unless
@@ -41,8 +42,8 @@ from biotf.conventions import CONF_DIR
 from biotf.progress import messages_to_stderr
 from biotf.training.train_config import TrainConfig, check_key, describe, register_configs, validate
 from biotf.training.hints import command_line, hydra_override
-from biotf.training.rundir import (check_resume, check_run_dir, check_writable, checkpoint_run_dir,
-                                   is_launch_rank_zero)
+from biotf.training.rundir import (PENDING_HYDRA_DIR, check_resume, check_run_dir, check_writable,
+                                   checkpoint_run_dir, is_launch_rank_zero)
 from biotf.training.summary import FinalCheck, FinalCheckRun
 
 register_configs()
@@ -124,6 +125,18 @@ def check_launch(overrides: list[str]) -> list[str]:
     if is_launch_rank_zero() or "hydra.output_subdir" in keys:
         return overrides
     return [*overrides, "hydra.output_subdir=null"]
+
+
+def pending_hydra_files(overrides: list[str]) -> list[str]:
+    """The overrides, plus `hydra.output_subdir=<PENDING_HYDRA_DIR>` when they name a run directory that exists (a
+    resume in place): the job moves Hydra's files into .hydra/ once it accepts the run (`rundir.adopt_hydra_files`),
+    and a run it refuses leaves the .hydra/ of the run the directory holds as it was."""
+    parsed = {o.key_or_group: o for o in _parsed(overrides)}
+    run_dir = parsed.get("hydra.run.dir")
+    if (run_dir is None or run_dir.is_sweep_override() or "hydra.output_subdir" in parsed
+            or not Path(str(run_dir.value())).is_dir()):
+        return overrides
+    return [*overrides, hydra_override("hydra.output_subdir", PENDING_HYDRA_DIR)]
 
 
 def preflight(overrides: list[str], multirun: bool = False) -> None:
@@ -209,7 +222,7 @@ def _main(argv: list[str] | None, script: str | None, prog: str | None) -> int:
     if not (args.help or args.hydra_help or args.info or args.cfg or args.shell_completion):
         try:
             if not args.multirun:
-                overrides = check_launch(resume_in_place(args.overrides))
+                overrides = pending_hydra_files(check_launch(resume_in_place(args.overrides)))
                 argv += overrides[len(args.overrides):]
                 args.overrides = overrides
             preflight(args.overrides, multirun=args.multirun)

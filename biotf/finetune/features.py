@@ -104,15 +104,21 @@ def _load(directory: Path) -> TrunkFeatures:
 def cached_features(model: TaskModel, tokenizer: Tokenizer, token_ids: list[np.ndarray],
                     cache_dir: str | Path) -> tuple[TrunkFeatures, Path, bool]:
     """(features, their cache directory, whether they were read from it): read when `cache_dir` holds them, else
-    computed and saved there (all or nothing, so a killed run leaves no half-written entry)."""
+    computed and saved there (all or nothing, so a killed run leaves no half-written entry). Processes that compute
+    one entry at once (the ranks of a distributed run, runs sharing data.cache_dir) compute the same values: the first
+    to finish saves them, the others keep theirs."""
     directory = Path(cache_dir) / "trunk_features" / features_key(model, tokenizer, token_ids)
     if (directory / INFO_FILE).is_file():
         return _load(directory), directory, True
     features = compute_features(model, tokenizer, token_ids)
-    with atomic_directory(directory) as staging:
-        for name, array in ((VALUES_FILE, features.values), (OFFSETS_FILE, features.offsets)):
-            with open(staging / name, "wb") as handle:
-                save_array(handle, array)
-        info = {"format": FORMAT, "per_token": features.per_token, "crc32": _crc(features.values)}
-        (staging / INFO_FILE).write_text(json.dumps(info) + "\n", encoding="utf-8")
+    try:
+        with atomic_directory(directory) as staging:
+            for name, array in ((VALUES_FILE, features.values), (OFFSETS_FILE, features.offsets)):
+                with open(staging / name, "wb") as handle:
+                    save_array(handle, array)
+            info = {"format": FORMAT, "per_token": features.per_token, "crc32": _crc(features.values)}
+            (staging / INFO_FILE).write_text(json.dumps(info) + "\n", encoding="utf-8")
+    except InputError:  # the directory was filled meanwhile: by another process's entry (whole: it is renamed in)?
+        if not (directory / INFO_FILE).is_file():
+            raise
     return features, directory, False

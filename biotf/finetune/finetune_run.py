@@ -137,7 +137,7 @@ def _train_task(config: TrainConfig, run_dir: Path, control: RunControl) -> Fine
     if trainer.is_global_zero:
         write_split(run_dir / SPLIT_FILE, data.ids, sides, groups)
     write_run_files(run_dir, run_config, tokenizer)
-    collate = _collator(config, mode, model, tokenizer, data)
+    collate = _collator(config, mode, model, tokenizer, data, trainer.is_global_zero)
     loaders = {name: task_loader(data, rows[name], collate, config.data.batch_size,
                                  trainer if name == "train" else None, config.seed) for name in rows}
     # weights_only: a resumed checkpoint is read without unpickling code (biotf checkpoints hold plain values).
@@ -190,16 +190,18 @@ def count_bin_labels(data: LabelledSet, factor: int) -> dict[str, int]:
     return counts
 
 
-def _collator(config: TrainConfig, mode: Mode, model: TaskModel, tokenizer: Tokenizer,
-              data: LabelledSet) -> TaskCollator | FeatureCollator:
+def _collator(config: TrainConfig, mode: Mode, model: TaskModel, tokenizer: Tokenizer, data: LabelledSet,
+              rank_zero: bool) -> TaskCollator | FeatureCollator:
     """Batches of tokens; or, when the mode trains no trunk weight and finetune.cache_features is on, of the trunk's
-    features of every record, computed once (or read from data.cache_dir) and said on stderr."""
+    features of every record, computed once (or read from data.cache_dir) and said on stderr by rank 0 (every rank
+    computes them: each trains on its own)."""
     if mode.trains_trunk or not config.finetune.cache_features:
         return TaskCollator(data, tokenizer, config.task)
     start = time.perf_counter()
     features, directory, cached = cached_features(model, tokenizer, data.token_ids, config.data.cache_dir)
     how = "read from" if cached else f"computed in {time.perf_counter() - start:.1f} s, cached in"
-    print(f"trunk features of {counted(len(data.token_ids), 'record')} {how} {directory}", file=sys.stderr)
+    if rank_zero:
+        print(f"trunk features of {counted(len(data.token_ids), 'record')} {how} {directory}", file=sys.stderr)
     return FeatureCollator(data, features, config.task)
 
 

@@ -131,11 +131,12 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return handle
 
 
-def _text(handle: IO[bytes], errors: str = "strict") -> io.TextIOWrapper:
-    """UTF-8 text with universal newlines (CRLF and CR-only files read like LF ones), iterated at C speed.
+def _open_text(path: Path, errors: str = "strict") -> io.TextIOWrapper:
+    """`path` as UTF-8 text with universal newlines (CRLF and CR-only files read like LF ones), iterated at C speed.
     A leading byte-order mark (Windows editors, Excel's "CSV UTF-8") is dropped by the utf-8-sig codec;
-    `read_records` counts it."""
-    return io.TextIOWrapper(handle, encoding="utf-8-sig", errors=errors, newline=None)
+    `read_records` counts it. The text owns the file: closing it (its `with`) closes the file, so a reader stopped
+    early closes it as it stops, and a text dropped unclosed never warns of an unclosed file."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", errors=errors, newline=None)
 
 
 def _bad_utf8(path: Path) -> str:
@@ -153,8 +154,8 @@ def _bad_utf8(path: Path) -> str:
 def _header_line(path: Path, index: int) -> int | None:
     """1-based line of the FASTA header of record `index` (a second pass, used only for error messages),
     counted with the same newlines and BOM handling as the reader; None if the file changed meanwhile."""
-    with open_binary(path) as handle:
-        headers = (number for number, text in enumerate(_text(handle, errors="replace"), 1) if text.startswith(">"))
+    with _open_text(path, errors="replace") as lines:
+        headers = (number for number, text in enumerate(lines, 1) if text.startswith(">"))
         return next(islice(headers, index, None), None)
 
 
@@ -204,8 +205,8 @@ def read_records(path: str | Path, options: ReaderOptions | None = None,
         return
     reader = {"genbank": _read_genbank, "csv": _read_table, "tsv": _read_table, "smi": _read_smi,
               "text": _read_text}[fmt]
-    with _reading(path, fmt, stats) as (handle, ids):
-        for record in reader(handle, path, options, stats, fmt):
+    with _reading(path, fmt, stats) as (text, ids):
+        for record in reader(text, path, options, stats, fmt):
             ids.add(hash(record.id))
             yield record
 
@@ -258,16 +259,17 @@ def _reader_arguments(path: str | Path, options: ReaderOptions | None,
 
 
 @contextmanager
-def _reading(path: Path, fmt: str, stats: PolicyStats) -> Iterator[tuple[IO[bytes], DuplicateCounter]]:
-    """The open file and a counter that the reader adds every record's id to: read failures become InputErrors, a
-    byte-order mark is counted, and once the last record is read, repeated ids are counted (in memory that does not
-    grow with the file) and a file without records is refused."""
+def _reading(path: Path, fmt: str, stats: PolicyStats) -> Iterator[tuple[io.TextIOWrapper, DuplicateCounter]]:
+    """The open file (`_open_text`: closed as the block ends, however it ends) and a counter that the reader adds
+    every record's id to: read failures become InputErrors, a byte-order mark is counted, and once the last record is
+    read, repeated ids are counted (in memory that does not grow with the file) and a file without records is
+    refused."""
     ids = DuplicateCounter()
     try:
-        with open_binary(path) as handle, _read_errors(path):
-            if handle.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
-                stats["byte_order_mark_stripped"] += 1  # dropped by `_text`; said, since it is a byte of the file
-            yield handle, ids
+        with _open_text(path) as text, _read_errors(path):
+            if text.buffer.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
+                stats["byte_order_mark_stripped"] += 1  # dropped by the codec; said, since it is a byte of the file
+            yield text, ids
         if duplicates := ids.count():
             stats["duplicate_ids"] += duplicates
     finally:
@@ -288,8 +290,7 @@ def _fasta_columns(path: Path, options: ReaderOptions,
     it are yielded."""
     from biotf.io.fasta import fasta_runs
 
-    with _reading(path, "fasta", stats) as (handle, counter):
-        stream = _text(handle)
+    with _reading(path, "fasta", stats) as (stream, counter):
         for number, first in enumerate(stream, 1):
             if first.strip():
                 break
@@ -318,13 +319,12 @@ def _fasta_columns(path: Path, options: ReaderOptions,
             index += len(ids)
 
 
-def _genbank_entries(handle: IO[bytes], path: Path) -> Iterator[tuple[int, object, str]]:
+def _genbank_entries(text: io.TextIOWrapper, path: Path) -> Iterator[tuple[int, object, str]]:
     """(index, Biopython SeqRecord, sequence) of each GenBank record; a record without a sequence or a file
     Biopython cannot parse is an InputError naming the file and the record."""
     from Bio import SeqIO
     from Bio.Seq import UndefinedSequenceError
 
-    text = _text(handle)
     index = 0
     try:
         for index, entry in enumerate(SeqIO.parse(text, "genbank")):
@@ -349,9 +349,9 @@ def _genbank_record(index: int, entry, sequence: str) -> Record:
     return Record(entry.id, sequence, metadata, index)
 
 
-def _read_genbank(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+def _read_genbank(text: io.TextIOWrapper, path: Path, options: ReaderOptions, stats: PolicyStats,
                   fmt: str) -> Iterator[Record]:
-    for index, entry, sequence in _genbank_entries(handle, path):
+    for index, entry, sequence in _genbank_entries(text, path):
         yield _genbank_record(index, entry, sequence)
 
 
@@ -360,8 +360,8 @@ def read_genbank_features(path: str | Path) -> Iterator[tuple[Record, list]]:
     that label bases from the annotation. Same errors as `read_records`."""
     path = Path(path)
     count = 0
-    with open_binary(path) as handle, _read_errors(path):
-        for index, entry, sequence in _genbank_entries(handle, path):
+    with _open_text(path) as text, _read_errors(path):
+        for index, entry, sequence in _genbank_entries(text, path):
             count += 1
             yield _genbank_record(index, entry, sequence), list(entry.features)
     if count == 0:
@@ -385,13 +385,13 @@ def _column_index(names: list[str], wanted: str | None, role: str, path: Path,
     raise InputError(f"{path}: {role} column {wanted!r} not found; columns: {', '.join(names)}")
 
 
-def _csv_reader(handle: IO[bytes], path: Path, options: ReaderOptions, fmt: str):
+def _csv_reader(text: io.TextIOWrapper, path: Path, options: ReaderOptions, fmt: str):
     """A csv reader over the decoded rows of a CSV/TSV file (BOM dropped, any newline), with its quoting."""
     quoting_name = options.quoting or ("none" if fmt == "tsv" else "minimal")
     quoting = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}.get(quoting_name)
     if quoting is None:
         raise InputError(f"unknown CSV quoting {quoting_name!r} for {path} (allowed: minimal, none)")
-    return csv.reader(_text(handle), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True)
+    return csv.reader(text, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True)
 
 
 def _column_names(first_row: list[str], header: bool) -> list[str]:
@@ -405,17 +405,17 @@ def table_columns(path: str | Path, options: ReaderOptions | None = None) -> lis
     path = Path(path)
     options = options or ReaderOptions()
     fmt = detect_format(path, options.format)
-    with open_binary(path) as handle, _read_errors(path):
-        reader = _csv_reader(handle, path, options, fmt)
+    with _open_text(path) as text, _read_errors(path):
+        reader = _csv_reader(text, path, options, fmt)
         try:
             return _column_names(next(reader, []), options.header)
         except csv.Error as error:
             raise InputError(f"{path}: line 1: malformed {fmt.upper()} ({error})") from None
 
 
-def _read_table(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+def _read_table(text: io.TextIOWrapper, path: Path, options: ReaderOptions, stats: PolicyStats,
                 fmt: str) -> Iterator[Record]:
-    reader = _csv_reader(handle, path, options, fmt)
+    reader = _csv_reader(text, path, options, fmt)
     try:
         first_row = next(reader, None)
         if first_row is None:
@@ -461,11 +461,11 @@ def _chain_one(first: list[str], rest: Iterator[list[str]]) -> Iterator[list[str
     yield from rest
 
 
-def _nonblank_lines(handle: IO[bytes], path: Path, options: ReaderOptions,
+def _nonblank_lines(lines: io.TextIOWrapper, path: Path, options: ReaderOptions,
                     stats: PolicyStats) -> Iterator[tuple[int, str]]:
     """(line number, text without its newline) of every line, blank ones skipped and counted, refused, or kept as
     "" (`keep_empty`)."""
-    for number, text in enumerate(_text(handle), 1):
+    for number, text in enumerate(lines, 1):
         text = text.rstrip("\n")
         if not text.strip():
             if _keep_blank(path, number, options, stats):
@@ -485,15 +485,15 @@ def _keep_blank(path: Path, line: int, options: ReaderOptions, stats: PolicyStat
     return False
 
 
-def _read_text(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+def _read_text(lines: io.TextIOWrapper, path: Path, options: ReaderOptions, stats: PolicyStats,
                fmt: str) -> Iterator[Record]:
-    for index, (line, text) in enumerate(_nonblank_lines(handle, path, options, stats)):
+    for index, (line, text) in enumerate(_nonblank_lines(lines, path, options, stats)):
         yield Record(f"line{line}", text, {}, index)
 
 
-def _read_smi(handle: IO[bytes], path: Path, options: ReaderOptions, stats: PolicyStats,
+def _read_smi(lines: io.TextIOWrapper, path: Path, options: ReaderOptions, stats: PolicyStats,
               fmt: str) -> Iterator[Record]:
-    for index, (line, text) in enumerate(_nonblank_lines(handle, path, options, stats)):
+    for index, (line, text) in enumerate(_nonblank_lines(lines, path, options, stats)):
         smiles, *name = text.split(None, 1) or [""]
         yield Record(name[0].strip() if name else f"line{line}", smiles, {}, index)
 

@@ -43,8 +43,8 @@ from biotf.training.resumable import check_resumable
 from biotf.training.module import LanguageModelTask
 from biotf.training.fit_progress import progress_callbacks, quiet_lightning
 from biotf.training.sharding import ShardedStrategy
-from biotf.training.rundir import (RESOLVED_CONFIG, check_resume, checkpoint_run_dir, claim_run_dir,
-                                  is_launch_rank_zero, trim_metrics)
+from biotf.training.rundir import (RESOLVED_CONFIG, adopt_hydra_files, check_resume, checkpoint_run_dir,
+                                  claim_run_dir, discard_hydra_files, is_launch_rank_zero, trim_metrics)
 from biotf.training.summary import FinalCheckRun, RunSummary, next_steps
 
 # The run directory already holds Hydra's and our files when the CSV logger starts, and a resumed run's
@@ -150,8 +150,9 @@ def consolidate_run(checkpoints: Path) -> Path:
 @rank_zero_only
 def write_run_files(run_dir: Path, run_config: dict[str, Any], tokenizer: Tokenizer) -> None:
     """The resolved config and the tokenizer, written before training so a killed run still has them; each
-    appears complete or not at all."""
+    appears complete or not at all. The run is accepted: Hydra's files of it join them (`adopt_hydra_files`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    adopt_hydra_files(run_dir)
     atomic_write_text(run_dir / RESOLVED_CONFIG, yaml.safe_dump(run_config, sort_keys=False))
     with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=run_dir) as staging:
         written = tokenizer.save(staging)  # Tokenizer.save writes under the final name: staged, then renamed
@@ -227,11 +228,15 @@ def held_run(config: TrainConfig, run_dir: Path) -> Iterator[RunControl]:
     """The run directory claimed (`claim_run_dir`), SIGTERM turned into a save-and-stop (`sigterm_stops`) and
     Lightning's notices silenced (`quiet_lightning`) while the block trains; yields the run's control, for
     `build_trainer` and the module. Every kind of run trains inside it, a resume once its settings are known to be
-    its run's (`check_resume`, before anything is written)."""
-    check_resume(config)
-    control = RunControl(config.trainer.checkpoint_every_minutes)
-    with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control), quiet_lightning():
-        yield control
+    its run's (`check_resume`, before anything is written). A run refused before it writes its files leaves Hydra's
+    .hydra/ as it was (`discard_hydra_files`)."""
+    try:
+        check_resume(config)
+        control = RunControl(config.trainer.checkpoint_every_minutes)
+        with claim_run_dir(run_dir, config.ckpt_path), sigterm_stops(control), quiet_lightning():
+            yield control
+    finally:
+        discard_hydra_files(run_dir)
 
 
 def train(config: TrainConfig, run_dir: str | Path, checks: Sequence[FinalCheckRun] = ()) -> RunSummary:

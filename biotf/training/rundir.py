@@ -11,6 +11,9 @@ Layout: config.yaml (resolved config), tokenizer.json, metrics.csv (or tensorboa
 - a resume trains what its run trained: settings that differ from the config.yaml of the checkpoint's run are
   refused, naming them, except those in `RESUMABLE` (`check_resume`); a finished fine-tuning run (model/) is not
   resumed over its export.
+- a run refused inside its job (a changed split, a checkpoint that does not fit) leaves the directory as it was,
+  Hydra's .hydra/ included: into a directory that exists, Hydra writes its files to `PENDING_HYDRA_DIR`, moved into
+  .hydra/ once the run is accepted (`adopt_hydra_files`) and removed when it is refused (`discard_hydra_files`).
 Only rank 0 of a distributed launch claims the directory; the other ranks write nothing into it.
 No Lightning here: `entry.preflight` checks the directory and the resume before Hydra writes into it (.hydra/).
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
     from biotf.training.train_config import TrainConfig
 
 RESOLVED_CONFIG = "config.yaml"
+HYDRA_DIR = ".hydra"  # Hydra's record of the job (config.yaml, overrides.yaml, hydra.yaml): hydra.output_subdir
+PENDING_HYDRA_DIR = ".hydra.pending"  # where Hydra writes it in a directory that exists, until the run is accepted
 METRICS_FILE = "metrics.csv"
 LOCK_FILE = "run.lock"
 # Files whose presence means a run already used the directory (Hydra's own .hydra/ does not count).
@@ -198,6 +204,26 @@ def claim_run_dir(run_dir: str | Path, ckpt_path: str | Path | None) -> Iterator
         yield
     finally:
         lock.unlink(missing_ok=True)
+
+
+def adopt_hydra_files(run_dir: Path) -> None:
+    """Hydra's files of a run accepted into a directory that existed, moved from `PENDING_HYDRA_DIR` into .hydra/
+    (each replaced whole); nothing to do when Hydra wrote .hydra/ itself (a new directory)."""
+    pending = run_dir / PENDING_HYDRA_DIR
+    if not pending.is_dir():
+        return
+    (run_dir / HYDRA_DIR).mkdir(exist_ok=True)
+    for file in pending.iterdir():
+        os.replace(file, run_dir / HYDRA_DIR / file.name)
+    pending.rmdir()
+
+
+def discard_hydra_files(run_dir: Path) -> None:
+    """Remove the Hydra files of a run refused before it was accepted (`adopt_hydra_files`), so that .hydra/ keeps
+    those of the run the directory holds. Rank 0's alone: the other ranks' Hydra writes none."""
+    pending = run_dir / PENDING_HYDRA_DIR
+    if is_launch_rank_zero() and pending.is_dir():
+        shutil.rmtree(pending)
 
 
 def trim_metrics(run_dir: str | Path, resumed_step: int) -> int:

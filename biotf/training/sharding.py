@@ -92,13 +92,15 @@ class ShardedStrategy(ModelParallelStrategy):
         return metadata
 
     def _load_file(self, path: Path) -> dict[str, Any]:
-        """A single-file checkpoint into the sharded model and optimizer. Its optimizer state numbers the parameters
-        as `Optimizer.state_dict` does (in the order of the groups), which Lightning's own reader of full checkpoints
-        would take for the module's order: it is keyed by name here instead."""
+        """A single-file checkpoint into the sharded model and optimizer: the content the run read and checked before
+        it started (handed to `checkpoint_io`, `VerifiedCheckpointIO.hand_over`), not the file read again. Its
+        optimizer state numbers the parameters as `Optimizer.state_dict` does (in the order of the groups), which
+        Lightning's own reader of full checkpoints would take for the module's order: it is keyed by name here
+        instead."""
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                              set_optimizer_state_dict)
 
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = self.checkpoint_io.load_checkpoint(path)
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, checkpoint.pop("state_dict"), options=options)
         names = {id(parameter): name for name, parameter in self.model.named_parameters()}

@@ -63,3 +63,27 @@ def test_a_frozen_head_on_cached_features_is_the_head_that_runs_the_trunk(pretra
     with pytest.raises(InputError, match="trunk feature cache .* is damaged"):
         train_task(again, tmp_path / "damaged")
     assert not (tmp_path / "damaged" / "model").exists()
+
+
+def test_features_another_process_caches_meanwhile_are_taken(pretrained, tmp_path, monkeypatch):
+    """Two processes computing one entry at once (the ranks of a distributed frozen run, two runs over one
+    data.cache_dir): the one that publishes second takes the other's entry (same key, same values) instead of failing."""
+    from biotf.finetune import features
+
+    loaded = Model.load(pretrained / "base")
+    model = TaskModel(loaded.network, "classification", 2, pool="mean")
+    token_ids = [np.asarray(loaded.tokenizer.encode(s), np.int64) for s in SEQUENCES]
+    compute = features.compute_features
+
+    def another_process_first(*args):
+        monkeypatch.setattr(features, "compute_features", compute)
+        features.cached_features(model, loaded.tokenizer, token_ids, tmp_path)  # publishes the entry
+        return compute(*args)
+
+    monkeypatch.setattr(features, "compute_features", another_process_first)
+    found, directory, cached = features.cached_features(model, loaded.tokenizer, token_ids, tmp_path)
+    assert not cached and (directory / features.INFO_FILE).is_file()
+    again, _, cached = features.cached_features(model, loaded.tokenizer, token_ids, tmp_path)
+    assert cached
+    np.testing.assert_array_equal(found.values, again.values)
+    assert [path.name for path in tmp_path.joinpath("trunk_features").iterdir()] == [directory.name]  # no staging left

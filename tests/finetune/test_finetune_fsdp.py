@@ -29,18 +29,18 @@ def overrides(pretrained, run_dir, *extra):
                               "optim.warmup_steps=2", *extra, f"hydra.run.dir={run_dir}")
 
 
-def finished_cleanly(process) -> None:
+def finished_cleanly(process) -> str:
+    """The process's stderr, once it exited 0 with no Lightning notice of a metric or tensor misuse."""
     result = finish(process, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sync_dist" not in result.stderr and "view tensor" not in result.stderr, result.stderr[-3000:]
+    return result.stderr
 
 
-def fine_tune(pretrained, *runs: tuple[Path, list[str]]) -> list[Path]:
-    """Each (run directory, overrides) fine-tuned, all side by side (`start_script`); their directories."""
+def fine_tune(pretrained, *runs: tuple[Path, list[str]]) -> list[tuple[Path, str]]:
+    """Each (run directory, overrides) fine-tuned, all side by side (`start_script`); their directories and stderr."""
     started = [start_script(overrides(pretrained, run_dir, *extra), cwd=run_dir.parent) for run_dir, extra in runs]
-    for process in started:
-        finished_cleanly(process)
-    return [run_dir for run_dir, _ in runs]
+    return [(run_dir, finished_cleanly(process)) for (run_dir, _), process in zip(runs, started)]
 
 
 def checkpoint(run_dir, name="last.ckpt"):
@@ -70,8 +70,10 @@ def assert_same_state(actual, expected, atol):
 @pytest.mark.parametrize("mode", ["full", "frozen"])  # frozen: the head on cached features, the trunk never gathered
 def test_fine_tuning_under_fsdp_equals_ddp(pretrained, tmp_path, mode):
     common = ["data.label_column=label", "trainer.max_steps=8", "trainer.val_check_interval=4", f"finetune.mode={mode}"]
-    fsdp, ddp = fine_tune(pretrained, (tmp_path / "fsdp", [*common, "trainer.strategy=fsdp"]),
-                          (tmp_path / "ddp", [*common, "trainer.strategy=ddp"]))
+    (fsdp, fsdp_err), (ddp, ddp_err) = fine_tune(pretrained, (tmp_path / "fsdp", [*common, "trainer.strategy=fsdp"]),
+                                                 (tmp_path / "ddp", [*common, "trainer.strategy=ddp"]))
+    if mode == "frozen":  # every rank computes the trunk's features; rank 0 alone says so
+        assert [err.count("trunk features of") for err in (fsdp_err, ddp_err)] == [1, 1], fsdp_err[-3000:]
     assert len(train_losses(fsdp)) == 8
     np.testing.assert_allclose(train_losses(fsdp), train_losses(ddp), rtol=0, atol=TOL)
     assert_same_state(checkpoint(fsdp), checkpoint(ddp), TOL)
@@ -146,7 +148,7 @@ def test_lora_under_fsdp_trains_resumes_exactly_and_its_merged_export_predicts_a
         assert predicted[identifier] == pytest.approx(value, rel=1e-5, abs=1e-5), identifier
 
     # stopped by SIGTERM after a sharded checkpoint, resumed from it: the uninterrupted run's weights, moments, losses
-    (resumed,) = fine_tune(pretrained, (tmp_path / "resumed", [*common, f"ckpt_path={last}"]))
+    ((resumed, _),) = fine_tune(pretrained, (tmp_path / "resumed", [*common, f"ckpt_path={last}"]))
     assert_same_state(checkpoint(resumed), checkpoint(run), atol=1e-7)
     step = len(losses) - len(train_losses(resumed))
     assert 2 <= step < LORA_STEPS

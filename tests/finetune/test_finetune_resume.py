@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from biotf.errors import InputError
 from biotf.entry import train as entry
 from biotf.training import callbacks
 from biotf.finetune.task_module import TaskModule
@@ -94,25 +94,30 @@ def hashes(directory: Path) -> dict[str, str]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def test_a_resume_that_would_train_on_another_split_is_refused(pretrained, tmp_path):
+def test_a_resume_that_would_train_on_another_split_is_refused(pretrained, tmp_path, monkeypatch, capsys):
     """The same settings on a data file whose records changed since (a changed seed or split setting is refused
-    before, by test_a_resume_with_other_settings_is_refused_and_changes_nothing)."""
+    before, by test_a_resume_with_other_settings_is_refused_and_changes_nothing): `train.py ckpt_path=...` in place
+    is refused inside its job, after Hydra composed its files, and every byte of the run directory (its split.tsv,
+    Hydra's .hydra/) is left as it was; on the data as it was, the resume continues the run."""
+    monkeypatch.chdir(tmp_path)
     data = tmp_path / "labelled.csv"
     shutil.copy(pretrained / "labelled.csv", data)
     run = tmp_path / "run"
-    cfg = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=2", f"data.path={data}")
-    train_task(cfg, run)
+    assert entry.main(finetune_overrides(pretrained, "data.label_column=label", "trainer.max_steps=2",
+                                         f"data.path={data}", f"hydra.run.dir={run}")) == 0
     shutil.rmtree(run / "model")  # as a run stopped before its export
-    split = (run / "split.tsv").read_text()
+    before = hashes(run)
     original = data.read_text()
     data.write_text("".join(original.splitlines(keepends=True)[:-40]))  # 40 records fewer
-    resume = finetune_config(pretrained, "data.label_column=label", "trainer.max_steps=4", f"data.path={data}",
-                             f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
-    with pytest.raises(InputError, match=r"resuming: \d+ records would change sides against .*split.tsv"):
-        train_task(resume, run)
-    assert (run / "split.tsv").read_text() == split  # the run's split is left as it was
+    resume = finetune_overrides(pretrained, "data.label_column=label", "trainer.max_steps=4", f"data.path={data}",
+                                f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
+    capsys.readouterr()
+    assert entry.main(resume) == 2
+    assert re.search(r"error: resuming: \d+ records would change sides against .*split.tsv", capsys.readouterr().err)
+    assert hashes(run) == before
     data.write_text(original)
-    assert train_task(resume, run).steps == 4
+    assert entry.main(resume) == 0
+    assert json.loads((run / "finetune.json").read_text())["steps"] == 4
 
 
 def test_a_resume_with_other_settings_is_refused_and_changes_nothing(pretrained, tmp_path, monkeypatch, capsys):

@@ -259,6 +259,38 @@ def test_reader_streams(tmp_path):
     assert next(records).id == "a"
 
 
+READ_TO_THE_END_OR_NOT = {
+    "a.csv": "id,sequence\n" + "".join(f"r{i},MKT\n" for i in range(50)), "a.tsv": "id\tsequence\na\tMK\nb\tGA\n",
+    "a.txt": "MKT\nGAV\n", "a.smi": "CCO ethanol\nc1ccccc1 benzene\n", "a.fasta": ">a\nMK\n>b\nGA\n"}
+
+
+@pytest.mark.parametrize("name", sorted(READ_TO_THE_END_OR_NOT))
+@pytest.mark.parametrize("reader", [read_records, read_columns])
+def test_a_reader_closes_its_file_read_to_the_end_or_dropped_early(tmp_path, name, reader):
+    """No "unclosed file" ResourceWarning, whether a reader is read to its end, closed early, or dropped early
+    (the garbage collector finalizes it, inside a reference cycle too)."""
+    import gc
+    import warnings
+
+    path = tmp_path / name
+    path.write_text(READ_TO_THE_END_OR_NOT[name])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        list(reader(path, characters=1) if reader is read_columns else reader(path))
+        early = reader(path)
+        next(early)
+        early.close()
+        dropped = reader(path)
+        next(dropped)
+        del dropped
+        cycle = [reader(path)]
+        next(cycle[0])
+        cycle.append(cycle)
+        del cycle
+        gc.collect()
+    assert [str(warning.message) for warning in caught if warning.category is ResourceWarning] == []
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.text(st.characters(blacklist_characters="\r\x00", blacklist_categories=("Cs",)), max_size=12),
                           st.text(st.characters(blacklist_characters="\r\x00", blacklist_categories=("Cs",)),

@@ -53,6 +53,14 @@ def test_ddp_sigterm_to_the_launching_process_only_saves_and_stops_every_rank(tm
     step = torch.load(last, weights_only=True)["global_step"]
     assert 2 <= step < 400 and f"stopped by SIGTERM at step {step}; saved {last}" in err
     assert err.count("stopped by SIGTERM") == 1  # rank 0 reports
+    # resumed in place by 2 processes: rank 0 alone moves its Hydra files into .hydra/ once the resume is accepted
+    result = run_script(["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", *TINY,
+                         f"trainer.max_steps={step + 2}", f"data.cache_dir={cache_dir}", f"ckpt_path={last}"],
+                        cwd=tmp_path, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert torch.load(last, weights_only=True)["global_step"] == step + 2
+    assert f"trainer.max_steps={step + 2}" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert not (run_dir / ".hydra.pending").exists()
 
 
 @pytest.mark.slow

@@ -42,6 +42,31 @@ def test_fsdp_where_it_cannot_run_is_one_line_naming_the_key(overrides, expected
     assert not (tmp_path / "outputs").exists()
 
 
+def test_a_single_file_resume_under_fsdp_loads_what_the_run_checked_without_reading_it_again(tmp_path):
+    """A single-file checkpoint is read once, as the run starts (its CRC-32 checked, `read_resumed`), and handed to
+    the checkpoint IO: the strategy loads that content into the model and optimizer, not the file again (gone here)."""
+    from biotf.training.callbacks import VerifiedCheckpointIO
+    from biotf.training.sharding import ShardedStrategy
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    weights = {name: value + 1 for name, value in model.state_dict().items()}
+    moments = {index: {key: value + 1 for key, value in state.items()}
+               for index, state in optimizer.state_dict()["state"].items()}
+    checked = {"state_dict": weights, "optimizer_states": [{**optimizer.state_dict(), "state": moments}],
+               "global_step": 3}
+    strategy = ShardedStrategy()
+    strategy.checkpoint_io = VerifiedCheckpointIO()
+    strategy.model, strategy.optimizers = model, [optimizer]
+    strategy.checkpoint_io.hand_over(tmp_path / "last.ckpt", checked)
+    assert strategy.load_checkpoint(tmp_path / "last.ckpt") == {"global_step": 3}
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, weights[name], rtol=0, atol=0)
+    torch.testing.assert_close(optimizer.state_dict()["state"], moments, rtol=0, atol=0)
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("fsdp")

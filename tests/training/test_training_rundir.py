@@ -364,9 +364,9 @@ def drop_best_score(checkpoint: dict) -> None:
 
 
 def files_of(run_dir) -> dict:
-    """Every file's bytes, but Hydra's .hydra/ (Hydra rewrites it as any job starts, before the job can check)."""
+    """Every file's bytes, Hydra's .hydra/ included."""
     return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*")
-            if p.is_file() and ".hydra" not in p.relative_to(run_dir).parts}
+            if p.is_file()}
 
 
 @pytest.mark.parametrize("edit, named", [(drop_adamw_state, "optimizer state does not fit this run's optimizer"),
@@ -392,6 +392,32 @@ def test_a_checkpoint_that_cannot_be_resumed_is_refused_before_the_run_changes(c
     assert f"error: {checkpoint_path} cannot be resumed by this run: " in err and named in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert files_of(run_dir) == before
+
+
+def test_a_resume_refused_in_its_job_leaves_hydra_files_as_they_were(common, tmp_path, capsys):
+    """`train.py ckpt_path=<run>/checkpoints/last.ckpt` (in place) refused inside the job, after Hydra composed its
+    files: .hydra/ byte for byte as it was and nothing staged left; the resume from the checkpoint as saved continues
+    the run, and .hydra/ then records it."""
+    from biotf.checkpoint import read_checkpoint, save_checkpoint
+
+    run_dir = tmp_path / "run"
+    assert entry.main([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"]) == 0
+    checkpoint_path = run_dir / "checkpoints" / "last.ckpt"
+    saved = checkpoint_path.read_bytes()
+    checkpoint = read_checkpoint(checkpoint_path)
+    checkpoint.pop("biotf_crc32", None)
+    lengthen_schedule(checkpoint)
+    save_checkpoint(checkpoint, checkpoint_path)
+    before, names = files_of(run_dir), sorted(path.name for path in run_dir.iterdir())
+    resume = f"ckpt_path={checkpoint_path}"
+    assert entry.main([*common, "trainer.max_steps=8", resume]) == 2
+    assert "cannot be resumed by this run" in capsys.readouterr().err
+    assert files_of(run_dir) == before and sorted(path.name for path in run_dir.iterdir()) == names
+    checkpoint_path.write_bytes(saved)
+    assert entry.main([*common, "trainer.max_steps=8", resume]) == 0
+    assert last(run_dir)["global_step"] == 8 and metric_steps(run_dir) == list(range(8))
+    assert "trainer.max_steps=8" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert sorted(path.name for path in run_dir.iterdir()) == names
 
 
 def test_optim_muon_trains_and_resumes(common, tmp_path, capsys):
