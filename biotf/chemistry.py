@@ -1,5 +1,6 @@
-"""biotf's one home for chemistry (RDKit, the `[chem]` extra): parsing SMILES (validity, canonical form), Morgan fingerprints, the Tanimoto similarity of fingerprint bits and Bemis-Murcko scaffolds. Tokenizers,
-splits, baselines, search and the MOSES metrics all take them from here, each with its own settings as parameters
+"""biotf's one home for chemistry (RDKit, the `[chem]` extra): parsing SMILES (validity, canonical form), Morgan
+fingerprints, the Tanimoto similarity of fingerprint bits and Bemis-Murcko scaffolds. Tokenizers, splits,
+baselines, search and the MOSES metrics all take them from here, each with its own settings as parameters
 (fingerprint radius and bits, stereochemistry in a scaffold's SMILES, what two empty fingerprints score).
 
 RDKit is imported on first use, so biotf runs without it; calling a helper without RDKit raises a

@@ -10,8 +10,8 @@ file, a run directory that holds another run or cannot be written (`rundir.check
 other settings than its run's (`rundir.check_resume`) stops the command at once with one line on stderr and exit
 status 2, before any data is read or any run directory is created or touched (Hydra writes .hydra/ as the job
 starts; into a directory that exists, such as a resumed run's, it writes them aside until the job accepts the run:
-`pending_hydra_files`, so that a resume the job refuses leaves .hydra/ as it was). Hydra then runs the job(s) as usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs
-this script in each worker process).
+`pending_hydra_files`, so that a resume the job refuses leaves .hydra/ as it was). Hydra then runs the job(s) as
+usual (run directories, multirun, and Lightning's DDP relaunch, which re-runs this script in each worker process).
 
 Resuming (`ckpt_path=<run>/checkpoints/last.ckpt`) continues that run's directory unless
 `hydra.run.dir` names another. A run stopped by SIGTERM exits with status 143 after saving

@@ -56,7 +56,8 @@ STEM = dict(causal=False, stem="conv", stem_widths=[32], stem_kernel=3, stem_poo
 
 @pytest.mark.parametrize("changes, packed", [
     (dict(causal=False), False), (dict(causal=False), True), (dict(causal=False, norm_position="post"), True),
-    (dict(causal=True, dropout=0.1), False), (STEM, False)], ids=["pre", "pre-packed", "post-packed", "dropout", "stem"])
+    (dict(causal=True, dropout=0.1), False), (STEM, False)],
+    ids=["pre", "pre-packed", "post-packed", "dropout", "stem"])
 def test_states_at_are_the_token_states_of_those_positions(changes, packed):
     """`states_at` (scoring's: the last block past its attention on the positions read) gives the token states of
     those positions, padded or packed rows, norms before or after, with a stem (computed whole), dropout (off in
