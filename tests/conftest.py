@@ -168,6 +168,32 @@ def esm_encoder_checkpoints(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     return checkpoints
 
 
+LONGEST_FILE = REPO / "tests" / "docs" / "test_examples.py"  # the documentation's blocks: minutes
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n 2` each file runs whole on one worker, handed out in this order (`--dist loadfile
+    --no-loadscope-reorder`): first the files with tests that start several processes, which run one at a time, and
+    second the longest file, so that the other worker runs it meanwhile; then the rest as collected."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    files = list(dict.fromkeys(item.path for item in items))
+    several = {item.path for item in items if "several_processes" in getattr(item, "fixturenames", ())}
+    first = [path for path in files if path in several]
+    order = first[:1] + [path for path in files if path == LONGEST_FILE] + first[1:]
+    rank = {path: position for position, path in enumerate(order)}
+    items.sort(key=lambda item: rank.get(item.path, len(order)))
+
+
+@pytest.fixture
+def several_processes(tmp_path_factory):
+    """For tests marked `SEVERAL_PROCESSES` (tests/torchrun_helpers.py): under `pytest -n 2`, one at a time."""
+    from torchrun_helpers import one_at_a_time
+
+    with one_at_a_time(tmp_path_factory):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Tests run tiny models: one intra-op thread is fastest, and on a busy 2-core machine every parallel

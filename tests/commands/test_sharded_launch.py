@@ -18,7 +18,7 @@ from biotf.io.readers import read_records
 from biotf.data.sharded import work_folder
 from biotf.conventions import SAMPLES_DIR
 from tiny_models import save_tiny_protein_model
-from torchrun_helpers import free_port
+from torchrun_helpers import SEVERAL_PROCESSES, free_port
 from torchrun_helpers import torchrun as torchrun_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +82,7 @@ def embed_args(model_dir, fasta, out):
             "--batch-tokens", "1", "--part-records", "2")
 
 
+@SEVERAL_PROCESSES
 def test_two_processes_write_the_one_process_files(capsys, tmp_path, model_dir, fasta):
     single(capsys, "embed", "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "one.h5ad"),
            "--batch-tokens", "1")
@@ -94,6 +95,7 @@ def test_two_processes_write_the_one_process_files(capsys, tmp_path, model_dir, 
     assert not work_folder(tmp_path / "two.h5ad").exists()
 
 
+@SEVERAL_PROCESSES
 def test_two_processes_score_into_the_one_process_table(capsys, tmp_path, model_dir, fasta):
     # a part's rows batch together as a one-process run's 256-record calls would only for parts of 256 records:
     # with parts of 2, batches of one row make the floats equal
@@ -105,6 +107,7 @@ def test_two_processes_score_into_the_one_process_table(capsys, tmp_path, model_
     assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
 
 
+@SEVERAL_PROCESSES
 def test_two_simulated_nodes_write_the_one_process_file(capsys, tmp_path, model_dir, fasta):
     single(capsys, "embed", "--model", str(model_dir), "--input", str(fasta), "--output", str(tmp_path / "one.npz"),
            "--batch-tokens", "1")
@@ -121,6 +124,7 @@ def test_two_simulated_nodes_write_the_one_process_file(capsys, tmp_path, model_
     assert (tmp_path / "two.npz").read_bytes() == (tmp_path / "one.npz").read_bytes()
 
 
+@SEVERAL_PROCESSES
 def test_a_rank_killed_by_sigterm_leaves_its_finished_part_and_the_rerun_does_only_the_rest(capsys, tmp_path,
                                                                                         model_dir, fasta):
     out = tmp_path / "e.npz"

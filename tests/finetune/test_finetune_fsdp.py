@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
+from torchrun_helpers import SEVERAL_PROCESSES
 from training_helpers import finetune_overrides, finish, start_script, stop_once_sharded
 
 # float32: DDP all-reduces whole gradients, FSDP2 reduce-scatters their shards; the same sums added in another order
@@ -66,6 +67,7 @@ def assert_same_state(actual, expected, atol):
             torch.testing.assert_close(actual["optimizer_states"][0]["state"][index][key], value, rtol=0, atol=atol)
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["full", "frozen"])  # frozen: the head on cached features, the trunk never gathered
 def test_fine_tuning_under_fsdp_equals_ddp(pretrained, tmp_path, mode):
@@ -113,6 +115,7 @@ def predictions_of_weights(pretrained, state_dict, records):
     return predicted
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_lora_under_fsdp_trains_resumes_exactly_and_its_merged_export_predicts_as_its_weights(pretrained, tmp_path):
     common = ["data.label_column=value", "task=regression", "finetune.mode=lora", "finetune.monitor=spearman",

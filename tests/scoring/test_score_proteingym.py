@@ -15,6 +15,7 @@ import pytest
 from biotf.cli import main
 from biotf.scoring.fitness_metrics import fitness_metrics
 from forked_process import Forked
+from torchrun_helpers import SEVERAL_PROCESSES
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "proteins" / "proteingym"
 PUBLISHED = SHARED / "DMS_substitutions_Spearman_DMS_level.csv"
@@ -158,6 +159,7 @@ def test_the_python_api_returns_the_commands_table(assays, tmp_path):
     assert "2 assays of the 3" in summary.summary()
 
 
+@SEVERAL_PROCESSES
 def test_two_processes_under_torchrun_write_the_one_process_table(assays, tmp_path):
     """The assays dealt to two ranks (gloo on CPU): the table of one process, byte for byte."""
     import subprocess

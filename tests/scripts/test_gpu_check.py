@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from torchrun_helpers import SEVERAL_PROCESSES
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -50,11 +52,13 @@ def test_training_passes_in_both_precisions_and_prints_mfu(gpu_check, tmp_path):
     assert all("MFU" in result.detail for result in report.results if "MFU" in result.check)
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_ddp_of_two_gloo_processes_equals_one_process(gpu_check, tmp_path):
     assert_all_pass(gpu_check.run_checks(["ddp"], "cpu", "cpu", "tiny", tmp_path))
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_fsdp_of_two_gloo_processes_equals_ddp_and_reports_memory(gpu_check, tmp_path):
     report = gpu_check.run_checks(["fsdp"], "cpu", "cpu", "tiny", tmp_path)

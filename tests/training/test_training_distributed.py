@@ -12,9 +12,11 @@ import torch
 
 from biotf.api import Model
 from biotf.entry import train as entry
+from torchrun_helpers import SEVERAL_PROCESSES
 from training_helpers import SUBPROCESS_ENV, TINY, run_script, train_command
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_ddp_on_cpu_writes_one_run_directory(tmp_path, cache_dir):
     # last.ckpt due by wall time at every step: each save goes through the ranks' per-step agreement.
@@ -33,6 +35,7 @@ def test_ddp_on_cpu_writes_one_run_directory(tmp_path, cache_dir):
     assert model.config.vocab_size == tokenizer.vocab_size
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_ddp_sigterm_to_the_launching_process_only_saves_and_stops_every_rank(tmp_path, cache_dir):
     """`docker stop` signals only the first process: the other rank learns it in the per-step agreement, both

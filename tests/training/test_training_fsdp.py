@@ -17,6 +17,7 @@ from biotf.checkpoint.sharded_checkpoint import read_full, verify_sharded
 from biotf.cli import main as biotf_main
 from biotf.entry import train as entry
 from protein_batches import masked_protein_batch
+from torchrun_helpers import SEVERAL_PROCESSES, one_at_a_time
 from training_helpers import TINY, finish, start_script, stop_once_sharded, write_proteins
 
 STEPS = 20
@@ -107,10 +108,11 @@ def assert_same_state(actual, expected, atol):
 
 
 @pytest.fixture(scope="module")
-def fsdp_and_ddp_runs(setup):
+def fsdp_and_ddp_runs(setup, tmp_path_factory):
     root, common = setup
-    return train(root, ("fsdp", [*common, "trainer.devices=2", "trainer.strategy=fsdp"]),
-                 ("ddp", [*common, "trainer.devices=2", "trainer.strategy=ddp"]))
+    with one_at_a_time(tmp_path_factory):
+        return train(root, ("fsdp", [*common, "trainer.devices=2", "trainer.strategy=fsdp"]),
+                     ("ddp", [*common, "trainer.devices=2", "trainer.strategy=ddp"]))
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def fsdp_run(fsdp_and_ddp_runs):
     return fsdp_and_ddp_runs[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # its runs are its fixture's, which holds `one_at_a_time` while they train
 def test_fsdp_trains_as_ddp_does_and_ends_as_one_checkpoint_file(setup, fsdp_and_ddp_runs, tmp_path, capsys):
     root, common = setup
     fsdp_run, ddp = fsdp_and_ddp_runs
@@ -144,6 +146,7 @@ def stop_by_sigterm(root, name, *overrides):
     return checkpoint, step
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_fsdp_stopped_by_sigterm_resumes_exactly_and_reshards(setup, fsdp_run):
     root, common = setup
@@ -178,6 +181,7 @@ TINY_ESM = ["model=esm2-8m", "model.d_model=32", "model.n_layers=2", "model.n_he
 HF_TOL = 1e-5  # float32 logits of the same weights through two implementations (measured: 9e-8)
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_fsdp_checkpoint_of_one_process_resumes_on_two_and_exports_to_transformers(setup, tmp_path, capsys):
     root, common = setup

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biotf.entry import train as entry
-from torchrun_helpers import free_port, torchrun
+from torchrun_helpers import SEVERAL_PROCESSES, free_port, torchrun
 from training_helpers import REPO, SUBPROCESS_ENV, TINY, finish, start_script, write_proteins
 
 STEPS = 8
@@ -56,6 +56,7 @@ def logged_steps(run_dir) -> list[int]:
         return [int(float(row["step"])) for row in csv.DictReader(handle) if row.get("train/loss")]
 
 
+@SEVERAL_PROCESSES
 @pytest.mark.slow
 def test_two_nodes_train_into_one_run_directory_and_resume_a_preempted_run_exactly(tmp_path, cache_dir):
     fasta = write_proteins(tmp_path / "proteins.fasta")
