@@ -262,12 +262,12 @@ class Transformer(nn.Module):
         recompute = (self.gradient_checkpointing and self.training and torch.is_grad_enabled() and inputs.cache is None
                      and attentions is None)
         for layer, block in enumerate(self.layer_blocks):
+            only = rows if layer == len(self.layer_blocks) - 1 else None
             if recompute:
-                x = checkpoint(block, x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer,
+                x = checkpoint(block, x, inputs.rotary, inputs.mask, inputs.is_causal, None, layer, None, only,
                                use_reentrant=False)
             else:
-                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer, attentions,
-                          rows if layer == len(self.layer_blocks) - 1 else None)
+                x = block(x, inputs.rotary, inputs.mask, inputs.is_causal, inputs.cache, layer, attentions, only)
             if hidden_states is not None:
                 hidden_states.append(x)
         if self.final_norm is not None:

@@ -73,6 +73,9 @@ def test_states_at_are_the_token_states_of_those_positions(changes, packed):
     if "stem" not in changes:
         with pytest.raises(ValueError, match="not with a stem, hidden states"):
             model.encode(ids, output_hidden_states=True, rows=rows)
+        model.gradient_checkpointing = True  # the recomputed last block reads the same rows
+        states = model.train().encode(ids, rows=rows, **inputs).last_hidden_state
+        assert states.shape == (len(rows), model.config.d_model) and states.requires_grad
 
 
 def test_causal_loss_is_shifted_next_token_cross_entropy():
